@@ -1,0 +1,125 @@
+// Environment -> one typed, validated configuration object.
+// A bad value stops start-up with a one-line message naming the variable (see ConfigError).
+
+export const INTERFACE_VERSION = '1.3.0';
+
+export interface Config {
+  port: number;
+  host: string;
+  /** PostgreSQL connection string; null means embedded PGlite under dataDir. */
+  databaseUrl: string | null;
+  dataDir: string;
+  publicBaseUrl: string;
+  allowPrivateTargets: boolean;
+  /** TRUST_PROXY: false, a hop count, or a list of trusted proxy addresses/CIDRs. */
+  trustProxy: boolean | number | string[];
+  logLevel: string;
+  /** Largest accepted request body, in bytes. */
+  bodyLimit: number;
+  paymentWallet: string | null;
+  paymentRpcUrl: string | null;
+  clawhubApiUrl: string;
+  /** Ed25519 private key as a JWK (JSON string); when unset the key ring lives in the database. */
+  signingKeyJwk: string | null;
+}
+
+export class ConfigError extends Error {
+  constructor(
+    readonly variable: string,
+    message: string,
+  ) {
+    super(`${variable}: ${message}`);
+  }
+}
+
+type Env = Record<string, string | undefined>;
+
+function str(env: Env, name: string): string | undefined {
+  const v = env[name];
+  return v === undefined || v.trim() === '' ? undefined : v.trim();
+}
+
+function int(env: Env, name: string, def: number, min: number, max: number): number {
+  const raw = str(env, name);
+  if (raw === undefined) return def;
+  if (!/^\d+$/.test(raw)) throw new ConfigError(name, `must be an integer, got "${raw}"`);
+  const n = Number(raw);
+  if (n < min || n > max) throw new ConfigError(name, `must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+function bool(env: Env, name: string): boolean {
+  const raw = str(env, name);
+  if (raw === undefined) return false;
+  if (['1', 'true', 'yes', 'on'].includes(raw.toLowerCase())) return true;
+  if (['0', 'false', 'no', 'off'].includes(raw.toLowerCase())) return false;
+  throw new ConfigError(name, `must be 1/0 or true/false, got "${raw}"`);
+}
+
+function httpUrl(name: string, raw: string): string {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw new ConfigError(name, `must be an absolute http(s) URL, got "${raw}"`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') {
+    throw new ConfigError(name, `must use http or https, got "${u.protocol}"`);
+  }
+  return raw.replace(/\/+$/, '');
+}
+
+function trustProxy(env: Env): Config['trustProxy'] {
+  const raw = str(env, 'TRUST_PROXY');
+  if (raw === undefined || ['0', 'false', 'no', 'off'].includes(raw.toLowerCase())) return false;
+  if (['true', 'yes', 'on'].includes(raw.toLowerCase())) return 1;
+  if (/^\d+$/.test(raw)) return Number(raw);
+  const list = raw.split(',').map((s) => s.trim()).filter(Boolean);
+  for (const item of list) {
+    if (!/^[0-9a-fA-F:.]+(\/\d{1,3})?$/.test(item)) {
+      throw new ConfigError('TRUST_PROXY', `must be 1, a hop count, or a list of addresses/CIDRs; bad entry "${item}"`);
+    }
+  }
+  return list;
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  const port = int(env, 'PORT', 8080, 0, 65535);
+  const databaseUrl = str(env, 'DATABASE_URL') ?? null;
+  if (databaseUrl !== null && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
+    throw new ConfigError('DATABASE_URL', 'must start with postgres:// or postgresql://');
+  }
+  const wallet = str(env, 'PAYMENT_WALLET') ?? null;
+  if (wallet !== null && !/^0x[0-9a-fA-F]{40}$/.test(wallet)) {
+    throw new ConfigError('PAYMENT_WALLET', 'must be a 0x-prefixed 20-byte hex address');
+  }
+  const rpc = str(env, 'PAYMENT_RPC_URL');
+  const jwk = str(env, 'SIGNING_KEY_JWK') ?? null;
+  if (jwk !== null) {
+    try {
+      const parsed = JSON.parse(jwk) as Record<string, unknown>;
+      if (parsed.kty !== 'OKP' || parsed.crv !== 'Ed25519' || typeof parsed.d !== 'string') throw new Error();
+    } catch {
+      throw new ConfigError('SIGNING_KEY_JWK', 'must be an Ed25519 private key as a JSON JWK (kty OKP, crv Ed25519, d)');
+    }
+  }
+  const logLevel = str(env, 'LOG_LEVEL') ?? 'info';
+  if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) {
+    throw new ConfigError('LOG_LEVEL', `must be one of fatal, error, warn, info, debug, trace, silent; got "${logLevel}"`);
+  }
+  return {
+    port,
+    host: str(env, 'HOST') ?? '0.0.0.0',
+    databaseUrl,
+    dataDir: str(env, 'DATA_DIR') ?? './data',
+    publicBaseUrl: httpUrl('PUBLIC_BASE_URL', str(env, 'PUBLIC_BASE_URL') ?? `http://localhost:${port}`),
+    allowPrivateTargets: bool(env, 'ALLOW_PRIVATE_TARGETS'),
+    trustProxy: trustProxy(env),
+    logLevel,
+    bodyLimit: int(env, 'BODY_LIMIT', 64 * 1024, 1024, 16 * 1024 * 1024),
+    paymentWallet: wallet,
+    paymentRpcUrl: rpc === undefined ? null : httpUrl('PAYMENT_RPC_URL', rpc),
+    clawhubApiUrl: httpUrl('CLAWHUB_API_URL', str(env, 'CLAWHUB_API_URL') ?? 'https://clawhub.ai/api/v1'),
+    signingKeyJwk: jwk,
+  };
+}

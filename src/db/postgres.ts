@@ -1,0 +1,74 @@
+import pg from 'pg';
+import type { Db, Queryable, Row } from './db.js';
+
+// pg returns int8 and numeric as strings to protect precision; our counts and sums stay far
+// below 2^53, so both backends hand numbers upward (PGlite already does).
+const types = {
+  getTypeParser(oid: number, format?: 'text' | 'binary') {
+    if (oid === 20 || oid === 1700) return (v: string) => (v === null ? null : Number(v));
+    return pg.types.getTypeParser(oid, format);
+  },
+};
+
+export interface PostgresOptions {
+  max?: number;
+  connectionTimeoutMillis?: number;
+}
+
+export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: opts.max ?? 10,
+    connectionTimeoutMillis: opts.connectionTimeoutMillis ?? 2000,
+    idleTimeoutMillis: 30_000,
+    types: types as pg.CustomTypesConfig,
+  });
+  // An idle client losing its connection must not crash the process; the pool replaces it.
+  pool.on('error', () => {});
+  const query = async <T = Row>(sql: string, params?: readonly unknown[]): Promise<T[]> => {
+    const res = await pool.query(sql, params as unknown[] | undefined);
+    return res.rows as T[];
+  };
+  return {
+    kind: 'postgres',
+    query,
+    async exec(sql) {
+      await pool.query(sql);
+    },
+    async transaction(fn) {
+      const client = await pool.connect();
+      const tx: Queryable = {
+        async query<T = Row>(sql: string, params?: readonly unknown[]) {
+          const res = await client.query(sql, params as unknown[] | undefined);
+          return res.rows as T[];
+        },
+      };
+      try {
+        await client.query('BEGIN');
+        const out = await fn(tx);
+        await client.query('COMMIT');
+        client.release();
+        return out;
+      } catch (err) {
+        try {
+          await client.query('ROLLBACK');
+          client.release();
+        } catch {
+          client.release(true);
+        }
+        throw err;
+      }
+    },
+    async ping() {
+      try {
+        await pool.query('SELECT 1');
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    async close() {
+      await pool.end();
+    },
+  };
+}

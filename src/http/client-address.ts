@@ -1,0 +1,10 @@
+import type { Config } from '../config.js';
+
+// The client address (DECISIONS.md "Client address and report sources"): the socket's peer, or,
+// when TRUST_PROXY is set, the address X-Forwarded-For names. Fastify's trustProxy option
+// implements exactly that (hop count or address/CIDR list), so we map our setting onto it.
+// The address is used in memory only; never log or store it.
+export function fastifyTrustProxy(trust: Config['trustProxy']): boolean | number | string[] {
+  if (trust === false) return false;
+  return trust;
+}

@@ -1,0 +1,106 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { ConnectError } from '@connectrpc/connect';
+import { isConnectionError } from '../db/index.js';
+import { ObservatoryError, PROBLEMS, problemForConnectCode, type ProblemCode } from '../errors.js';
+
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+export interface ProblemBody {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: ProblemCode;
+  request_id?: string;
+  [extra: string]: unknown;
+}
+
+export function problemBody(code: ProblemCode, detail: string, requestId?: string, extra: Record<string, unknown> = {}): ProblemBody {
+  const p = PROBLEMS[code];
+  return {
+    ...extra,
+    type: `https://trust-observatory.dev/problems/${code.replace(/_/g, '-')}`,
+    title: p.title,
+    status: p.status,
+    detail,
+    code,
+    ...(requestId ? { request_id: requestId } : {}),
+  };
+}
+
+export function sendProblem(reply: FastifyReply, code: ProblemCode, detail: string, opts: { extra?: Record<string, unknown>; headers?: Record<string, string> } = {}) {
+  const body = problemBody(code, detail, String(reply.request.id), opts.extra);
+  if (opts.headers) reply.headers(opts.headers);
+  return reply.code(body.status).type(PROBLEM_CONTENT_TYPE).send(body);
+}
+
+/** Turns anything thrown into a problem: our errors keep their code, the rest never leak internals. */
+export function problemFromError(err: unknown): { code: ProblemCode; detail: string; extra?: Record<string, unknown>; headers?: Record<string, string> } {
+  if (err instanceof ObservatoryError) return { code: err.problem, detail: err.rawMessage, extra: err.extra, headers: err.headers };
+  const fe = err as FastifyError;
+  if (fe && typeof fe === 'object') {
+    if (fe.validation) return { code: 'invalid_argument', detail: `${fe.validationContext ?? 'request'} ${fe.validation[0]?.instancePath ?? ''} ${fe.validation[0]?.message ?? 'is invalid'}`.replace(/\s+/g, ' ').trim() };
+    switch (fe.code) {
+      case 'FST_ERR_CTP_BODY_TOO_LARGE':
+        return { code: 'payload_too_large', detail: 'the request body is larger than this endpoint accepts' };
+      case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+        return { code: 'unsupported_media_type', detail: 'unsupported Content-Type; send application/json' };
+      case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+        return { code: 'invalid_argument', detail: 'the JSON body is empty' };
+      case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+        return { code: 'invalid_argument', detail: fe.code === 'FST_ERR_CTP_INVALID_JSON_BODY' ? 'the body is not valid JSON' : 'invalid Content-Length' };
+    }
+    if (err instanceof SyntaxError || fe.statusCode === 400) return { code: 'invalid_argument', detail: 'the request is malformed' };
+    if (fe.statusCode === 413) return { code: 'payload_too_large', detail: 'the request body is too large' };
+    if (fe.statusCode === 415) return { code: 'unsupported_media_type', detail: 'unsupported Content-Type' };
+  }
+  if (err instanceof ConnectError) {
+    const code = problemForConnectCode(err.code);
+    return { code, detail: code === 'internal' ? 'internal error' : err.rawMessage };
+  }
+  if (isConnectionError(err)) return { code: 'unavailable', detail: 'the database is unavailable; retry shortly', headers: { 'retry-after': '2' } };
+  return { code: 'internal', detail: 'internal error' };
+}
+
+export function installProblemHandlers(app: FastifyInstance) {
+  app.setErrorHandler((err, req: FastifyRequest, reply: FastifyReply) => {
+    const p = problemFromError(err);
+    if (PROBLEMS[p.code].status >= 500) req.log.error({ err }, 'request failed');
+    return sendProblem(reply, p.code, p.detail, p);
+  });
+  app.setNotFoundHandler((req, reply) => {
+    const path = req.url.split('?')[0] ?? '';
+    const allowed = allowedMethods(app, path);
+    if (allowed.length > 0) {
+      return sendProblem(reply, 'method_not_allowed', `${req.method} is not allowed on ${path}; use ${allowed.join(', ')}`, {
+        headers: { allow: allowed.join(', ') },
+      });
+    }
+    return sendProblem(reply, 'not_found', `no resource at ${path}`);
+  });
+}
+
+// Routes seen by the onRoute hook, as patterns, so that a known path asked with the wrong
+// method gets 405 with Allow instead of 404.
+const routeTable = new WeakMap<FastifyInstance, { re: RegExp; method: string }[]>();
+
+export function trackRoutes(app: FastifyInstance) {
+  const table: { re: RegExp; method: string }[] = [];
+  routeTable.set(app, table);
+  app.addHook('onRoute', (opts) => {
+    const methods = Array.isArray(opts.method) ? opts.method : [opts.method];
+    const src = opts.url
+      .split('/')
+      .map((seg) => (seg.startsWith(':') ? '[^/]+' : seg === '*' ? '.*' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+      .join('/');
+    const re = new RegExp(`^${src}$`);
+    for (const m of methods) table.push({ re, method: String(m).toUpperCase() });
+  });
+}
+
+function allowedMethods(app: FastifyInstance, path: string): string[] {
+  const table = routeTable.get(app) ?? [];
+  const methods = new Set(table.filter((r) => r.re.test(path) && r.method !== 'OPTIONS').map((r) => r.method));
+  return [...methods];
+}

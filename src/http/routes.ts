@@ -1,0 +1,22 @@
+import type { FastifyInstance } from 'fastify';
+import type { Config } from '../config.js';
+import type { Db } from '../db/index.js';
+import type { Services } from '../services/index.js';
+import { systemRoutes } from './routes/system.js';
+import { telemetryRoutes } from './routes/telemetry.js';
+import { trustRoutes } from './routes/trust.js';
+import { pendingRoutes } from './routes/pending.js';
+
+export interface RouteDeps {
+  services: Services;
+  db: Db;
+  config: Config;
+}
+
+/** Every REST path of SPEC.md section 4, the well-known documents and the operational probes. */
+export function registerRestRoutes(app: FastifyInstance, deps: RouteDeps) {
+  systemRoutes(app, deps);
+  telemetryRoutes(app, deps);
+  trustRoutes(app, deps);
+  pendingRoutes(app, deps);
+}

@@ -1,0 +1,40 @@
+import type { FastifyInstance } from 'fastify';
+import type { RouteDeps } from '../routes.js';
+import { sendProblem } from '../problem.js';
+
+// Paths of SPEC.md section 4 whose handlers are not built yet. They answer 501 problem+json,
+// never fake data; each line is removed when its real route lands.
+export const PENDING: ReadonlyArray<readonly [method: 'GET' | 'POST', url: string]> = [
+  ['GET', '/v1/preflight'],
+  ['GET', '/v1/trust'],
+  ['GET', '/api/drift'],
+  ['GET', '/api/demand'],
+  ['GET', '/api/sla-tier'],
+  ['GET', '/api/trust-delta'],
+  ['GET', '/benchmark/:server_slug'],
+  ['GET', '/api/stats'],
+  ['GET', '/api/leaderboard'],
+  ['GET', '/api/agent-readiness'],
+  ['GET', '/api/badge'],
+  ['GET', '/v1/receipt/:receipt_id'],
+  ['GET', '/v1/verify'],
+  ['GET', '/v1/behavioral-evidence'],
+  ['GET', '/v1/erc8004-attestation'],
+  ['GET', '/v1/verify-receipt'],
+  ['GET', '/api/compliance'],
+  ['GET', '/api/agency-checklist'],
+  ['GET', '/v1/compliance'],
+  ['GET', '/agent-query/:server_slug'],
+  ['GET', '/api/payment-info'],
+  ['POST', '/agent/auth'],
+];
+
+export function pendingRoutes(app: FastifyInstance, _deps: RouteDeps) {
+  for (const [method, url] of PENDING) {
+    app.route({
+      method,
+      url,
+      handler: (req, reply) => sendProblem(reply, 'unimplemented', `${method} ${url} is part of the interface but not implemented yet`),
+    });
+  }
+}

@@ -1,0 +1,45 @@
+import { ConfigError, loadConfig, type Config } from './config.js';
+import { DataDirBusyError } from './db/pglite.js';
+import { createObservatory } from './server.js';
+
+/** `npm start` / `observatory serve`: runs the service until SIGTERM or SIGINT. */
+export async function serve(config: Config): Promise<void> {
+  const obs = await createObservatory(config);
+  const address = await obs.listen();
+  obs.app.log.info({ address, database: obs.db.kind, public_base_url: config.publicBaseUrl }, 'trust observatory listening');
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    obs.app.log.info({ signal }, 'shutting down: finishing in-flight requests');
+    const force = setTimeout(() => process.exit(1), 15_000);
+    force.unref();
+    obs.close().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        obs.app.log.error({ err }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+}
+
+/** Prints a start-up failure as one line naming its cause, never a stack trace for known causes. */
+export function exitOnStartupError(err: unknown): never {
+  if (err instanceof ConfigError) console.error(`configuration error: ${err.message}`);
+  else if (err instanceof DataDirBusyError) console.error(`cannot start: ${err.message}`);
+  else if ((err as NodeJS.ErrnoException)?.code === 'EADDRINUSE') console.error(`cannot start: ${(err as Error).message}`);
+  else console.error(`cannot start: ${(err as Error)?.message ?? String(err)}`);
+  process.exit(1);
+}
+
+const isEntry = process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href;
+if (isEntry) {
+  try {
+    await serve(loadConfig());
+  } catch (err) {
+    exitOnStartupError(err);
+  }
+}

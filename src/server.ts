@@ -1,0 +1,107 @@
+import Fastify, { LogController, type FastifyInstance, type FastifyServerFactory } from 'fastify';
+import type http from 'node:http';
+import cors from '@fastify/cors';
+import { fastifyConnectPlugin } from '@connectrpc/connect-fastify';
+import { cors as connectCors } from '@connectrpc/connect';
+import { randomUUID } from 'node:crypto';
+import { INTERFACE_VERSION, type Config } from './config.js';
+import { openDatabase, type Db } from './db/index.js';
+import { createDualProtocolServer } from './http/listener.js';
+import { installProblemHandlers, trackRoutes } from './http/problem.js';
+import { fastifyTrustProxy } from './http/client-address.js';
+import { registerRestRoutes } from './http/routes.js';
+import { createServices, connectRoutes, type Services } from './services/index.js';
+
+export interface Observatory {
+  readonly app: FastifyInstance;
+  readonly db: Db;
+  readonly config: Config;
+  readonly services: Services;
+  /** Starts listening on config.host:config.port; resolves to the base URL actually bound. */
+  listen(): Promise<string>;
+  /** Graceful stop: stops accepting, lets in-flight requests finish, closes the database. */
+  close(): Promise<void>;
+}
+
+export interface ObservatoryOptions {
+  /** An already opened database (tests); otherwise the configured one is opened and migrated. */
+  db?: Db;
+  /** Logger settings override (tests pass false). */
+  logger?: boolean;
+  /** The clock, injectable for tests. */
+  now?: () => Date;
+}
+
+/** Builds the whole service: the one app builder used identically by main, the CLI and tests. */
+export async function createObservatory(config: Config, opts: ObservatoryOptions = {}): Promise<Observatory> {
+  const db = opts.db ?? (await openDatabase(config));
+  const now = opts.now ?? (() => new Date());
+  const services = createServices({ db, config, now });
+
+  const app = Fastify({
+    serverFactory: createDualProtocolServer as unknown as FastifyServerFactory<http.Server>,
+    // fastify (proxy-addr) also takes a hop count; its typings only list the other forms.
+    trustProxy: fastifyTrustProxy(config.trustProxy) as boolean | string[],
+    bodyLimit: config.bodyLimit,
+    forceCloseConnections: 'idle',
+    return503OnClosing: true,
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && /^[\w.-]{1,64}$/.test(given) ? given : randomUUID();
+    },
+    ajv: { customOptions: { coerceTypes: false, removeAdditional: true, allErrors: false } },
+    logger:
+      opts.logger === false
+        ? false
+        : {
+            level: config.logLevel,
+            // Never log client addresses (DECISIONS.md "Telemetry privacy"): only method, path, id.
+            serializers: {
+              req: (req) => ({ method: req.method, url: req.url, id: req.id }),
+              res: (res) => ({ statusCode: res.statusCode }),
+            },
+          },
+    // Per-request lines only at debug: the hot paths should not pay for a log line each.
+    logController: new LogController({ disableRequestLogging: config.logLevel !== 'debug' && config.logLevel !== 'trace' }),
+  });
+
+  trackRoutes(app);
+  // Every body we take is JSON (or a Connect/gRPC encoding the Connect plugin registers); plain
+  // text gets 415 instead of reaching a handler as an unexpected string.
+  app.removeContentTypeParser('text/plain');
+  installProblemHandlers(app);
+  await app.register(cors, {
+    origin: '*',
+    methods: [...new Set(['GET', 'HEAD', 'POST', 'OPTIONS', ...connectCors.allowedMethods])],
+    allowedHeaders: [...connectCors.allowedHeaders, 'Authorization', 'X-Payment', 'X-Request-Id', 'Mcp-Session-Id', 'Mcp-Protocol-Version', 'Last-Event-ID'],
+    exposedHeaders: [...connectCors.exposedHeaders, 'X-Request-Id', 'X-Interface-Version', 'Retry-After', 'WWW-Authenticate', 'X-Payment-Required', 'X-Payment-Wallet', 'RateLimit', 'RateLimit-Policy', 'Mcp-Session-Id'],
+    maxAge: 7200,
+  });
+  app.addHook('onRequest', async (req, reply) => {
+    reply.header('x-request-id', req.id);
+    reply.header('x-interface-version', INTERFACE_VERSION);
+  });
+
+  await app.register(fastifyConnectPlugin, { routes: connectRoutes(services) });
+  registerRestRoutes(app, { services, db, config });
+
+  let closing: Promise<void> | null = null;
+  return {
+    app,
+    db,
+    config,
+    services,
+    async listen() {
+      const address = await app.listen({ port: config.port, host: config.host });
+      return address;
+    },
+    close() {
+      closing ??= (async () => {
+        await app.close();
+        await services.close();
+        await db.close();
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,35 @@
+import { createContextKey, createContextValues, type ContextValues } from '@connectrpc/connect';
+import type { Config } from '../config.js';
+import type { Db } from '../db/index.js';
+
+/** What every service is built from; passed by closure, no DI framework. */
+export interface ServiceDeps {
+  db: Db;
+  config: Config;
+  now: () => Date;
+}
+
+/**
+ * The part of a Connect HandlerContext our implementations read. REST adapters build one from
+ * the fastify request; Connect passes its own HandlerContext, which has these members too.
+ */
+export interface CallContext {
+  requestHeader: Headers;
+  values: ContextValues;
+}
+
+/** The client's address as decided by TRUST_PROXY; in memory only, never stored or logged. */
+export const clientAddressKey = createContextKey<string | undefined>(undefined, { description: 'client address' });
+
+export function callContext(headers: Record<string, string | string[] | undefined>, clientAddress?: string): CallContext {
+  const h = new Headers();
+  for (const [k, v] of Object.entries(headers)) {
+    if (v === undefined) continue;
+    if (Array.isArray(v)) for (const x of v) h.append(k, x);
+    else h.set(k, v);
+  }
+  return { requestHeader: h, values: createContextValues().set(clientAddressKey, clientAddress) };
+}
+
+/** For calls that read nothing from the request context (most reads). */
+export const EMPTY_CONTEXT: CallContext = { requestHeader: new Headers(), values: createContextValues() };

@@ -1,0 +1,35 @@
+import type { ConnectRouter } from '@connectrpc/connect';
+import { TelemetryService } from '../../gen/observatory/v1/telemetry_pb.js';
+import { TrustService } from '../../gen/observatory/v1/trust_pb.js';
+import { ReceiptService } from '../../gen/observatory/v1/receipt_pb.js';
+import { ComplianceService } from '../../gen/observatory/v1/compliance_pb.js';
+import { AccessService } from '../../gen/observatory/v1/access_pb.js';
+import type { ServiceDeps } from './context.js';
+import { createTelemetryService } from './telemetry.js';
+import { createTrustService } from './trust.js';
+
+/** Every service implementation, built once per process. */
+export function createServices(deps: ServiceDeps) {
+  return {
+    trust: createTrustService(deps),
+    telemetry: createTelemetryService(deps),
+    /** Stops background work owned by services (flushers, schedulers). */
+    async close(): Promise<void> {},
+  };
+}
+
+export type Services = ReturnType<typeof createServices>;
+
+/**
+ * Connect/gRPC/gRPC-Web registration. Methods not yet implemented are simply absent: the Connect
+ * runtime answers them with Code.Unimplemented, never with fake data.
+ */
+export function connectRoutes(s: Services) {
+  return (router: ConnectRouter) => {
+    router.service(TrustService, { getTrust: s.trust.getTrust });
+    router.service(TelemetryService, { report: s.telemetry.report, reportStream: s.telemetry.reportStream });
+    router.service(ReceiptService, {});
+    router.service(ComplianceService, {});
+    router.service(AccessService, {});
+  };
+}

@@ -1,0 +1,94 @@
+import { describe, expect, it } from 'vitest';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigError, loadConfig } from '../src/config.js';
+
+describe('configuration', () => {
+  it('has the documented defaults', () => {
+    const c = loadConfig({});
+    expect(c).toMatchObject({ port: 8080, host: '0.0.0.0', databaseUrl: null, dataDir: './data', publicBaseUrl: 'http://localhost:8080', allowPrivateTargets: false, trustProxy: false });
+    expect(loadConfig({ PORT: '9000' }).publicBaseUrl).toBe('http://localhost:9000');
+  });
+
+  it.each([
+    ['PORT', 'abc'],
+    ['PORT', '70000'],
+    ['DATABASE_URL', 'mysql://x'],
+    ['PUBLIC_BASE_URL', 'ftp://x'],
+    ['ALLOW_PRIVATE_TARGETS', 'maybe'],
+    ['TRUST_PROXY', 'not an address'],
+    ['PAYMENT_WALLET', '0x123'],
+    ['SIGNING_KEY_JWK', '{"kty":"RSA"}'],
+    ['LOG_LEVEL', 'loud'],
+  ])('refuses %s=%s with an error naming the variable', (name, value) => {
+    let err: unknown;
+    try {
+      loadConfig({ [name]: value });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).variable).toBe(name);
+    expect((err as Error).message.startsWith(`${name}:`)).toBe(true);
+  });
+
+  it('parses TRUST_PROXY forms', () => {
+    expect(loadConfig({ TRUST_PROXY: '1' }).trustProxy).toBe(1);
+    expect(loadConfig({ TRUST_PROXY: 'true' }).trustProxy).toBe(1);
+    expect(loadConfig({ TRUST_PROXY: '10.0.0.0/8, 127.0.0.1' }).trustProxy).toEqual(['10.0.0.0/8', '127.0.0.1']);
+  });
+});
+
+function run(env: Record<string, string>) {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, exited, out: () => out, err: () => err };
+}
+
+describe('process lifecycle', () => {
+  it('a bad value stops start-up with one line naming the variable', async () => {
+    const p = run({ PORT: 'eighty' });
+    expect(await p.exited).toBe(1);
+    const lines = p.err().trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toContain('PORT');
+  });
+
+  it('serves, then stops cleanly on SIGTERM, finishing an in-flight request', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'obs-life-'));
+    const port = String(20000 + Math.floor(Math.random() * 20000));
+    const env: Record<string, string> = { PORT: port, HOST: '127.0.0.1', DATA_DIR: dir, LOG_LEVEL: 'info' };
+    const p = run(env);
+    try {
+      let up = false;
+      for (let i = 0; i < 120 && !up; i++) {
+        up = await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false);
+        if (!up) await new Promise((r) => setTimeout(r, 250));
+      }
+      expect(up).toBe(true);
+      const inflight = fetch(`http://127.0.0.1:${port}/api/report`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-forwarded-for': '203.0.113.77' },
+        body: JSON.stringify({ server_url: 'https://life.example.com', success: true, latency_ms: 5 }),
+      });
+      await new Promise((r) => setTimeout(r, 5));
+      p.child.kill('SIGTERM');
+      const res = await inflight.catch(() => null);
+      if (res) expect([200, 503]).toContain(res.status);
+      expect(await p.exited).toBe(0);
+      // Logs are structured JSON and never carry client addresses.
+      expect(p.out()).toContain('"msg":"trust observatory listening"');
+      expect(p.out()).not.toContain('203.0.113.77');
+      expect(p.out()).not.toMatch(/remoteAddress|"ip"/);
+    } finally {
+      if (p.child.exitCode === null) p.child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,48 @@
+import { loadConfig, type Config } from '../../src/config.js';
+import { createObservatory, type Observatory } from '../../src/server.js';
+import { createTestDatabase, type TestDatabase } from './db.js';
+
+export interface TestApp {
+  obs: Observatory;
+  base: string;
+  config: Config;
+  tdb: TestDatabase;
+  close(): Promise<void>;
+}
+
+/** Starts the whole service on a free loopback port over a fresh database of the current backend. */
+export async function startTestApp(env: Record<string, string> = {}, opts: { now?: () => Date; tdb?: TestDatabase } = {}): Promise<TestApp> {
+  const tdb = opts.tdb ?? (await createTestDatabase());
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', ...env });
+  const obs = await createObservatory(config, { db: tdb.db, logger: false, now: opts.now });
+  const address = await obs.listen();
+  const port = new URL(address).port;
+  const base = `http://127.0.0.1:${port}`;
+  return {
+    obs,
+    base,
+    config,
+    tdb,
+    async close() {
+      await obs.close();
+      if (!opts.tdb) await tdb.drop().catch(() => {});
+    },
+  };
+}
+
+export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}) {
+  return fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+}
+
+/** Asserts the RFC 9457 shape every REST error must have and returns the body. */
+export async function expectProblem(res: Response, status: number, code?: string): Promise<Record<string, unknown>> {
+  const text = await res.text();
+  if (res.status !== status) throw new Error(`expected ${status}, got ${res.status}: ${text}`);
+  const ct = res.headers.get('content-type') ?? '';
+  if (!ct.startsWith('application/problem+json')) throw new Error(`expected problem+json, got ${ct}: ${text}`);
+  const body = JSON.parse(text) as Record<string, unknown>;
+  for (const k of ['type', 'title', 'status', 'detail', 'code']) if (!(k in body)) throw new Error(`problem body lacks ${k}: ${text}`);
+  if (body.status !== status) throw new Error(`problem status ${String(body.status)} != ${status}`);
+  if (code !== undefined && body.code !== code) throw new Error(`expected code ${code}, got ${String(body.code)}`);
+  return body;
+}
