@@ -11,6 +11,8 @@ import { installProblemHandlers, trackRoutes } from './http/problem.js';
 import { fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
+import { openKeyRing } from './signing/keyring.js';
+import { createReceiptIssuer } from './signing/receipts.js';
 
 export interface Observatory {
   readonly app: FastifyInstance;
@@ -36,7 +38,9 @@ export interface ObservatoryOptions {
 export async function createObservatory(config: Config, opts: ObservatoryOptions = {}): Promise<Observatory> {
   const db = opts.db ?? (await openDatabase(config));
   const now = opts.now ?? (() => new Date());
-  const services = createServices({ db, config, now });
+  const keyring = await openKeyRing(db, { signingKeyJwk: config.signingKeyJwk, now });
+  const receipts = createReceiptIssuer({ db, keyring, issuer: config.publicBaseUrl, now });
+  const services = createServices({ db, config, now, keyring, receipts });
 
   const app = Fastify({
     serverFactory: createDualProtocolServer as unknown as FastifyServerFactory<http.Server>,

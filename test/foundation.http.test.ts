@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { expectProblem, postJson, startTestApp, type TestApp } from './support/app.js';
+import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 
 let t: TestApp;
@@ -20,13 +20,13 @@ describe(`telemetry and trust over plain HTTP/1.1 (${backend})`, () => {
       http_status: 200,
     });
     expect(r.status).toBe(200);
-    expect(await r.json()).toEqual({ recorded: true, server_url: 'https://weather.example.com/mcp' });
+    expect(await json(r)).toEqual({ recorded: true, server_url: 'https://weather.example.com/mcp' });
 
     await postJson(`${t.base}/api/report`, { server_url: 'https://weather.example.com/mcp', success: false, latency_ms: 300 });
 
     const res = await fetch(`${t.base}/api/trust?url=${encodeURIComponent('https://weather.example.com/mcp/')}`);
     expect(res.status).toBe(200);
-    const body = await res.json();
+    const body = await json(res);
     expect(body.server).toMatchObject({ name: 'weather.example.com/mcp', url: 'https://weather.example.com/mcp', category: 'weather' });
     expect(typeof body.server.trust_score).toBe('number');
     expect(body.server.trust_score).toBeGreaterThanOrEqual(0);

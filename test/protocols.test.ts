@@ -4,7 +4,7 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } f
 import { TelemetryService } from '../gen/observatory/v1/telemetry_pb.js';
 import { TrustService } from '../gen/observatory/v1/trust_pb.js';
 import { ReceiptService } from '../gen/observatory/v1/receipt_pb.js';
-import { startTestApp, type TestApp } from './support/app.js';
+import { json, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 
 let t: TestApp;
@@ -35,7 +35,7 @@ describe(`one port, every protocol (${backend})`, () => {
       const rec = await trust.getTrust({ url });
       expect(rec.server?.url, name).toBe(url);
       expect(rec.metrics?.totalInteractions, name).toBe(1);
-      const rest = await (await fetch(`${t.base}/api/trust?url=${encodeURIComponent(url)}`)).json();
+      const rest = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(url)}`));
       expect(rest.server.trust_score, name).toBe(rec.server?.trustScore);
     }
   });
@@ -72,7 +72,7 @@ describe(`one port, every protocol (${backend})`, () => {
     expect(res.accepted).toBe(20);
     expect(res.rejected).toBe(1);
     expect(res.rejections[0]).toMatchObject({ index: 20, code: 'invalid_argument' });
-    const rest = await (await fetch(`${t.base}/api/trust?url=https://stream.example.com/mcp`)).json();
+    const rest = await json(fetch(`${t.base}/api/trust?url=https://stream.example.com/mcp`));
     expect(rest.metrics.total_interactions).toBe(20);
     expect(rest.metrics.success_rate).toBeCloseTo(16 / 20);
   });
@@ -81,7 +81,7 @@ describe(`one port, every protocol (${backend})`, () => {
     const msg = encodeURIComponent(JSON.stringify({ url: 'https://stream.example.com/mcp' }));
     const res = await fetch(`${t.base}/observatory.v1.TrustService/GetTrust?connect=v1&encoding=json&message=${msg}`);
     expect(res.status).toBe(200);
-    const body = await res.json();
+    const body = await json(res);
     expect(body.server.url).toBe('https://stream.example.com/mcp');
   });
 });

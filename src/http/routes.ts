@@ -6,6 +6,7 @@ import { systemRoutes } from './routes/system.js';
 import { telemetryRoutes } from './routes/telemetry.js';
 import { trustRoutes } from './routes/trust.js';
 import { pendingRoutes } from './routes/pending.js';
+import { wellKnownRoutes } from './routes/well-known.js';
 
 export interface RouteDeps {
   services: Services;
@@ -18,5 +19,6 @@ export function registerRestRoutes(app: FastifyInstance, deps: RouteDeps) {
   systemRoutes(app, deps);
   telemetryRoutes(app, deps);
   trustRoutes(app, deps);
+  wellKnownRoutes(app, deps);
   pendingRoutes(app, deps);
 }

@@ -1,12 +1,18 @@
 import { createContextKey, createContextValues, type ContextValues } from '@connectrpc/connect';
 import type { Config } from '../config.js';
 import type { Db } from '../db/index.js';
+import type { KeyRing } from '../signing/keyring.js';
+import type { ReceiptIssuer } from '../signing/receipts.js';
 
 /** What every service is built from; passed by closure, no DI framework. */
 export interface ServiceDeps {
   db: Db;
   config: Config;
   now: () => Date;
+  /** The shared Ed25519 key ring (JWKS, signing). */
+  keyring: KeyRing;
+  /** Issues, stores and verifies signed receipts. */
+  receipts: ReceiptIssuer;
 }
 
 /**

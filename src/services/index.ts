@@ -11,6 +11,8 @@ import { createTrustService } from './trust.js';
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
   return {
+    keyring: deps.keyring,
+    receipts: deps.receipts,
     trust: createTrustService(deps),
     telemetry: createTelemetryService(deps),
     /** Stops background work owned by services (flushers, schedulers). */

@@ -46,3 +46,9 @@ export async function expectProblem(res: Response, status: number, code?: string
   if (code !== undefined && body.code !== code) throw new Error(`expected code ${code}, got ${String(body.code)}`);
   return body;
 }
+
+/** Response body as JSON, typed loosely for assertions. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function json<T = any>(res: Response | Promise<Response>): Promise<T> {
+  return (await (await res).json()) as T;
+}

@@ -1,0 +1,86 @@
+import { createPublicKey, sign as edSign, verify as edVerify, type KeyObject } from 'node:crypto';
+
+// Compact JWS with Ed25519 (RFC 7515 + RFC 8037), done with node:crypto directly: signing is in
+// the pre-flight hot path, and verification must be strict about everything it does not need.
+
+/** Tokens longer than this are refused unread (DECISIONS.md: over 10 KiB is 422). */
+export const MAX_JWS_LENGTH = 10 * 1024;
+export const ACCEPTED_ALGS = ['EdDSA', 'Ed25519'] as const;
+// Header members that would make us trust something the token carries itself, or change how the
+// payload is read. Any of them means the token is not one of ours: refuse.
+const FORBIDDEN_HEADERS = ['crit', 'b64', 'jwk', 'jku', 'x5u', 'x5c', 'x5t', 'x5t#S256', 'zip', 'enc'];
+
+export interface JwsHeader {
+  alg: string;
+  kid: string;
+  typ?: string;
+  [k: string]: unknown;
+}
+
+const b64u = (b: Buffer | string) => Buffer.from(b).toString('base64url');
+
+export function signCompact(payload: object, key: KeyObject, kid: string): string {
+  const header = { alg: 'EdDSA', kid, typ: 'JWT' };
+  const input = `${b64u(JSON.stringify(header))}.${b64u(JSON.stringify(payload))}`;
+  return `${input}.${b64u(edSign(null, Buffer.from(input), key))}`;
+}
+
+export type VerifyOutcome =
+  | { valid: true; header: JwsHeader; payload: Record<string, unknown> }
+  | { valid: false; reason: string };
+
+const B64U = /^[A-Za-z0-9_-]*$/;
+
+function decodeJson(part: string): unknown {
+  const text = Buffer.from(part, 'base64url').toString('utf8');
+  return JSON.parse(text);
+}
+
+/** Splits and checks a compact JWS without verifying the signature. */
+export function parseCompact(token: string): { header: JwsHeader; payload: Record<string, unknown>; input: string; signature: Buffer } | { reason: string } {
+  if (typeof token !== 'string' || token.length === 0) return { reason: 'no token' };
+  if (token.length > MAX_JWS_LENGTH) return { reason: `token longer than ${MAX_JWS_LENGTH} bytes` };
+  const parts = token.split('.');
+  if (parts.length !== 3) return { reason: 'not a compact JWS (header.payload.signature)' };
+  const [h, p, s] = parts as [string, string, string];
+  if (!B64U.test(h) || !B64U.test(p) || !B64U.test(s)) return { reason: 'not base64url' };
+  let header: unknown;
+  let payload: unknown;
+  try {
+    header = decodeJson(h);
+    payload = decodeJson(p);
+  } catch {
+    return { reason: 'header or payload is not JSON' };
+  }
+  if (!header || typeof header !== 'object' || Array.isArray(header)) return { reason: 'header is not a JSON object' };
+  if (!payload || typeof payload !== 'object' || Array.isArray(payload)) return { reason: 'payload is not a JSON object' };
+  const hd = header as Record<string, unknown>;
+  if (typeof hd.alg !== 'string' || !(ACCEPTED_ALGS as readonly string[]).includes(hd.alg)) {
+    return { reason: `algorithm ${JSON.stringify(hd.alg ?? null)} is not accepted (EdDSA or Ed25519 only)` };
+  }
+  for (const f of FORBIDDEN_HEADERS) if (f in hd) return { reason: `header member "${f}" is not accepted` };
+  if (typeof hd.kid !== 'string' || hd.kid.length === 0) return { reason: 'header has no kid' };
+  const signature = Buffer.from(s, 'base64url');
+  if (signature.length !== 64) return { reason: 'signature is not an Ed25519 signature' };
+  return { header: hd as JwsHeader, payload: payload as Record<string, unknown>, input: `${h}.${p}`, signature };
+}
+
+/** Verifies a compact JWS against the key its kid names; unknown kids fail. */
+export async function verifyCompact(token: string, keyFor: (kid: string) => Promise<KeyObject | null>): Promise<VerifyOutcome> {
+  const parsed = parseCompact(token);
+  if ('reason' in parsed) return { valid: false, reason: parsed.reason };
+  const key = await keyFor(parsed.header.kid);
+  if (!key) return { valid: false, reason: `unknown key id ${parsed.header.kid}` };
+  let ok = false;
+  try {
+    ok = edVerify(null, Buffer.from(parsed.input), key, parsed.signature);
+  } catch {
+    ok = false;
+  }
+  if (!ok) return { valid: false, reason: 'signature does not verify' };
+  return { valid: true, header: parsed.header, payload: parsed.payload };
+}
+
+export function publicKeyFromJwk(jwk: Record<string, string>): KeyObject {
+  return createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x! }, format: 'jwk' });
+}

@@ -1,0 +1,33 @@
+import type { Queryable } from '../db/index.js';
+
+export interface ReceiptRow {
+  receipt_id: string;
+  kind: string;
+  sub: string;
+  issued_at: Date;
+  kid: string;
+  claim: Record<string, unknown>;
+  jws: string;
+}
+
+export function receiptStore(db: Queryable) {
+  return {
+    async insert(r: ReceiptRow): Promise<void> {
+      await db.query('INSERT INTO receipts (receipt_id, kind, sub, issued_at, kid, claim, jws) VALUES ($1, $2, $3, $4, $5, $6, $7)', [
+        r.receipt_id,
+        r.kind,
+        r.sub,
+        r.issued_at,
+        r.kid,
+        JSON.stringify(r.claim),
+        r.jws,
+      ]);
+    },
+    async get(receiptId: string): Promise<ReceiptRow | null> {
+      const rows = await db.query<ReceiptRow>('SELECT receipt_id, kind, sub, issued_at, kid, claim, jws FROM receipts WHERE receipt_id = $1', [receiptId]);
+      return rows[0] ?? null;
+    },
+  };
+}
+
+export type ReceiptStore = ReturnType<typeof receiptStore>;
