@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { INTERFACE_VERSION, type Config } from './config.js';
 import { openDatabase, type Db } from './db/index.js';
 import { createDualProtocolServer } from './http/listener.js';
+import { createMetrics } from './http/metrics.js';
 import { installProblemHandlers, trackRoutes } from './http/problem.js';
 import { fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
@@ -85,6 +86,9 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     reply.header('x-request-id', req.id);
     reply.header('x-interface-version', INTERFACE_VERSION);
   });
+
+  const metrics = createMetrics(db);
+  metrics.install(app);
 
   await app.register(fastifyConnectPlugin, { routes: connectRoutes(services) });
   registerRestRoutes(app, { services, db, config });

@@ -121,4 +121,16 @@ describe(`telemetry and trust over plain HTTP/1.1 (${backend})`, () => {
     const get = await fetch(`${t.base}/healthz`, { headers: { origin: 'https://app.example.com' } });
     expect(get.headers.get('access-control-allow-origin')).toBe('*');
   });
+
+  it('exposes Prometheus metrics labelled by route pattern, without client data', async () => {
+    await fetch(`${t.base}/api/trust?url=https://never.example.com`);
+    const res = await fetch(`${t.base}/metrics`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toContain('text/plain');
+    const text = await res.text();
+    expect(text).toMatch(/observatory_http_requests_total\{method="POST",route="\/api\/report",status="200"\} \d+/);
+    expect(text).toMatch(/observatory_http_requests_total\{method="GET",route="\/api\/trust",status="404"\} \d+/);
+    expect(text).toContain('observatory_http_request_duration_seconds_bucket');
+    expect(text).not.toContain('never.example.com');
+  });
 });

@@ -17,6 +17,8 @@ export interface Db extends Queryable {
   /** True when the database answers a trivial query. */
   ping(): Promise<boolean>;
   close(): Promise<void>;
+  /** Connection pool figures for /metrics (PostgreSQL only; PGlite has no pool). */
+  poolStats?(): { total: number; idle: number; waiting: number };
 }
 
 /** Postgres error codes that mean "the database is unreachable right now", not "bad query". */

@@ -70,5 +70,8 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
     async close() {
       await pool.end();
     },
+    poolStats() {
+      return { total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount };
+    },
   };
 }

@@ -1,0 +1,61 @@
+import type { FastifyInstance } from 'fastify';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Db } from '../db/index.js';
+
+/**
+ * Prometheus metrics, one registry per service instance (tests run several in one process).
+ * Route labels are route patterns, never raw URLs, so cardinality stays bounded.
+ */
+export function createMetrics(db: Db) {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const requests = new Counter({
+    name: 'observatory_http_requests_total',
+    help: 'HTTP requests by method, route pattern and status code',
+    labelNames: ['method', 'route', 'status'] as const,
+    registers: [registry],
+  });
+  const duration = new Histogram({
+    name: 'observatory_http_request_duration_seconds',
+    help: 'HTTP request latency by method and route pattern',
+    labelNames: ['method', 'route'] as const,
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [registry],
+  });
+  const ingestBatch = new Histogram({
+    name: 'observatory_ingest_batch_size',
+    help: 'Telemetry reports written per database round trip',
+    buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'observatory_db_pool_connections',
+    help: 'Database pool connections by state (postgres backend only)',
+    labelNames: ['state'] as const,
+    registers: [registry],
+    collect() {
+      const s = db.poolStats?.();
+      if (!s) return;
+      this.set({ state: 'total' }, s.total);
+      this.set({ state: 'idle' }, s.idle);
+      this.set({ state: 'waiting' }, s.waiting);
+    },
+  });
+  return {
+    registry,
+    ingestBatch,
+    install(app: FastifyInstance) {
+      app.addHook('onResponse', async (req, reply) => {
+        const route = req.routeOptions.url ?? 'unmatched';
+        requests.inc({ method: req.method, route, status: String(reply.statusCode) });
+        duration.observe({ method: req.method, route }, reply.elapsedTime / 1000);
+      });
+      app.get('/metrics', async (_req, reply) => {
+        reply.type(registry.contentType);
+        return registry.metrics();
+      });
+    },
+  };
+}
+
+export type Metrics = ReturnType<typeof createMetrics>;
