@@ -7,7 +7,7 @@ import { restJson } from '../rest-json.js';
 // The JSON schema checks types at the edge; value rules live in domain/telemetry.ts (shared with
 // Connect). additionalProperties:false with ajv's removeAdditional drops unknown fields (prompts,
 // arguments, user ids...) before anything is stored or logged.
-const reportBody = {
+export const reportBody = {
   type: 'object',
   additionalProperties: false,
   required: ['server_url', 'success', 'latency_ms'],
