@@ -1,0 +1,137 @@
+// Shared pieces of the reliability scripts: run the service as a real child process, drive
+// POST /api/report with uniquely tagged reports, and own a throwaway PostgreSQL instance.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { chmodSync, chownSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+
+export interface Service {
+  child: ChildProcess;
+  base: string;
+  logs: () => string;
+}
+
+export async function startService(env: Record<string, string>, port: number): Promise<Service> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    env: { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let logs = '';
+  child.stdout!.on('data', (d: Buffer) => (logs += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (logs += d.toString()));
+  const base = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 240; i++) {
+    if (child.exitCode !== null) throw new Error(`service exited during start:\n${logs}`);
+    if (await fetch(`${base}/healthz`).then((r) => r.ok, () => false)) return { child, base, logs: () => logs };
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  child.kill('SIGKILL');
+  throw new Error(`service did not start:\n${logs}`);
+}
+
+export function waitExit(child: ChildProcess): Promise<number | null> {
+  return child.exitCode !== null ? Promise.resolve(child.exitCode) : new Promise((r) => child.once('exit', (c) => r(c)));
+}
+
+export interface LoadResult {
+  acked: Set<string>;
+  statuses: Map<number, number>;
+  slowestNon200Ms: number;
+  problems: { status: number; contentType: string; retryAfter: string | null }[];
+}
+
+/**
+ * Sends reports with a unique tool_name tag each, `concurrency` at a time, until stop() is
+ * called. A tag is "acknowledged" when its POST answered 200.
+ */
+export function driveReports(base: string, tagPrefix: string, concurrency = 20) {
+  let running = true;
+  let n = 0;
+  const res: LoadResult = { acked: new Set(), statuses: new Map(), slowestNon200Ms: 0, problems: [] };
+  const worker = async () => {
+    while (running) {
+      const tag = `${tagPrefix}-${n++}`;
+      const t0 = performance.now();
+      try {
+        const r = await fetch(`${base}/api/report`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ server_url: `https://reliability-${n % 10}.example.com/mcp`, success: true, latency_ms: 12, tool_name: tag }),
+          signal: AbortSignal.timeout(15_000),
+        });
+        await r.arrayBuffer();
+        res.statuses.set(r.status, (res.statuses.get(r.status) ?? 0) + 1);
+        if (r.status === 200) res.acked.add(tag);
+        else {
+          res.slowestNon200Ms = Math.max(res.slowestNon200Ms, performance.now() - t0);
+          if (res.problems.length < 1000) res.problems.push({ status: r.status, contentType: r.headers.get('content-type') ?? '', retryAfter: r.headers.get('retry-after') });
+        }
+      } catch {
+        res.statuses.set(0, (res.statuses.get(0) ?? 0) + 1); // connection refused/reset: not acknowledged
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    }
+  };
+  const workers = Array.from({ length: concurrency }, worker);
+  return {
+    result: res,
+    async stop() {
+      running = false;
+      await Promise.all(workers);
+      return res;
+    },
+  };
+}
+
+/** Tags of every stored report whose tool_name starts with the prefix. */
+export async function storedTags(db: { query<T>(sql: string, params?: unknown[]): Promise<T[]> }, prefix: string): Promise<Set<string>> {
+  const rows = await db.query<{ tool_name: string }>('SELECT tool_name FROM telemetry WHERE tool_name LIKE $1', [`${prefix}-%`]);
+  return new Set(rows.map((r) => r.tool_name));
+}
+
+export function check(ok: boolean, what: string): void {
+  process.stdout.write(`${ok ? 'PASS' : 'FAIL'} ${what}\n`);
+  if (!ok) process.exitCode = 1;
+}
+
+const PG_BIN = '/usr/lib/postgresql/15/bin';
+
+/** A PostgreSQL instance this script owns (never the machine's shared cluster). */
+export function ownPostgres(port: number) {
+  const dir = mkdtempSync(join(tmpdir(), 'obs-pg-'));
+  chmodSync(dir, 0o755);
+  const data = join(dir, 'data');
+  const asPostgres = (args: string[]) => {
+    const r = spawnSync('runuser', ['-u', 'postgres', '--', ...args], { encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`${args.join(' ')} failed: ${r.stderr || r.stdout}`);
+  };
+  chownSync(dir, 101, 104);
+  try {
+    const uid = Number(spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).stdout.trim());
+    const gid = Number(spawnSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).stdout.trim());
+    chownSync(dir, uid, gid);
+  } catch {
+    /* keep the default ids above */
+  }
+  asPostgres([`${PG_BIN}/initdb`, '-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync']);
+  const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=on`;
+  return {
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    start: () => asPostgres([`${PG_BIN}/pg_ctl`, '-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', 'start']),
+    stop: () => asPostgres([`${PG_BIN}/pg_ctl`, '-D', data, '-m', 'immediate', '-w', 'stop']),
+    destroy() {
+      try {
+        this.stop();
+      } catch {
+        /* already stopped */
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+    client: () => new pg.Pool({ connectionString: `postgres://postgres@127.0.0.1:${port}/postgres`, max: 2 }),
+  };
+}
+
+export function havePostgresBinaries(): boolean {
+  return spawnSync(`${PG_BIN}/initdb`, ['--version']).status === 0 && spawnSync('runuser', ['--help']).status === 0;
+}
