@@ -2,7 +2,7 @@ import Fastify, { LogController, type FastifyInstance, type FastifyServerFactory
 import type http from 'node:http';
 import cors from '@fastify/cors';
 import { fastifyConnectPlugin } from '@connectrpc/connect-fastify';
-import { cors as connectCors } from '@connectrpc/connect';
+import { cors as connectCors, createContextValues } from '@connectrpc/connect';
 import { randomUUID } from 'node:crypto';
 import { INTERFACE_VERSION, type Config } from './config.js';
 import { openDatabase, type Db } from './db/index.js';
@@ -14,6 +14,7 @@ import { registerRestRoutes } from './http/routes.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
 import { openKeyRing } from './signing/keyring.js';
 import { createReceiptIssuer } from './signing/receipts.js';
+import { clientAddressKey } from './services/context.js';
 
 export interface Observatory {
   readonly app: FastifyInstance;
@@ -90,7 +91,11 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   const metrics = createMetrics(db);
   metrics.install(app);
 
-  await app.register(fastifyConnectPlugin, { routes: connectRoutes(services) });
+  await app.register(fastifyConnectPlugin, {
+    routes: connectRoutes(services),
+    // The client address as TRUST_PROXY decides (fastify's req.ip): report sources hash it.
+    contextValues: (req) => createContextValues().set(clientAddressKey, req.ip),
+  });
   registerRestRoutes(app, { services, db, config });
 
   let closing: Promise<void> | null = null;

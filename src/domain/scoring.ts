@@ -1,54 +1,161 @@
-// The trust score (first model; docs/scoring.md). Pure: evidence and baseline in, score out.
+// The trust score model "decayed-shrunk-v1" (docs/scoring.md). Pure: evidence, baseline,
+// anomaly flags and the clock in; score and an additive breakdown out. Same inputs, same output.
 import { roundScore } from './verdict.js';
 
-export interface ScoreEvidence {
-  total: number;
-  successes: number;
-  avg_latency_ms: number;
-}
-
-export interface ScoreBaseline {
-  avg_latency_ms: number;
-}
-
+/** Evidence loses half its weight every 7 days. */
+export const HALF_LIFE_HOURS = 168;
 /** Prior strength: this many pseudo-observations at a 50% success rate pull small samples toward 50. */
 export const PRIOR_WEIGHT = 10;
-export const SUCCESS_WEIGHT = 0.8;
-export const LATENCY_WEIGHT = 0.2;
+export const PRIOR_SUCCESS_RATE = 0.5;
+/** Points available to the success estimate and to latency; together 100. */
+export const SUCCESS_POINTS = 80;
+export const LATENCY_POINTS = 20;
+/** Every doubling of latency above the category mean costs this share of the latency points. */
+export const LATENCY_LOSS_PER_DOUBLING = 0.25;
+/**
+ * Per-source saturation: one source's decayed weight counts at most
+ * max(SOURCE_FLOOR, SOURCE_SHARE x the weight of all other sources together).
+ */
+export const SOURCE_FLOOR = 15;
+export const SOURCE_SHARE = 0.5;
+/** Points an active anomaly flag costs. */
+export const ANOMALY_PENALTIES: Readonly<Record<string, number>> = {
+  latency_spike: 8,
+  error_rate_spike: 15,
+  burst_5xx: 10,
+  volume_drop: 5,
+};
 
-export interface ScoreResult {
-  trust_score: number;
-  breakdown: Record<string, number | string>;
+/** Decayed running sums of one source's reports about one server, valid at `updated_at`. */
+export interface SourceAccumulator {
+  source: string;
+  weight: number;
+  successes: number;
+  latency_sum: number;
+  reports: number;
+  updated_at: Date;
+}
+
+/** Decay factor for evidence `ageMs` old: 2^(-age / half-life). Future evidence counts fully. */
+export function decayFactor(ageMs: number): number {
+  if (!(ageMs > 0)) return 1;
+  return Math.pow(2, -ageMs / (HALF_LIFE_HOURS * 3_600_000));
+}
+
+/** The accumulators brought forward to `now`. */
+export function decayTo(acc: readonly SourceAccumulator[], now: Date): SourceAccumulator[] {
+  return acc.map((a) => {
+    const f = decayFactor(now.getTime() - a.updated_at.getTime());
+    return { ...a, weight: a.weight * f, successes: a.successes * f, latency_sum: a.latency_sum * f, updated_at: now };
+  });
+}
+
+export interface CombinedEvidence {
+  /** Decayed, source-bounded weight of the evidence (pseudo-report count). */
+  weight: number;
+  successes: number;
+  latency_sum: number;
+  /** Raw reports behind the accumulators. */
+  reports: number;
+  /** Sources with any weight left. */
+  sources: number;
+  /** Weight removed by the per-source saturation. */
+  capped_weight: number;
 }
 
 /**
- * Latency quality in [0, 1]: 1 at or below the category mean, falling by a quarter for every
- * doubling above it. Without a baseline (first server of a category) latency is neutral (0.5).
+ * Combines sources so that none dominates: each source keeps its own success rate and mean
+ * latency, but its weight saturates at max(SOURCE_FLOOR, SOURCE_SHARE x others' weight).
+ */
+export function combineSources(decayed: readonly SourceAccumulator[]): CombinedEvidence {
+  const live = decayed.filter((s) => s.weight > 1e-9);
+  const total = live.reduce((s, x) => s + x.weight, 0);
+  let weight = 0;
+  let successes = 0;
+  let latency = 0;
+  let capped = 0;
+  // Sorted by source key so floating-point sums are identical whatever order rows arrive in.
+  for (const s of [...live].sort((a, b) => (a.source < b.source ? -1 : a.source > b.source ? 1 : 0))) {
+    const cap = Math.max(SOURCE_FLOOR, SOURCE_SHARE * (total - s.weight));
+    const scale = s.weight > cap ? cap / s.weight : 1;
+    weight += s.weight * scale;
+    successes += s.successes * scale;
+    latency += s.latency_sum * scale;
+    capped += s.weight * (1 - scale);
+  }
+  return {
+    weight,
+    successes,
+    latency_sum: latency,
+    reports: decayed.reduce((s, x) => s + x.reports, 0),
+    sources: live.length,
+    capped_weight: capped,
+  };
+}
+
+/**
+ * Latency quality in [0, 1]: 1 at or below the category mean, losing a quarter for every
+ * doubling above it. Without a category mean latency is neutral (0.5).
  */
 export function latencyQuality(avgLatency: number, baselineLatency: number): number {
   if (!(baselineLatency > 0)) return 0.5;
   const ratio = avgLatency / baselineLatency;
   if (ratio <= 1) return 1;
-  return Math.max(0, 1 - 0.25 * Math.log2(ratio));
+  return Math.max(0, 1 - LATENCY_LOSS_PER_DOUBLING * Math.log2(ratio));
 }
 
-export function computeTrustScore(e: ScoreEvidence, b: ScoreBaseline): ScoreResult {
-  const successEstimate = (e.successes + PRIOR_WEIGHT * 0.5) / (e.total + PRIOR_WEIGHT);
+export interface ScoreInput {
+  /** Per-source accumulators of the server (any age; decayed here to `now`). */
+  sources: readonly SourceAccumulator[];
+  /** Mean latency of the server's category (ms); 0 when unknown. */
+  baselineLatencyMs: number;
+  /** Active anomaly flags. */
+  anomalyFlags: readonly string[];
+  now: Date;
+}
+
+export type Breakdown = Record<string, number | string | string[]>;
+
+export interface ScoreResult {
+  trust_score: number;
+  breakdown: Breakdown;
+}
+
+const r3 = (x: number) => Math.round(x * 1000) / 1000;
+
+export function computeTrustScore(input: ScoreInput): ScoreResult {
+  const ev = combineSources(decayTo(input.sources, input.now));
+  const successEstimate = (ev.successes + PRIOR_WEIGHT * PRIOR_SUCCESS_RATE) / (ev.weight + PRIOR_WEIGHT);
+  const confidence = ev.weight / (ev.weight + PRIOR_WEIGHT);
+  const meanLatency = ev.weight > 0 ? ev.latency_sum / ev.weight : 0;
+  const quality = ev.weight > 0 ? latencyQuality(meanLatency, input.baselineLatencyMs) : 0.5;
   // Latency is only as trustworthy as the sample: it shrinks toward neutral like the success rate.
-  const confidence = e.total / (e.total + PRIOR_WEIGHT);
-  const latency = e.total === 0 ? 0.5 : 0.5 + (latencyQuality(e.avg_latency_ms, b.avg_latency_ms) - 0.5) * confidence;
-  const raw = 100 * (SUCCESS_WEIGHT * successEstimate + LATENCY_WEIGHT * latency);
+  const latencyShrunk = 0.5 + (quality - 0.5) * confidence;
+  const successPoints = SUCCESS_POINTS * successEstimate;
+  const latencyPoints = LATENCY_POINTS * latencyShrunk;
+  const flags = [...new Set(input.anomalyFlags)].sort();
+  const penalty = flags.reduce((s, f) => s + (ANOMALY_PENALTIES[f] ?? 0), 0);
+  const raw = successPoints + latencyPoints - penalty;
   return {
     trust_score: roundScore(raw),
     breakdown: {
-      model: 'shrunk-success-v0',
-      success_component: roundScore(100 * successEstimate),
-      latency_component: roundScore(100 * latency),
-      success_weight: SUCCESS_WEIGHT,
-      latency_weight: LATENCY_WEIGHT,
+      model: 'decayed-shrunk-v1',
+      success_points: r3(successPoints),
+      latency_points: r3(latencyPoints),
+      anomaly_penalty: penalty,
+      anomaly_flags: flags,
+      success_estimate: r3(successEstimate),
+      latency_quality: r3(quality),
+      decayed_mean_latency_ms: r3(meanLatency),
+      baseline_latency_ms: r3(input.baselineLatencyMs),
+      confidence: r3(confidence),
+      evidence_reports: ev.reports,
+      evidence_weight: r3(ev.weight),
+      evidence_capped_weight: r3(ev.capped_weight),
+      evidence_successes: r3(ev.successes),
+      independent_sources: ev.sources,
+      half_life_hours: HALF_LIFE_HOURS,
       prior_weight: PRIOR_WEIGHT,
-      evidence_count: e.total,
-      confidence: Math.round(confidence * 1000) / 1000,
     },
   };
 }

@@ -28,7 +28,15 @@ export type Services = ReturnType<typeof createServices>;
  */
 export function connectRoutes(s: Services) {
   return (router: ConnectRouter) => {
-    router.service(TrustService, { getTrust: s.trust.getTrust });
+    router.service(TrustService, {
+      getTrust: s.trust.getTrust,
+      getLeaderboard: s.trust.getLeaderboard,
+      getStats: s.trust.getStats,
+      getBenchmark: s.trust.getBenchmark,
+      getSlaTier: s.trust.getSlaTier,
+      getTrustDelta: s.trust.getTrustDelta,
+      getBadge: s.trust.getBadge,
+    });
     router.service(TelemetryService, { report: s.telemetry.report, reportStream: s.telemetry.reportStream });
     router.service(ReceiptService, {});
     router.service(ComplianceService, {});

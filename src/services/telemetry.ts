@@ -7,13 +7,15 @@ import { ObservatoryError, invalidArgument } from '../errors.js';
 import { serverStore } from '../store/servers.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
+import { reportSourceResolver } from './report-source.js';
 
 /** TelemetryService: THE implementation of POST /api/report and its RPCs. */
 export function createTelemetryService({ db, now }: ServiceDeps) {
   const servers = serverStore(db);
   const telemetry = telemetryStore(db);
+  const sourceOf = reportSourceResolver(db);
 
-  async function record(input: Partial<ReportRequest>): Promise<string> {
+  async function record(input: Partial<ReportRequest>, ctx: CallContext | undefined): Promise<string> {
     const problem = validateReport({
       server_url: input.serverUrl,
       success: input.success,
@@ -42,24 +44,25 @@ export function createTelemetryService({ db, now }: ServiceDeps) {
       server.id,
       { server_url: url, success: input.success!, latency_ms: input.latencyMs!, tool_name: toolName, http_status: input.httpStatus ?? null },
       at,
+      await sourceOf(ctx, at),
     );
     return url;
   }
 
   return {
-    async report(req: Partial<ReportRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof ReportResponseSchema>> {
-      const serverUrl = await record(req);
+    async report(req: Partial<ReportRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof ReportResponseSchema>> {
+      const serverUrl = await record(req, ctx);
       return { recorded: true, serverUrl };
     },
 
-    async reportStream(reqs: AsyncIterable<ReportStreamRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof ReportStreamResponseSchema>> {
+    async reportStream(reqs: AsyncIterable<ReportStreamRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof ReportStreamResponseSchema>> {
       let accepted = 0;
       let rejected = 0;
       const rejections: { index: number; serverUrl: string; code: string; detail: string }[] = [];
       let index = 0;
       for await (const item of reqs) {
         try {
-          await record(item.report ?? {});
+          await record(item.report ?? {}, ctx);
           accepted++;
         } catch (err) {
           if (!(err instanceof ObservatoryError) || err.status >= 500) throw err;

@@ -1,12 +1,50 @@
 import type { MessageInitShape } from '@bufbuild/protobuf';
-import type { GetTrustRequest, GetTrustResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
-import { computeTrustScore } from '../domain/scoring.js';
+import { makeBadge } from 'badge-maker';
+import type {
+  GetBadgeRequest,
+  GetBadgeResponseSchema,
+  GetBenchmarkRequest,
+  GetBenchmarkResponseSchema,
+  GetLeaderboardRequest,
+  GetLeaderboardResponseSchema,
+  GetSlaTierRequest,
+  GetSlaTierResponseSchema,
+  GetStatsRequest,
+  GetStatsResponseSchema,
+  GetTrustDeltaRequest,
+  GetTrustDeltaResponseSchema,
+  GetTrustRequest,
+  GetTrustResponseSchema,
+} from '../../gen/observatory/v1/trust_pb.js';
+import { histogramQuantile } from '../domain/latency-histogram.js';
 import { canonicalServerUrl, InvalidServerUrl } from '../domain/server-identity.js';
-import { verdictFor } from '../domain/verdict.js';
+import { DEFAULT_DELTA_WINDOW, DELTA_WINDOWS, groupDeltas, isDeltaWindow, reliabilityTrend } from '../domain/trend.js';
+import { gradeFor, SLA_MIN_INTERACTIONS_30D, slaTierFor, type PreflightVerdict, type SlaTier } from '../domain/verdict.js';
 import { invalidArgument, notTracked } from '../errors.js';
-import { serverStore } from '../store/servers.js';
+import { scoreStore } from '../store/scores.js';
+import { serverStore, type ServerRow } from '../store/servers.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
+import { createTrustEngine, type ScoreSummary } from './trust-engine.js';
+
+const DAY_MS = 86_400_000;
+export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
+export const DELTA_SCHEMA = 'mcp-trust-delta-v1.0';
+export const LEADERBOARD_DEFAULT_LIMIT = 20;
+export const LEADERBOARD_MAX_LIMIT = 100;
+const SLA_RULES: { tier: SlaTier; min: number }[] = [
+  { tier: 'Platinum', min: 90 },
+  { tier: 'Gold', min: 75 },
+  { tier: 'Silver', min: 60 },
+  { tier: 'Bronze', min: 40 },
+  { tier: 'Unrated', min: 0 },
+];
+const SLA_CRITERIA = {
+  tiers: SLA_RULES.map((r) => ({ tier: r.tier, minTrustScore: r.min })),
+  minInteractions30d: SLA_MIN_INTERACTIONS_30D,
+  description: `Platinum >= 90, Gold >= 75, Silver >= 60, Bronze >= 40; Unrated below 40 or with fewer than ${SLA_MIN_INTERACTIONS_30D} interactions in the last 30 days`,
+};
+const BADGE_COLORS: Record<PreflightVerdict, string> = { PASS: 'brightgreen', UNCERTAIN: 'yellow', FAIL: 'red', UNRATED: 'lightgrey' };
 
 /** Parses a required URL parameter into a canonical server URL or throws 400. */
 export function requireServerUrl(value: string | undefined, param: string): string {
@@ -19,46 +57,245 @@ export function requireServerUrl(value: string | undefined, param: string): stri
   }
 }
 
+const rate = (s: number, n: number) => (n > 0 ? Math.round((s / n) * 10000) / 10000 : undefined);
+const ms = (sum: number, n: number) => (n > 0 ? Math.round((sum / n) * 10) / 10 : undefined);
+
 /** TrustService: THE implementation of the trust reads (REST, Connect, MCP and A2A call it). */
-export function createTrustService({ db }: ServiceDeps) {
+export function createTrustService({ db, config, now }: ServiceDeps) {
   const servers = serverStore(db);
   const telemetry = telemetryStore(db);
+  const scores = scoreStore(db);
+  const engine = createTrustEngine(db);
+
+  async function resolveTracked(target: string | undefined, param: string): Promise<ServerRow> {
+    if (target === undefined || target.trim() === '') throw invalidArgument(`${param} is required`);
+    if (target.length > 2048) throw invalidArgument(`${param} must be at most 2048 characters`);
+    const server = await servers.resolve(target);
+    if (!server) throw notTracked(target);
+    return server;
+  }
+
+  const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
 
   return {
+    engine,
+
+    /** Current score, verdict and anomaly flags of a tracked server; cheap (cached, refreshed when stale). */
+    scoreFor(server: ServerRow): Promise<ScoreSummary> {
+      return engine.scoreFor(server, now());
+    },
+
     async getTrust(req: Partial<GetTrustRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustResponseSchema>> {
       const url = requireServerUrl(req.url, 'url');
       const server = await servers.byUrl(url);
       if (!server) throw notTracked(url);
-      const [m, baseline] = await Promise.all([telemetry.metrics(server.id), telemetry.categoryBaseline(server.category)]);
-      const { trust_score, breakdown } = computeTrustScore(
-        { total: m.total_interactions, successes: m.successes, avg_latency_ms: m.avg_latency_ms },
-        { avg_latency_ms: baseline.avg_latency_ms },
-      );
+      const c = (await engine.compute([server], now())).get(server.id)!;
+      const n = c.totals?.n ?? 0;
       return {
         server: {
           name: server.name,
           url: server.url,
           slug: server.slug,
           category: server.category,
-          trustScore: trust_score,
+          trustScore: c.trust_score,
           registeredAt: server.registered_at.toISOString(),
         },
         metrics: {
-          totalInteractions: m.total_interactions,
-          avgLatencyMs: m.avg_latency_ms,
-          successRate: m.total_interactions > 0 ? m.successes / m.total_interactions : undefined,
+          totalInteractions: n,
+          avgLatencyMs: n > 0 ? c.totals!.latency_sum / n : 0,
+          successRate: n > 0 ? c.totals!.successes / n : undefined,
         },
         categoryBaseline: {
           category: server.category,
-          avgLatencyMs: baseline.avg_latency_ms,
-          p95LatencyMs: baseline.p95_latency_ms,
-          avgSuccessRate: baseline.avg_success_rate,
-          serverCount: baseline.server_count,
+          avgLatencyMs: c.baseline.avg_latency_ms,
+          p95LatencyMs: c.baseline.p95_latency_ms,
+          avgSuccessRate: c.baseline.avg_success_rate,
+          serverCount: c.baseline.server_count,
         },
-        anomaly: { isAnomalous: false, anomalyFlags: [] },
-        scoreBreakdown: breakdown,
-        verdict: m.total_interactions > 0 ? verdictFor(trust_score) : 'UNRATED',
+        anomaly: { isAnomalous: c.anomaly.flags.length > 0, anomalyFlags: c.anomaly.flags },
+        scoreBreakdown: { ...c.breakdown, anomaly_details: c.anomaly.details, computed_at: c.computed_at.toISOString() },
+        verdict: c.verdict,
       };
+    },
+
+    async getLeaderboard(req: Partial<GetLeaderboardRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetLeaderboardResponseSchema>> {
+      const limit = req.limit ?? LEADERBOARD_DEFAULT_LIMIT;
+      if (!Number.isInteger(limit) || limit < 1 || limit > LEADERBOARD_MAX_LIMIT) {
+        throw invalidArgument(`limit must be an integer from 1 to ${LEADERBOARD_MAX_LIMIT}`);
+      }
+      const category = req.category?.trim() ? req.category.trim().toLowerCase() : null;
+      if (category !== null && category.length > 100) throw invalidArgument('category must be at most 100 characters');
+      const at = now();
+      const rated = (await engine.ranked(category, at)).filter((r) => r.n > 0 && r.trust_score !== null);
+      return {
+        category: category ?? 'all',
+        totalResults: rated.length,
+        generatedAt: at.toISOString(),
+        servers: rated.slice(0, limit).map((r, i) => ({
+          rank: i + 1,
+          url: r.url,
+          name: r.name,
+          slug: r.slug,
+          category: r.category,
+          trustScore: r.trust_score!,
+          verdict: r.verdict!,
+          successRate: rate(r.successes, r.n),
+          avgLatencyMs: ms(r.latency_sum, r.n) ?? 0,
+          totalInteractions: r.n,
+          trackedSince: r.registered_at.toISOString(),
+        })),
+      };
+    },
+
+    async getStats(_req: Partial<GetStatsRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetStatsResponseSchema>> {
+      const at = now();
+      const [all, last24] = await Promise.all([engine.ranked(null, at), telemetry.countsSince(new Date(at.getTime() - DAY_MS))]);
+      const mix = { pass: 0, uncertain: 0, fail: 0, unrated: 0 };
+      const cats = new Map<string, { servers: number; sum: number; rated: number }>();
+      let sum = 0;
+      let rated = 0;
+      let interactions = 0;
+      for (const r of all) {
+        interactions += r.n;
+        const isRated = r.n > 0 && r.trust_score !== null;
+        const v = isRated ? r.verdict! : 'UNRATED';
+        mix[v.toLowerCase() as keyof typeof mix]++;
+        const c = cats.get(r.category) ?? { servers: 0, sum: 0, rated: 0 };
+        c.servers++;
+        if (isRated) {
+          c.sum += r.trust_score!;
+          c.rated++;
+          sum += r.trust_score!;
+          rated++;
+        }
+        cats.set(r.category, c);
+      }
+      return {
+        totalServersTracked: all.length,
+        totalInteractionsRecorded: interactions,
+        averageTrustScore: rated > 0 ? Math.round((sum / rated) * 10) / 10 : undefined,
+        interactionsLast24h: [...last24.values()].reduce((s, n) => s + n, 0),
+        categories: [...cats.entries()]
+          .sort((a, b) => b[1].servers - a[1].servers || (a[0] < b[0] ? -1 : 1))
+          .map(([name, c]) => ({ name, servers: c.servers, averageTrustScore: c.rated > 0 ? Math.round((c.sum / c.rated) * 10) / 10 : undefined })),
+        verdictMix: mix,
+        generatedAt: at.toISOString(),
+      };
+    },
+
+    async getBenchmark(req: Partial<GetBenchmarkRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetBenchmarkResponseSchema>> {
+      const server = await resolveTracked(req.serverSlug, 'server_slug');
+      const at = now();
+      const t7 = new Date(at.getTime() - 7 * DAY_MS);
+      const [score, totalsMap, w7, w30, prev7, days] = await Promise.all([
+        engine.scoreFor(server, at),
+        telemetry.totals([server.id]),
+        telemetry.windowSums(server.id, t7, null),
+        telemetry.windowSums(server.id, new Date(at.getTime() - 30 * DAY_MS), null),
+        telemetry.windowSums(server.id, new Date(at.getTime() - 14 * DAY_MS), t7),
+        telemetry.daysObserved(server.id),
+      ]);
+      const t = totalsMap.get(server.id);
+      const n = t?.n ?? 0;
+      return {
+        serverSlug: server.slug,
+        serverUrl: server.url,
+        name: server.name,
+        category: server.category,
+        trustScore: score.trust_score,
+        trustGrade: gradeFor(score.trust_score),
+        verdict: score.verdict,
+        reliability: {
+          successRate7d: rate(w7.successes, w7.n),
+          successRate30d: rate(w30.successes, w30.n),
+          successRateAlltime: rate(t?.successes ?? 0, n),
+          trend: reliabilityTrend(w7, prev7),
+        },
+        latency: {
+          avgMs: ms(t?.latency_sum ?? 0, n),
+          p95Ms: t ? (histogramQuantile(t.hist, 0.95) ?? undefined) : undefined,
+          avg7dMs: ms(w7.latency_sum, w7.n),
+        },
+        volume: { totalCalls: n, calls7d: w7.n, daysObserved: days },
+        lastUpdated: t?.last_at.toISOString(),
+      };
+    },
+
+    async getSlaTier(req: Partial<GetSlaTierRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetSlaTierResponseSchema>> {
+      const at = now();
+      const since30 = new Date(at.getTime() - 30 * DAY_MS);
+      if (req.server !== undefined) {
+        const server = await resolveTracked(req.server, 'server');
+        const [score, w30] = await Promise.all([engine.scoreFor(server, at), telemetry.windowSums(server.id, since30, null)]);
+        return {
+          schema: SLA_SCHEMA,
+          serverUrl: server.url,
+          name: server.name,
+          tier: score.verdict === 'UNRATED' ? 'Unrated' : slaTierFor(score.trust_score, w30.n),
+          trustScore: score.trust_score,
+          certifiedAt: at.toISOString(),
+          criteria: SLA_CRITERIA,
+          badgeUrl: badgeUrl(server.url),
+          interactions30d: w30.n,
+        };
+      }
+      const [all, counts] = await Promise.all([engine.ranked(null, at), telemetry.countsSince(since30)]);
+      const distribution: Record<SlaTier, number> = { Platinum: 0, Gold: 0, Silver: 0, Bronze: 0, Unrated: 0 };
+      for (const r of all) {
+        const tier = r.n > 0 && r.trust_score !== null ? slaTierFor(r.trust_score, counts.get(r.id) ?? 0) : 'Unrated';
+        distribution[tier]++;
+      }
+      return { schema: SLA_SCHEMA, generatedAt: at.toISOString(), distribution, criteria: SLA_CRITERIA };
+    },
+
+    async getTrustDelta(req: Partial<GetTrustDeltaRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustDeltaResponseSchema>> {
+      const window = req.window ?? DEFAULT_DELTA_WINDOW;
+      if (!isDeltaWindow(window)) throw invalidArgument(`window must be one of ${Object.keys(DELTA_WINDOWS).join(', ')}`);
+      const at = now();
+      const start = new Date(at.getTime() - DELTA_WINDOWS[window] * 3_600_000);
+      const [all, prev] = await Promise.all([engine.ranked(null, at), scores.snapshotsAt(start)]);
+      const g = groupDeltas(
+        all.map((r) => ({
+          id: r.id,
+          url: r.url,
+          name: r.name,
+          category: r.category,
+          registered_at: r.registered_at,
+          trust_score: r.n > 0 ? r.trust_score : null,
+          prev_score: prev.get(r.id) ?? null,
+        })),
+        start,
+      );
+      const change = (s: (typeof g.servers_improved)[number]) => ({ url: s.url, name: s.name, trustScore: s.trust_score!, prevScore: s.prev_score!, delta: s.delta });
+      return {
+        schema: DELTA_SCHEMA,
+        generatedAt: at.toISOString(),
+        window,
+        summary: {
+          newServers: g.servers_new.length,
+          serversImproved: g.servers_improved.length,
+          serversDegraded: g.servers_degraded.length,
+          serversAtRisk: g.servers_at_risk.length,
+        },
+        serversNew: g.servers_new.map((s) => ({ url: s.url, name: s.name, category: s.category, trustScore: s.trust_score ?? 0, registeredAt: s.registered_at.toISOString() })),
+        serversImproved: g.servers_improved.map(change),
+        serversDegraded: g.servers_degraded.map(change),
+        serversAtRisk: g.servers_at_risk.map((s) => ({ url: s.url, name: s.name, trustScore: s.trust_score! })),
+      };
+    },
+
+    async getBadge(req: Partial<GetBadgeRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetBadgeResponseSchema>> {
+      const url = requireServerUrl(req.url, 'url');
+      const server = await servers.byUrl(url);
+      const score = server ? await engine.scoreFor(server, now()) : null;
+      const verdict: PreflightVerdict = score?.verdict ?? 'UNRATED';
+      const rated = score !== null && verdict !== 'UNRATED';
+      const svg = makeBadge({
+        label: 'MCP trust',
+        message: rated ? `${score.trust_score.toFixed(1)} ${verdict}` : 'unrated',
+        color: BADGE_COLORS[verdict],
+      });
+      return { svg, verdict, trustScore: rated ? score.trust_score : undefined };
     },
   };
 }

@@ -1,4 +1,8 @@
-import type { Queryable } from '../db/index.js';
+import type { Db, Queryable } from '../db/index.js';
+import { emptyHistogram, latencyBin } from '../domain/latency-histogram.js';
+import { decayFactor, HALF_LIFE_HOURS, type SourceAccumulator } from '../domain/scoring.js';
+import { HOUR_MS, type HourRollup } from '../domain/anomaly.js';
+import type { ServerTotals } from '../domain/baseline.js';
 
 /** A validated telemetry report: exactly the five fields of SPEC 2.2. */
 export interface TelemetryReport {
@@ -9,51 +13,268 @@ export interface TelemetryReport {
   http_status: number | null;
 }
 
-export interface ServerMetrics {
-  total_interactions: number;
-  successes: number;
-  avg_latency_ms: number;
-  last_observed: Date | null;
+/** One accepted report as ingestion (and the demo loader) hands it to the store. */
+export interface IngestRow {
+  serverId: number;
+  report: TelemetryReport;
+  at: Date;
+  /** Report source key (src/services/report-source.ts): a hash, never an address. */
+  source: string;
 }
 
+export interface StoredTotals extends ServerTotals {
+  server_id: number;
+  n_5xx: number;
+  first_at: Date;
+  last_at: Date;
+}
+
+const HALF_LIFE_S = HALF_LIFE_HOURS * 3600;
+// Decay of a stored accumulator (alias e) or of the incoming one (EXCLUDED) to the later of both times.
+const ageFactor = (t: string) =>
+  `power(2::float8, -(extract(epoch from (greatest(e.updated_at, EXCLUDED.updated_at) - ${t}.updated_at))::float8) / ${HALF_LIFE_S})`;
+const decayedSum = (col: string) => `e.${col} * ${ageFactor('e')} + EXCLUDED.${col} * ${ageFactor('EXCLUDED')}`;
+const histSum = (alias: string) => `ARRAY(SELECT a + b FROM unnest(${alias}.hist, EXCLUDED.hist) AS u(a, b))`;
+
+const pgArray = (xs: readonly number[]) => `{${xs.join(',')}}`;
+
+function is5xx(status: number | null): boolean {
+  return status !== null && status >= 500 && status <= 599;
+}
+
+interface Sums {
+  n: number;
+  successes: number;
+  latency_sum: number;
+  n_5xx: number;
+  hist: number[];
+}
+function addTo(s: Sums, r: TelemetryReport) {
+  s.n++;
+  if (r.success) s.successes++;
+  s.latency_sum += r.latency_ms;
+  if (is5xx(r.http_status)) s.n_5xx++;
+  s.hist[latencyBin(r.latency_ms)]!++;
+}
+const newSums = (): Sums => ({ n: 0, successes: 0, latency_sum: 0, n_5xx: 0, hist: emptyHistogram() });
+
 export function telemetryStore(db: Queryable) {
+  /** Raw rows plus every rollup, aggregated in memory first so each rollup row is written once. */
+  async function write(q: Queryable, rows: readonly IngestRow[]): Promise<void> {
+    await q.query(
+      `INSERT INTO telemetry (server_id, received_at, success, latency_ms, tool_name, http_status)
+       SELECT * FROM unnest($1::int8[], $2::timestamptz[], $3::bool[], $4::float8[], $5::text[], $6::int4[])`,
+      [
+        rows.map((r) => r.serverId),
+        rows.map((r) => r.at.toISOString()),
+        rows.map((r) => r.report.success),
+        rows.map((r) => r.report.latency_ms),
+        rows.map((r) => r.report.tool_name),
+        rows.map((r) => r.report.http_status),
+      ],
+    );
+
+    const totals = new Map<number, Sums & { first: number; last: number }>();
+    const hourly = new Map<string, Sums & { serverId: number; bucket: number; source: string }>();
+    const evidence = new Map<string, { serverId: number; source: string; at: number; items: IngestRow[] }>();
+    for (const r of rows) {
+      const t = r.at.getTime();
+      let tot = totals.get(r.serverId);
+      if (!tot) totals.set(r.serverId, (tot = { ...newSums(), first: t, last: t }));
+      addTo(tot, r.report);
+      tot.first = Math.min(tot.first, t);
+      tot.last = Math.max(tot.last, t);
+      const bucket = Math.floor(t / HOUR_MS) * HOUR_MS;
+      const hk = `${r.serverId}|${bucket}|${r.source}`;
+      let h = hourly.get(hk);
+      if (!h) hourly.set(hk, (h = { ...newSums(), serverId: r.serverId, bucket, source: r.source }));
+      addTo(h, r.report);
+      const ek = `${r.serverId}|${r.source}`;
+      let e = evidence.get(ek);
+      if (!e) evidence.set(ek, (e = { serverId: r.serverId, source: r.source, at: t, items: [] }));
+      e.items.push(r);
+      e.at = Math.max(e.at, t);
+    }
+
+    const tv = [...totals.entries()];
+    await q.query(
+      `INSERT INTO server_totals AS e (server_id, n, successes, latency_sum, n_5xx, hist, first_at, last_at)
+       SELECT u.id, u.n, u.s, u.l, u.f, u.h::int8[], u.a, u.b
+         FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::float8[], $5::int8[], $6::text[], $7::timestamptz[], $8::timestamptz[])
+              AS u(id, n, s, l, f, h, a, b)
+       ON CONFLICT (server_id) DO UPDATE SET
+         n = e.n + EXCLUDED.n, successes = e.successes + EXCLUDED.successes, latency_sum = e.latency_sum + EXCLUDED.latency_sum,
+         n_5xx = e.n_5xx + EXCLUDED.n_5xx, hist = ${histSum('e')},
+         first_at = least(e.first_at, EXCLUDED.first_at), last_at = greatest(e.last_at, EXCLUDED.last_at)`,
+      [
+        tv.map(([id]) => id),
+        tv.map(([, s]) => s.n),
+        tv.map(([, s]) => s.successes),
+        tv.map(([, s]) => s.latency_sum),
+        tv.map(([, s]) => s.n_5xx),
+        tv.map(([, s]) => pgArray(s.hist)),
+        tv.map(([, s]) => new Date(s.first).toISOString()),
+        tv.map(([, s]) => new Date(s.last).toISOString()),
+      ],
+    );
+
+    const hv = [...hourly.values()];
+    await q.query(
+      `INSERT INTO telemetry_hourly AS e (server_id, bucket, source, n, successes, latency_sum, n_5xx, hist)
+       SELECT u.id, u.b, u.src, u.n, u.s, u.l, u.f, u.h::int8[]
+         FROM unnest($1::int8[], $2::timestamptz[], $3::text[], $4::int8[], $5::int8[], $6::float8[], $7::int8[], $8::text[])
+              AS u(id, b, src, n, s, l, f, h)
+       ON CONFLICT (server_id, bucket, source) DO UPDATE SET
+         n = e.n + EXCLUDED.n, successes = e.successes + EXCLUDED.successes, latency_sum = e.latency_sum + EXCLUDED.latency_sum,
+         n_5xx = e.n_5xx + EXCLUDED.n_5xx, hist = ${histSum('e')}`,
+      [
+        hv.map((h) => h.serverId),
+        hv.map((h) => new Date(h.bucket).toISOString()),
+        hv.map((h) => h.source),
+        hv.map((h) => h.n),
+        hv.map((h) => h.successes),
+        hv.map((h) => h.latency_sum),
+        hv.map((h) => h.n_5xx),
+        hv.map((h) => pgArray(h.hist)),
+      ],
+    );
+
+    // Each group is decayed to its newest report, then merged with the stored accumulator.
+    const ev = [...evidence.values()].map((e) => {
+      let w = 0;
+      let s = 0;
+      let l = 0;
+      for (const r of e.items) {
+        const f = decayFactor(e.at - r.at.getTime());
+        w += f;
+        if (r.report.success) s += f;
+        l += f * r.report.latency_ms;
+      }
+      return { ...e, w, s, l };
+    });
+    await q.query(
+      `INSERT INTO trust_evidence AS e (server_id, source, weight, successes, latency_sum, reports, updated_at)
+       SELECT * FROM unnest($1::int8[], $2::text[], $3::float8[], $4::float8[], $5::float8[], $6::int8[], $7::timestamptz[])
+       ON CONFLICT (server_id, source) DO UPDATE SET
+         weight = ${decayedSum('weight')}, successes = ${decayedSum('successes')}, latency_sum = ${decayedSum('latency_sum')},
+         reports = e.reports + EXCLUDED.reports, updated_at = greatest(e.updated_at, EXCLUDED.updated_at)`,
+      [
+        ev.map((e) => e.serverId),
+        ev.map((e) => e.source),
+        ev.map((e) => e.w),
+        ev.map((e) => e.s),
+        ev.map((e) => e.l),
+        ev.map((e) => e.items.length),
+        ev.map((e) => new Date(e.at).toISOString()),
+      ],
+    );
+  }
+
   return {
-    async insert(serverId: number, r: TelemetryReport, receivedAt: Date): Promise<void> {
-      await db.query(
-        'INSERT INTO telemetry (server_id, received_at, success, latency_ms, tool_name, http_status) VALUES ($1, $2, $3, $4, $5, $6)',
-        [serverId, receivedAt, r.success, r.latency_ms, r.tool_name, r.http_status],
-      );
+    /**
+     * Stores accepted reports and updates every rollup in one transaction (when given a Db).
+     * Ingestion passes one row; the demo loader passes thousands (bulk statements either way).
+     */
+    async insertMany(rows: readonly IngestRow[]): Promise<void> {
+      if (rows.length === 0) return;
+      const d = db as Partial<Db>;
+      if (typeof d.transaction === 'function') await d.transaction((tx) => write(tx, rows));
+      else await write(db, rows);
     },
 
-    /** Plain observed figures over all accepted reports (DECISIONS.md `metrics`). */
-    async metrics(serverId: number): Promise<ServerMetrics> {
-      const rows = await db.query<{ n: number; s: number | null; lat: number | null; last: Date | null }>(
-        `SELECT count(*)::int8 AS n, sum(CASE WHEN success THEN 1 ELSE 0 END)::int8 AS s,
-                avg(latency_ms)::float8 AS lat, max(received_at) AS last
-           FROM telemetry WHERE server_id = $1`,
+    async insert(serverId: number, r: TelemetryReport, receivedAt: Date, source: string): Promise<void> {
+      await this.insertMany([{ serverId, report: r, at: receivedAt, source }]);
+    },
+
+    async totals(serverIds: readonly number[]): Promise<Map<number, StoredTotals>> {
+      if (serverIds.length === 0) return new Map();
+      const rows = await db.query<StoredTotals>(
+        `SELECT server_id, n, successes, latency_sum, n_5xx, hist, first_at, last_at FROM server_totals WHERE server_id = ANY($1::int8[])`,
+        [serverIds],
+      );
+      return new Map(rows.map((r) => [r.server_id, { ...r, hist: r.hist.map(Number) }]));
+    },
+
+    async evidence(serverIds: readonly number[]): Promise<Map<number, SourceAccumulator[]>> {
+      const out = new Map<number, SourceAccumulator[]>();
+      if (serverIds.length === 0) return out;
+      const rows = await db.query<SourceAccumulator & { server_id: number }>(
+        `SELECT server_id, source, weight, successes, latency_sum, reports, updated_at FROM trust_evidence WHERE server_id = ANY($1::int8[])`,
+        [serverIds],
+      );
+      for (const r of rows) {
+        const { server_id, ...acc } = r;
+        const list = out.get(server_id) ?? [];
+        list.push(acc);
+        out.set(server_id, list);
+      }
+      return out;
+    },
+
+    /** Hourly rollups (all sources summed) of the given servers with from <= bucket <= to. */
+    async hourly(serverIds: readonly number[], from: Date, to: Date): Promise<Map<number, HourRollup[]>> {
+      const out = new Map<number, HourRollup[]>();
+      if (serverIds.length === 0) return out;
+      const rows = await db.query<HourRollup & { server_id: number }>(
+        `SELECT server_id, bucket, sum(n)::int8 AS n, sum(successes)::int8 AS successes, sum(latency_sum)::float8 AS latency_sum,
+                sum(n_5xx)::int8 AS n_5xx
+           FROM telemetry_hourly WHERE server_id = ANY($1::int8[]) AND bucket >= $2 AND bucket <= $3
+          GROUP BY server_id, bucket ORDER BY server_id, bucket`,
+        [serverIds, from.toISOString(), to.toISOString()],
+      );
+      for (const { server_id, ...h } of rows) {
+        const list = out.get(server_id) ?? [];
+        list.push(h);
+        out.set(server_id, list);
+      }
+      return out;
+    },
+
+    /** Sums over one server's rollups with from <= bucket < to (null bounds are open). */
+    async windowSums(serverId: number, from: Date | null, to: Date | null): Promise<{ n: number; successes: number; latency_sum: number }> {
+      const rows = await db.query<{ n: number; successes: number; latency_sum: number }>(
+        `SELECT coalesce(sum(n), 0)::int8 AS n, coalesce(sum(successes), 0)::int8 AS successes, coalesce(sum(latency_sum), 0)::float8 AS latency_sum
+           FROM telemetry_hourly WHERE server_id = $1 AND ($2::timestamptz IS NULL OR bucket >= $2) AND ($3::timestamptz IS NULL OR bucket < $3)`,
+        [serverId, from?.toISOString() ?? null, to?.toISOString() ?? null],
+      );
+      return rows[0]!;
+    },
+
+    /** Accepted reports per server with bucket >= from (all servers, from the hourly rollups). */
+    async countsSince(from: Date): Promise<Map<number, number>> {
+      const rows = await db.query<{ server_id: number; n: number }>(
+        'SELECT server_id, sum(n)::int8 AS n FROM telemetry_hourly WHERE bucket >= $1 GROUP BY server_id',
+        [from.toISOString()],
+      );
+      return new Map(rows.map((r) => [r.server_id, r.n]));
+    },
+
+    /** Distinct UTC days with at least one report. */
+    async daysObserved(serverId: number): Promise<number> {
+      const rows = await db.query<{ d: number }>(
+        `SELECT count(DISTINCT date_trunc('day', bucket AT TIME ZONE 'UTC'))::int8 AS d FROM telemetry_hourly WHERE server_id = $1`,
         [serverId],
       );
-      const r = rows[0]!;
-      return { total_interactions: r.n, successes: r.s ?? 0, avg_latency_ms: r.lat ?? 0, last_observed: r.last };
+      return rows[0]!.d;
     },
 
-    /** Per-category baseline over servers with evidence: mean and p95 latency, mean success rate. */
-    async categoryBaseline(category: string): Promise<{ avg_latency_ms: number; p95_latency_ms: number; avg_success_rate: number; server_count: number }> {
-      const rows = await db.query<{ lat: number | null; p95: number | null; sr: number | null; n: number }>(
-        `WITH per_server AS (
-           SELECT t.server_id, avg(t.latency_ms) AS lat, avg(CASE WHEN t.success THEN 1.0 ELSE 0.0 END) AS sr
-             FROM telemetry t JOIN servers s ON s.id = t.server_id
-            WHERE s.category = $1 GROUP BY t.server_id)
-         SELECT avg(lat)::float8 AS lat,
-                (SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY t.latency_ms)
-                   FROM telemetry t JOIN servers s ON s.id = t.server_id WHERE s.category = $1)::float8 AS p95,
-                avg(sr)::float8 AS sr,
-                (SELECT count(*) FROM servers WHERE category = $1)::int8 AS n
-           FROM per_server`,
-        [category],
-      );
-      const r = rows[0]!;
-      return { avg_latency_ms: r.lat ?? 0, p95_latency_ms: r.p95 ?? 0, avg_success_rate: r.sr ?? 0, server_count: r.n };
+    /** Totals of every server of a category (for its baseline) and the category's server count. */
+    async categoryTotals(category: string): Promise<{ servers: StoredTotals[]; serverCount: number }> {
+      const [rows, count] = await Promise.all([
+        db.query<StoredTotals>(
+          `SELECT t.server_id, t.n, t.successes, t.latency_sum, t.n_5xx, t.hist, t.first_at, t.last_at
+             FROM server_totals t JOIN servers s ON s.id = t.server_id WHERE s.category = $1`,
+          [category],
+        ),
+        db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM servers WHERE category = $1', [category]),
+      ]);
+      return { servers: rows.map((r) => ({ ...r, hist: r.hist.map(Number) })), serverCount: count[0]!.n };
+    },
+
+    /** Index-wide report count (sum of the per-server totals). */
+    async totalInteractions(): Promise<number> {
+      const rows = await db.query<{ n: number }>('SELECT coalesce(sum(n), 0)::int8 AS n FROM server_totals');
+      return rows[0]!.n;
     },
   };
 }

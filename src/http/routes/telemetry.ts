@@ -3,6 +3,7 @@ import { ReportResponseSchema } from '../../../gen/observatory/v1/telemetry_pb.j
 import { REPORT_LIMITS } from '../../domain/telemetry.js';
 import type { RouteDeps } from '../routes.js';
 import { restJson } from '../rest-json.js';
+import { callContext } from '../../services/context.js';
 
 // The JSON schema checks types at the edge; value rules live in domain/telemetry.ts (shared with
 // Connect). additionalProperties:false with ajv's removeAdditional drops unknown fields (prompts,
@@ -32,7 +33,7 @@ export function telemetryRoutes(app: FastifyInstance, { services }: RouteDeps) {
         latencyMs: b.latency_ms,
         toolName: b.tool_name ?? undefined,
         httpStatus: b.http_status ?? undefined,
-      });
+      }, callContext(req.headers, req.ip));
       return restJson(ReportResponseSchema, res);
     },
   );

@@ -1,15 +1,63 @@
 import type { FastifyInstance } from 'fastify';
-import { GetTrustResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
+import {
+  GetBenchmarkResponseSchema,
+  GetLeaderboardResponseSchema,
+  GetSlaTierResponseSchema,
+  GetStatsResponseSchema,
+  GetTrustDeltaResponseSchema,
+  GetTrustResponseSchema,
+} from '../../../gen/observatory/v1/trust_pb.js';
+import { invalidArgument } from '../../errors.js';
 import type { RouteDeps } from '../routes.js';
 import { restJson } from '../rest-json.js';
 
-const urlQuery = {
-  type: 'object',
-  properties: { url: { type: 'string' } },
-} as const;
+// Query values arrive as strings (ajv does not coerce here); each adapter passes them on and
+// the service validates, so REST and Connect reject the same inputs.
+const stringQuery = (...names: string[]) =>
+  ({
+    type: 'object',
+    properties: Object.fromEntries(names.map((n) => [n, { type: 'string' }])),
+  }) as const;
+
+/** Badges change at most as often as scores are recomputed; a few minutes of caching is safe. */
+export const BADGE_CACHE_CONTROL = 'public, max-age=300';
+
+function parseLimit(raw: string | undefined): number | undefined {
+  if (raw === undefined) return undefined;
+  if (!/^\d{1,6}$/.test(raw)) throw invalidArgument('limit must be an integer from 1 to 100');
+  return Number(raw);
+}
 
 export function trustRoutes(app: FastifyInstance, { services }: RouteDeps) {
-  app.get<{ Querystring: { url?: string } }>('/api/trust', { schema: { querystring: urlQuery } }, async (req) =>
-    restJson(GetTrustResponseSchema, await services.trust.getTrust({ url: req.query.url })),
+  const trust = services.trust;
+
+  app.get<{ Querystring: { url?: string } }>('/api/trust', { schema: { querystring: stringQuery('url') } }, async (req) =>
+    restJson(GetTrustResponseSchema, await trust.getTrust({ url: req.query.url })),
   );
+
+  app.get<{ Querystring: { category?: string; limit?: string } }>(
+    '/api/leaderboard',
+    { schema: { querystring: stringQuery('category', 'limit') } },
+    async (req) =>
+      restJson(GetLeaderboardResponseSchema, await trust.getLeaderboard({ category: req.query.category, limit: parseLimit(req.query.limit) })),
+  );
+
+  app.get('/api/stats', async () => restJson(GetStatsResponseSchema, await trust.getStats({})));
+
+  app.get<{ Params: { server_slug: string } }>('/benchmark/:server_slug', async (req) =>
+    restJson(GetBenchmarkResponseSchema, await trust.getBenchmark({ serverSlug: req.params.server_slug })),
+  );
+
+  app.get<{ Querystring: { server?: string } }>('/api/sla-tier', { schema: { querystring: stringQuery('server') } }, async (req) =>
+    restJson(GetSlaTierResponseSchema, await trust.getSlaTier({ server: req.query.server })),
+  );
+
+  app.get<{ Querystring: { window?: string } }>('/api/trust-delta', { schema: { querystring: stringQuery('window') } }, async (req) =>
+    restJson(GetTrustDeltaResponseSchema, await trust.getTrustDelta({ window: req.query.window })),
+  );
+
+  app.get<{ Querystring: { url?: string } }>('/api/badge', { schema: { querystring: stringQuery('url') } }, async (req, reply) => {
+    const badge = await trust.getBadge({ url: req.query.url });
+    return reply.type('image/svg+xml; charset=utf-8').header('cache-control', BADGE_CACHE_CONTROL).send(badge.svg);
+  });
 }

@@ -1,0 +1,113 @@
+import type { Queryable } from '../db/index.js';
+
+/** The cached current score of a server (last computation) and its hourly history. */
+export interface ScoreRow {
+  server_id: number;
+  trust_score: number;
+  verdict: string;
+  anomaly_flags: string[];
+  evidence_reports: number;
+  computed_at: Date;
+}
+
+/** A tracked server joined with its cached score and plain totals (leaderboard, stats, tiers). */
+export interface RankedServer {
+  id: number;
+  url: string;
+  name: string;
+  slug: string;
+  category: string;
+  registered_at: Date;
+  trust_score: number | null;
+  verdict: string | null;
+  computed_at: Date | null;
+  n: number;
+  successes: number;
+  latency_sum: number;
+  last_at: Date | null;
+}
+
+export function scoreStore(db: Queryable) {
+  return {
+    /** Writes the current score and the snapshot of its hour (the latest computation in an hour wins). */
+    async save(rows: readonly (ScoreRow & { bucket: Date })[]): Promise<void> {
+      if (rows.length === 0) return;
+      await db.query(
+        `INSERT INTO server_scores AS e (server_id, trust_score, verdict, anomaly_flags, evidence_reports, computed_at)
+         SELECT u.id, u.s, u.v, u.f::text[], u.n, u.c
+           FROM unnest($1::int8[], $2::float8[], $3::text[], $4::text[], $5::int8[], $6::timestamptz[]) AS u(id, s, v, f, n, c)
+         ON CONFLICT (server_id) DO UPDATE SET trust_score = EXCLUDED.trust_score, verdict = EXCLUDED.verdict,
+           anomaly_flags = EXCLUDED.anomaly_flags, evidence_reports = EXCLUDED.evidence_reports, computed_at = EXCLUDED.computed_at
+         WHERE e.computed_at <= EXCLUDED.computed_at`,
+        [
+          rows.map((r) => r.server_id),
+          rows.map((r) => r.trust_score),
+          rows.map((r) => r.verdict),
+          rows.map((r) => `{${r.anomaly_flags.join(',')}}`),
+          rows.map((r) => r.evidence_reports),
+          rows.map((r) => r.computed_at.toISOString()),
+        ],
+      );
+      await db.query(
+        `INSERT INTO score_snapshots AS e (server_id, bucket, trust_score, verdict, computed_at)
+         SELECT * FROM unnest($1::int8[], $2::timestamptz[], $3::float8[], $4::text[], $5::timestamptz[])
+         ON CONFLICT (server_id, bucket) DO UPDATE SET trust_score = EXCLUDED.trust_score, verdict = EXCLUDED.verdict,
+           computed_at = EXCLUDED.computed_at WHERE e.computed_at <= EXCLUDED.computed_at`,
+        [
+          rows.map((r) => r.server_id),
+          rows.map((r) => r.bucket.toISOString()),
+          rows.map((r) => r.trust_score),
+          rows.map((r) => r.verdict),
+          rows.map((r) => r.computed_at.toISOString()),
+        ],
+      );
+    },
+
+    async current(serverIds: readonly number[]): Promise<Map<number, ScoreRow>> {
+      if (serverIds.length === 0) return new Map();
+      const rows = await db.query<ScoreRow>(
+        `SELECT server_id, trust_score, verdict, anomaly_flags, evidence_reports, computed_at FROM server_scores WHERE server_id = ANY($1::int8[])`,
+        [serverIds],
+      );
+      return new Map(rows.map((r) => [r.server_id, r]));
+    },
+
+    /**
+     * Servers whose cached score is missing, computed before their latest report, or older than
+     * `staleBefore` (time decay and anomaly windows move scores even without new reports).
+     */
+    async staleServerIds(staleBefore: Date): Promise<number[]> {
+      const rows = await db.query<{ id: number }>(
+        `SELECT s.id FROM servers s LEFT JOIN server_scores c ON c.server_id = s.id LEFT JOIN server_totals t ON t.server_id = s.id
+          WHERE c.server_id IS NULL OR c.computed_at < $1 OR c.evidence_reports <> coalesce(t.n, 0)`,
+        [staleBefore.toISOString()],
+      );
+      return rows.map((r) => r.id);
+    },
+
+    /** Every tracked server (optionally of one category) with its cached score and totals. */
+    async ranked(category: string | null): Promise<RankedServer[]> {
+      return db.query<RankedServer>(
+        `SELECT s.id, s.url, s.name, s.slug, s.category, s.registered_at, c.trust_score, c.verdict, c.computed_at,
+                coalesce(t.n, 0)::int8 AS n, coalesce(t.successes, 0)::int8 AS successes, coalesce(t.latency_sum, 0)::float8 AS latency_sum,
+                t.last_at
+           FROM servers s LEFT JOIN server_scores c ON c.server_id = s.id LEFT JOIN server_totals t ON t.server_id = s.id
+          WHERE ($1::text IS NULL OR s.category = $1)
+          ORDER BY c.trust_score DESC NULLS LAST, coalesce(t.n, 0) DESC, s.url`,
+        [category],
+      );
+    },
+
+    /** The last snapshot (within 30 days) of each server taken at or before `at`: the score at a window's start. */
+    async snapshotsAt(at: Date): Promise<Map<number, number>> {
+      const rows = await db.query<{ server_id: number; trust_score: number }>(
+        `SELECT DISTINCT ON (server_id) server_id, trust_score FROM score_snapshots
+          WHERE bucket <= $1 AND bucket > $1::timestamptz - interval '30 days' ORDER BY server_id, bucket DESC`,
+        [at.toISOString()],
+      );
+      return new Map(rows.map((r) => [r.server_id, r.trust_score]));
+    },
+  };
+}
+
+export type ScoreStore = ReturnType<typeof scoreStore>;
