@@ -46,8 +46,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
 
   const app = Fastify({
     serverFactory: createDualProtocolServer as unknown as FastifyServerFactory<http.Server>,
-    // fastify (proxy-addr) also takes a hop count; its typings only list the other forms.
-    trustProxy: fastifyTrustProxy(config.trustProxy) as boolean | string[],
+    trustProxy: fastifyTrustProxy(config.trustProxy),
     bodyLimit: config.bodyLimit,
     forceCloseConnections: 'idle',
     return503OnClosing: true,

@@ -124,10 +124,12 @@ export function detectAnomalies(hours: readonly HourRollup[], now: Date): Anomal
   }
   details.recent_5xx = r5;
 
-  // Volume drop: the last complete hours against the median hourly volume of the history span
+  // Volume drop: the complete hours of the recent window against the median hourly volume of the history span
   // (hours without reports count as zero from the first historical report on).
   const firstHist = Math.min(...history.map((h) => h.bucket.getTime()));
-  const completeStart = current - RECENT_HOURS * HOUR_MS;
+  // The complete hours of the recent window (the current hour is still filling up).
+  const completeStart = recentStart;
+  const completeHours = RECENT_HOURS - 1;
   const spanHours = Math.round((completeStart - firstHist) / HOUR_MS);
   const perHour = new Map(history.map((h) => [h.bucket.getTime(), h.n]));
   const counts: number[] = [];
@@ -136,7 +138,7 @@ export function detectAnomalies(hours: readonly HourRollup[], now: Date): Anomal
   const observed = hours
     .filter((h) => h.bucket.getTime() >= completeStart && h.bucket.getTime() < current)
     .reduce((s, h) => s + h.n, 0);
-  const expected = typical * RECENT_HOURS;
+  const expected = typical * completeHours;
   details.volume_recent = observed;
   details.volume_expected = expected;
   if (
