@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { detectAnomalies, HOUR_MS, poissonCdf, type HourRollup } from '../src/domain/anomaly.js';
 import { categoryBaseline } from '../src/domain/baseline.js';
 import { emptyHistogram, histogramQuantile, latencyBin } from '../src/domain/latency-histogram.js';
-import { combineSources, computeTrustScore, decayFactor, HALF_LIFE_HOURS, type SourceAccumulator } from '../src/domain/scoring.js';
+import { combineSources, computeTrustScore, reliabilityCurve, decayFactor, HALF_LIFE_HOURS, type SourceAccumulator } from '../src/domain/scoring.js';
 import { groupDeltas, isDeltaWindow, reliabilityTrend } from '../src/domain/trend.js';
 import { gradeFor, slaTierFor, verdictFor } from '../src/domain/verdict.js';
 
@@ -78,7 +78,16 @@ describe('scoring model properties', () => {
     const hit = score(ev, 200, ['error_rate_spike', 'latency_spike']);
     expect(calm.trust_score - hit.trust_score).toBeCloseTo(23, 0);
     const b = hit.breakdown;
-    expect((b.success_points as number) + (b.latency_points as number) - (b.anomaly_penalty as number)).toBeCloseTo(hit.trust_score, 0);
+    expect((b.prior_points as number) + (b.success_points as number) + (b.latency_points as number) - (b.anomaly_penalty as number)).toBeCloseTo(hit.trust_score, 0);
+  });
+
+  it('a coin-flip server fails however much evidence it has; 80% success is not a pass', () => {
+    const many = (p: number) => score(Array.from({ length: 10 }, (_, i) => src(`s${i}`, 30, p, 100))).trust_score;
+    expect(verdictFor(many(0.5))).toBe('FAIL');
+    expect(verdictFor(many(0.8))).toBe('UNCERTAIN');
+    expect(verdictFor(many(0.95))).toBe('PASS');
+    expect(reliabilityCurve(0.5)).toBe(0);
+    expect(reliabilityCurve(1)).toBe(1);
   });
 
   it('is deterministic: same evidence and clock, same score, whatever the order of sources', () => {

@@ -80,7 +80,7 @@ describe(`trust reads over HTTP (${backend})`, () => {
     expect(b.model).toBe('decayed-shrunk-v1');
     expect(b.evidence_reports).toBe(72 * 20);
     expect(b.independent_sources).toBe(4);
-    expect(b.success_points + b.latency_points - b.anomaly_penalty).toBeCloseTo(good.server.trust_score, 0);
+    expect(b.prior_points + b.success_points + b.latency_points - b.anomaly_penalty).toBeCloseTo(good.server.trust_score, 0);
 
     const spiky = await get(`/api/trust?url=${encodeURIComponent(SPIKY)}`);
     expect(spiky.anomaly.is_anomalous).toBe(true);

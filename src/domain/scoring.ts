@@ -6,6 +6,7 @@ import { roundScore } from './verdict.js';
 export const HALF_LIFE_HOURS = 168;
 /** Prior strength: this many pseudo-observations at a 50% success rate pull small samples toward 50. */
 export const PRIOR_WEIGHT = 10;
+/** Success rate assumed before any evidence (only shown in the breakdown; the prior score is 50). */
 export const PRIOR_SUCCESS_RATE = 0.5;
 /** Points available to the success estimate and to latency; together 100. */
 export const SUCCESS_POINTS = 80;
@@ -104,6 +105,16 @@ export function latencyQuality(avgLatency: number, baselineLatency: number): num
   return Math.max(0, 1 - LATENCY_LOSS_PER_DOUBLING * Math.log2(ratio));
 }
 
+/**
+ * Reliability curve: how much of the success points an observed success rate earns. Zero at or
+ * below a coin flip (50%), rising quadratically to all of them at 100%: 95% earns 0.81, 90%
+ * 0.64, 80% 0.36. A tool that fails one call in five is not trustworthy, so the curve is steep.
+ */
+export function reliabilityCurve(successRate: number): number {
+  const x = Math.min(1, Math.max(0, (successRate - 0.5) / 0.5));
+  return x * x;
+}
+
 export interface ScoreInput {
   /** Per-source accumulators of the server (any age; decayed here to `now`). */
   sources: readonly SourceAccumulator[];
@@ -123,36 +134,41 @@ export interface ScoreResult {
 
 const r3 = (x: number) => Math.round(x * 1000) / 1000;
 
+/**
+ * score = 50 x (1 - c) + c x (80 x reliability + 20 x latency quality) - anomaly penalties,
+ * with confidence c = W / (W + PRIOR_WEIGHT) for the decayed, source-bounded evidence weight W.
+ */
 export function computeTrustScore(input: ScoreInput): ScoreResult {
   const ev = combineSources(decayTo(input.sources, input.now));
-  const successEstimate = (ev.successes + PRIOR_WEIGHT * PRIOR_SUCCESS_RATE) / (ev.weight + PRIOR_WEIGHT);
   const confidence = ev.weight / (ev.weight + PRIOR_WEIGHT);
+  const successRate = ev.weight > 0 ? ev.successes / ev.weight : PRIOR_SUCCESS_RATE;
+  const reliability = reliabilityCurve(successRate);
   const meanLatency = ev.weight > 0 ? ev.latency_sum / ev.weight : 0;
   const quality = ev.weight > 0 ? latencyQuality(meanLatency, input.baselineLatencyMs) : 0.5;
-  // Latency is only as trustworthy as the sample: it shrinks toward neutral like the success rate.
-  const latencyShrunk = 0.5 + (quality - 0.5) * confidence;
-  const successPoints = SUCCESS_POINTS * successEstimate;
-  const latencyPoints = LATENCY_POINTS * latencyShrunk;
+  const priorPoints = 50 * (1 - confidence);
+  const successPoints = SUCCESS_POINTS * reliability * confidence;
+  const latencyPoints = LATENCY_POINTS * quality * confidence;
   const flags = [...new Set(input.anomalyFlags)].sort();
   const penalty = flags.reduce((s, f) => s + (ANOMALY_PENALTIES[f] ?? 0), 0);
-  const raw = successPoints + latencyPoints - penalty;
+  const raw = priorPoints + successPoints + latencyPoints - penalty;
   return {
     trust_score: roundScore(raw),
     breakdown: {
       model: 'decayed-shrunk-v1',
+      prior_points: r3(priorPoints),
       success_points: r3(successPoints),
       latency_points: r3(latencyPoints),
       anomaly_penalty: penalty,
       anomaly_flags: flags,
-      success_estimate: r3(successEstimate),
+      confidence: r3(confidence),
+      decayed_success_rate: r3(successRate),
+      reliability: r3(reliability),
       latency_quality: r3(quality),
       decayed_mean_latency_ms: r3(meanLatency),
       baseline_latency_ms: r3(input.baselineLatencyMs),
-      confidence: r3(confidence),
       evidence_reports: ev.reports,
       evidence_weight: r3(ev.weight),
       evidence_capped_weight: r3(ev.capped_weight),
-      evidence_successes: r3(ev.successes),
       independent_sources: ev.sources,
       half_life_hours: HALF_LIFE_HOURS,
       prior_weight: PRIOR_WEIGHT,
