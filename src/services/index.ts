@@ -10,13 +10,16 @@ import { createTrustService } from './trust.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
+  const trust = createTrustService(deps);
   return {
     keyring: deps.keyring,
     receipts: deps.receipts,
-    trust: createTrustService(deps),
+    trust,
     telemetry: createTelemetryService(deps),
     /** Stops background work owned by services (flushers, schedulers). */
-    async close(): Promise<void> {},
+    async close(): Promise<void> {
+      trust.close();
+    },
   };
 }
 

@@ -32,6 +32,8 @@ export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
 export const DELTA_SCHEMA = 'mcp-trust-delta-v1.0';
 export const LEADERBOARD_DEFAULT_LIMIT = 20;
 export const LEADERBOARD_MAX_LIMIT = 100;
+/** Stale scores are recomputed (and snapshotted) at least this often. */
+export const SNAPSHOT_INTERVAL_MS = 10 * 60_000;
 const SLA_RULES: { tier: SlaTier; min: number }[] = [
   { tier: 'Platinum', min: 90 },
   { tier: 'Gold', min: 75 },
@@ -77,8 +79,19 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
   const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
 
+  // Keeps the hourly score history (deltas, trends) complete even when nobody reads scores.
+  const snapshotTimer = setInterval(() => {
+    engine.refresh(now()).catch(() => {});
+  }, SNAPSHOT_INTERVAL_MS);
+  snapshotTimer.unref();
+
   return {
     engine,
+
+    /** Stops the snapshot timer. */
+    close(): void {
+      clearInterval(snapshotTimer);
+    },
 
     /** Current score, verdict and anomaly flags of a tracked server; cheap (cached, refreshed when stale). */
     scoreFor(server: ServerRow): Promise<ScoreSummary> {
