@@ -58,7 +58,7 @@ describe('process lifecycle', () => {
     const lines = p.err().trim().split('\n');
     expect(lines).toHaveLength(1);
     expect(lines[0]).toContain('PORT');
-  });
+  }, 60_000);
 
   it('serves, then stops cleanly on SIGTERM, finishing an in-flight request', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'obs-life-'));
@@ -67,7 +67,7 @@ describe('process lifecycle', () => {
     const p = run(env);
     try {
       let up = false;
-      for (let i = 0; i < 120 && !up; i++) {
+      for (let i = 0; i < 360 && !up; i++) {
         up = await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false);
         if (!up) await new Promise((r) => setTimeout(r, 250));
       }
@@ -90,5 +90,5 @@ describe('process lifecycle', () => {
       if (p.child.exitCode === null) p.child.kill('SIGKILL');
       rmSync(dir, { recursive: true, force: true });
     }
-  });
+  }, 120_000);
 });

@@ -93,5 +93,5 @@ describe(`storage (${backend})`, () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-  });
+  }, 120_000);
 });
