@@ -7,6 +7,7 @@ import { telemetryRoutes } from './routes/telemetry.js';
 import { trustRoutes } from './routes/trust.js';
 import { pendingRoutes } from './routes/pending.js';
 import { wellKnownRoutes } from './routes/well-known.js';
+import { mcpRoutes } from '../agents/mcp.js';
 
 export interface RouteDeps {
   services: Services;
@@ -20,5 +21,6 @@ export function registerRestRoutes(app: FastifyInstance, deps: RouteDeps) {
   telemetryRoutes(app, deps);
   trustRoutes(app, deps);
   wellKnownRoutes(app, deps);
+  mcpRoutes(app, deps);
   pendingRoutes(app, deps);
 }

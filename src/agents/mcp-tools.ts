@@ -1,0 +1,96 @@
+import * as z from 'zod';
+
+// The three MCP tools: names, descriptions and schemas in one place, read by the MCP server
+// (src/agents/mcp.ts) and by every discovery document that lists them (/mcp, /.well-known/mcp.json).
+
+const verdict = z.enum(['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED']);
+const looseObject = z.looseObject({});
+
+const trustServer = z.looseObject({
+  name: z.string(),
+  url: z.string(),
+  slug: z.string().optional(),
+  category: z.string(),
+  trust_score: z.number().min(0).max(100),
+  registered_at: z.string(),
+});
+
+export const MCP_TOOLS = {
+  preflight_check: {
+    title: 'Pre-flight trust check',
+    description:
+      'Call BEFORE using an MCP server. Returns a verdict for the server (PASS >= 60 proceed, UNCERTAIN 40-59 caution, ' +
+      'FAIL < 40 block, UNRATED when there is no runtime evidence), its trust score, a recommendation and an ' +
+      'Ed25519-signed diligence receipt (compact JWS) verifiable offline against /.well-known/jwks.json. ' +
+      'Pre-flight checks are counted as demand only; they never change a score.',
+    inputSchema: {
+      target: z.string().min(1).max(2048).describe('MCP server URL (e.g. https://weather.example.com/mcp), name or slug'),
+    },
+    outputSchema: {
+      target: z.string(),
+      server_url: z.string().nullable(),
+      verdict,
+      trust_score: z.number().min(0).max(100).nullable(),
+      recommendation: z.string(),
+      diligence_receipt: z.string().describe('compact JWS (header.payload.signature)'),
+      receipt_id: z.string().regex(/^[0-9a-f]{16}$/),
+      checked_at: z.string().optional(),
+    },
+    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },
+  },
+  check_trust: {
+    title: 'Trust record of an MCP server',
+    description:
+      'Returns the trust record of an MCP server named by URL, name or slug: trust score 0-100 with its verdict ' +
+      '(PASS >= 60, UNCERTAIN 40-59, FAIL < 40), observed metrics (interactions, average latency, success rate), the ' +
+      'category baseline, anomaly flags and the score breakdown. An untracked server answers found:false with verdict UNRATED.',
+    inputSchema: {
+      server: z.string().min(1).max(2048).describe('MCP server URL, name or slug'),
+    },
+    outputSchema: {
+      found: z.boolean(),
+      target: z.string(),
+      verdict,
+      detail: z.string().optional(),
+      server: trustServer.optional(),
+      metrics: z
+        .looseObject({ total_interactions: z.number().int(), avg_latency_ms: z.number(), success_rate: z.number().nullable() })
+        .optional(),
+      category_baseline: looseObject.optional(),
+      anomaly: z.looseObject({ is_anomalous: z.boolean(), anomaly_flags: z.array(z.string()) }).optional(),
+      score_breakdown: looseObject.nullable().optional(),
+    },
+    annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+  },
+  verify_attestation: {
+    title: 'Verify a signed receipt or attestation',
+    description:
+      'Verifies a compact JWS (header.payload.signature) issued by this observatory (diligence receipt, compliance ' +
+      'attestation, ...) against its published Ed25519 keys. Returns valid:true with the decoded header and payload, ' +
+      'or valid:false with the reason. Stateless: needs no stored data.',
+    inputSchema: {
+      jws: z.string().min(1).max(10 * 1024 + 1024).describe('compact JWS: header.payload.signature'),
+    },
+    outputSchema: {
+      valid: z.boolean(),
+      header: looseObject.optional(),
+      payload: looseObject.optional(),
+      reason: z.string().optional(),
+    },
+    annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+  },
+} as const;
+
+export type McpToolName = keyof typeof MCP_TOOLS;
+
+/** Tool definitions as MCP tools/list shows them (JSON Schema converted the way the SDK does). */
+export function mcpToolDescriptors() {
+  return Object.entries(MCP_TOOLS).map(([name, t]) => ({
+    name,
+    title: t.title,
+    description: t.description,
+    inputSchema: z.toJSONSchema(z.object(t.inputSchema), { target: 'draft-7', io: 'input' }),
+    outputSchema: z.toJSONSchema(z.object(t.outputSchema), { target: 'draft-7', io: 'output' }),
+    annotations: t.annotations,
+  }));
+}
