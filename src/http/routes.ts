@@ -7,7 +7,9 @@ import { telemetryRoutes } from './routes/telemetry.js';
 import { trustRoutes } from './routes/trust.js';
 import { pendingRoutes } from './routes/pending.js';
 import { wellKnownRoutes } from './routes/well-known.js';
+import { discoveryRoutes } from './routes/discovery.js';
 import { mcpRoutes } from '../agents/mcp.js';
+import { a2aRoutes } from '../agents/a2a.js';
 
 export interface RouteDeps {
   services: Services;
@@ -21,6 +23,8 @@ export function registerRestRoutes(app: FastifyInstance, deps: RouteDeps) {
   telemetryRoutes(app, deps);
   trustRoutes(app, deps);
   wellKnownRoutes(app, deps);
+  discoveryRoutes(app, deps);
   mcpRoutes(app, deps);
+  a2aRoutes(app, deps);
   pendingRoutes(app, deps);
 }

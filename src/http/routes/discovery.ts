@@ -1,0 +1,173 @@
+import type { FastifyInstance } from 'fastify';
+import { INTERFACE_VERSION, type Config } from '../../config.js';
+import { FAIL_THRESHOLD, PASS_THRESHOLD } from '../../domain/verdict.js';
+import { agentCard, A2A_SKILLS } from '../../agents/a2a-card.js';
+import { mcpDiscoveryDocument } from '../../agents/mcp.js';
+import { MCP_TOOLS } from '../../agents/mcp-tools.js';
+import type { PublicJwk } from '../../signing/keyring.js';
+import type { RouteDeps } from '../routes.js';
+import { documentedOperations, openApiDocument } from '../openapi.js';
+import { DISCOVERY_CACHE_CONTROL } from './well-known.js';
+
+// Discovery documents (SPEC 1.8): each valid for its own standard, all built from the same
+// config and tables (agent skills, MCP tools, JWKS, OpenAPI operations), so they cannot disagree.
+
+/** did:web identifier of a base URL (W3C did:web: port percent-encoded, path segments joined by ':'). */
+export function didWebFor(baseUrl: string): string {
+  const u = new URL(baseUrl);
+  const host = u.port ? `${u.hostname}%3A${u.port}` : u.hostname;
+  const segments = u.pathname.split('/').filter(Boolean).map(encodeURIComponent);
+  return ['did:web', host, ...segments].join(':');
+}
+
+export function didDocument(config: Config, keys: PublicJwk[]) {
+  const did = didWebFor(config.publicBaseUrl);
+  const base = config.publicBaseUrl;
+  const ids = keys.map((k) => `${did}#${k.kid}`);
+  return {
+    '@context': ['https://www.w3.org/ns/did/v1', 'https://w3id.org/security/suites/jws-2020/v1'],
+    id: did,
+    verificationMethod: keys.map((k) => ({
+      id: `${did}#${k.kid}`,
+      type: 'JsonWebKey2020',
+      controller: did,
+      publicKeyJwk: { kty: k.kty, crv: k.crv, x: k.x, kid: k.kid, alg: k.alg, use: k.use },
+    })),
+    assertionMethod: ids,
+    authentication: ids,
+    service: [
+      { id: `${did}#a2a`, type: 'A2AAgent', serviceEndpoint: `${base}/.well-known/agent-card.json` },
+      { id: `${did}#mcp`, type: 'MCPServer', serviceEndpoint: `${base}/mcp` },
+      { id: `${did}#jwks`, type: 'JsonWebKeySet', serviceEndpoint: `${base}/.well-known/jwks.json` },
+      { id: `${did}#api`, type: 'OpenAPI', serviceEndpoint: `${base}/openapi.json` },
+    ],
+  };
+}
+
+export function aiPluginManifest(config: Config) {
+  const base = config.publicBaseUrl;
+  return {
+    schema_version: 'v1',
+    name_for_human: 'Trust Observatory',
+    name_for_model: 'trust_observatory',
+    description_for_human: 'Trust scores and signed pre-flight verdicts for MCP servers, from observed runtime behaviour.',
+    description_for_model:
+      `Check an MCP server before calling it: GET /v1/preflight?target=<server> returns PASS (score >= ${PASS_THRESHOLD}, proceed), ` +
+      `UNCERTAIN (${FAIL_THRESHOLD}-${PASS_THRESHOLD - 1}, caution), FAIL (< ${FAIL_THRESHOLD}, block) or UNRATED (no evidence) with a signed receipt. ` +
+      'GET /api/trust?url=<server> gives the full trust record. After calling a server, POST /api/report with server_url, success, latency_ms ' +
+      '(optional tool_name, http_status); nothing else is collected.',
+    auth: { type: 'none' },
+    api: { type: 'openapi', url: `${base}/openapi.json`, is_user_authenticated: false },
+    logo_url: `${base}/logo.svg`,
+    legal_info_url: `${base}/llms.txt`,
+  };
+}
+
+export function protectedResourceMetadata(config: Config) {
+  const base = config.publicBaseUrl;
+  return {
+    resource: base,
+    authorization_servers: [base],
+    scopes_supported: ['trust:read'],
+    bearer_methods_supported: ['header'],
+    resource_name: 'Trust Observatory',
+    resource_documentation: `${base}/llms.txt`,
+  };
+}
+
+export function authorizationServerMetadata(config: Config) {
+  const base = config.publicBaseUrl;
+  return {
+    issuer: base,
+    // Credentials come from POST /agent/auth (JSON body {type:"anonymous", requested_credential_type:"api_key"}):
+    // an opaque bearer API key with scope trust:read. No authorization-code or other OAuth grant is offered.
+    token_endpoint: `${base}/agent/auth`,
+    token_endpoint_auth_methods_supported: ['none'],
+    response_types_supported: [],
+    grant_types_supported: [],
+    scopes_supported: ['trust:read'],
+    service_documentation: `${base}/llms.txt`,
+    jwks_uri: `${base}/.well-known/jwks.json`,
+    agent_registration: {
+      endpoint: `${base}/agent/auth`,
+      method: 'POST',
+      content_type: 'application/json',
+      types_supported: ['anonymous'],
+      credential_types_supported: ['api_key'],
+      trial_limit: 50,
+    },
+  };
+}
+
+export function llmsTxt(config: Config): string {
+  const base = config.publicBaseUrl;
+  const ops = documentedOperations();
+  const line = (o: { method: string; path: string; summary: string }) => `- ${o.method} [${o.path}](${base}${o.path}): ${o.summary}`;
+  return [
+    '# Trust Observatory',
+    '',
+    `> Scores MCP servers on observed runtime behaviour (trust score 0-100) and issues Ed25519-signed diligence receipts. Interface version ${INTERFACE_VERSION}.`,
+    '',
+    'Agents check trust before calling an MCP tool and report the outcome afterwards. Pre-flight checks count as demand only; they never change a score.',
+    '',
+    '## Verdicts',
+    '',
+    `- PASS: trust_score >= ${PASS_THRESHOLD}, proceed`,
+    `- UNCERTAIN: ${FAIL_THRESHOLD} <= trust_score < ${PASS_THRESHOLD}, caution`,
+    `- FAIL: trust_score < ${FAIL_THRESHOLD}, block`,
+    '- UNRATED: no runtime evidence (no accepted telemetry) for the server',
+    '',
+    '## Agent interfaces',
+    '',
+    `- MCP (Streamable HTTP, stateless): POST ${base}/mcp with tools ${Object.keys(MCP_TOOLS).join(', ')}; GET ${base}/mcp describes it`,
+    `- A2A 0.3 (JSON-RPC 2.0): POST ${base}/a2a with message/send and tasks/get; skills: ${A2A_SKILLS.map((s) => `"${s.examples[0]!.replace(/https:\/\/\S+/, '<server>')}"`).join(', ')}`,
+    '',
+    '## Endpoints',
+    '',
+    ...ops.map(line),
+    '',
+    '## Telemetry',
+    '',
+    'POST /api/report takes only server_url, success, latency_ms, tool_name and http_status. Prompts, arguments, outputs, user identifiers and IP addresses are never collected.',
+    '',
+    '## Receipts',
+    '',
+    'Receipts are compact JWS (header.payload.signature), alg EdDSA, verifiable offline against /.well-known/jwks.json or with GET /v1/verify?jws=... . receipt_id is 16 lower-case hex and resolves at /v1/receipt/{receipt_id}.',
+    '',
+    '## Access',
+    '',
+    'Everything is free except /agent-query/{server_slug}: use a trial key from POST /agent/auth {"type":"anonymous","requested_credential_type":"api_key"} (50 checks, Authorization: Bearer <key>) or pay 0.001 USDC on Base (x402, X-Payment header).',
+    '',
+    '## Optional',
+    '',
+    `- [OpenAPI 3.1](${base}/openapi.json)`,
+    `- [A2A agent card](${base}/.well-known/agent-card.json)`,
+    '',
+  ].join('\n');
+}
+
+const LOGO_SVG =
+  '<svg xmlns="http://www.w3.org/2000/svg" width="64" height="64" viewBox="0 0 64 64"><title>Trust Observatory</title>' +
+  '<circle cx="32" cy="32" r="30" fill="#1f6feb"/><path d="M19 33l9 9 17-19" fill="none" stroke="#fff" stroke-width="6" stroke-linecap="round" stroke-linejoin="round"/></svg>';
+
+export function discoveryRoutes(app: FastifyInstance, { services, config }: RouteDeps) {
+  const json = (path: string, build: () => unknown | Promise<unknown>) =>
+    app.get(path, async (_req, reply) => {
+      reply.header('cache-control', DISCOVERY_CACHE_CONTROL);
+      return build();
+    });
+  // Built once: they depend only on the configuration.
+  const card = agentCard(config);
+  const openapi = openApiDocument(config);
+  const llms = llmsTxt(config);
+  json('/.well-known/agent-card.json', () => card);
+  json('/.well-known/agent.json', () => card);
+  json('/.well-known/did.json', async () => didDocument(config, (await services.keyring.jwks()).keys));
+  json('/.well-known/mcp.json', () => mcpDiscoveryDocument(config));
+  json('/.well-known/ai-plugin.json', () => aiPluginManifest(config));
+  json('/.well-known/oauth-protected-resource', () => protectedResourceMetadata(config));
+  json('/.well-known/oauth-authorization-server', () => authorizationServerMetadata(config));
+  json('/openapi.json', () => openapi);
+  app.get('/llms.txt', async (_req, reply) => reply.header('cache-control', DISCOVERY_CACHE_CONTROL).type('text/plain; charset=utf-8').send(llms));
+  app.get('/logo.svg', async (_req, reply) => reply.header('cache-control', 'public, max-age=86400').type('image/svg+xml').send(LOGO_SVG));
+}
