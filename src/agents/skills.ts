@@ -45,7 +45,10 @@ function callerError(err: unknown): never {
 
 export function createAgentSkills(services: Services, db: Db): AgentSkills {
   const servers = serverStore(db);
-  const preflightFn = (services.trust as unknown as { preflight?: PreflightFn }).preflight;
+  // The pre-flight service (services.preflight.preflight) is built by another change; until it is
+  // part of this build, preflight answers "not available yet" rather than anything made up.
+  const preflightService = (services as unknown as { preflight?: { preflight?: PreflightFn } }).preflight;
+  const preflightFn = preflightService?.preflight;
 
   return {
     preflightAvailable: typeof preflightFn === 'function',
@@ -77,7 +80,7 @@ export function createAgentSkills(services: Services, db: Db): AgentSkills {
       const t = target.trim();
       if (t === '') throw new SkillError('invalid_argument', 'target is required (an MCP server URL or name)');
       try {
-        return restJson(PreflightResponseSchema, await preflightFn.call(services.trust, { target: t }, EMPTY_CONTEXT)) as JsonObject;
+        return restJson(PreflightResponseSchema, await preflightFn.call(preflightService, { target: t }, EMPTY_CONTEXT)) as JsonObject;
       } catch (err) {
         return callerError(err);
       }
