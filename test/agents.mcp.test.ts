@@ -21,7 +21,7 @@ afterAll(async () => {
   await app?.close();
 });
 
-const text = (r: { content: unknown }) => ((r.content as { type: string; text: string }[])[0]?.text ?? '');
+const text = (r: object) => (((r as { content?: unknown }).content as { type: string; text: string }[])[0]?.text ?? '');
 
 describe('MCP SDK client', () => {
   it('negotiates and sees serverInfo version 1.3.0', () => {

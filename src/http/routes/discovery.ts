@@ -168,6 +168,22 @@ export function discoveryRoutes(app: FastifyInstance, { services, config }: Rout
   json('/.well-known/oauth-protected-resource', () => protectedResourceMetadata(config));
   json('/.well-known/oauth-authorization-server', () => authorizationServerMetadata(config));
   json('/openapi.json', () => openapi);
+  // The base URL is the OAuth issuer, the protected resource and the card's provider: it answers
+  // with an index of everything else.
+  json('/', () => ({
+    name: 'Trust Observatory',
+    version: INTERFACE_VERSION,
+    description: card.description,
+    documents: {
+      openapi: `${config.publicBaseUrl}/openapi.json`,
+      llms_txt: `${config.publicBaseUrl}/llms.txt`,
+      agent_card: `${config.publicBaseUrl}/.well-known/agent-card.json`,
+      mcp: `${config.publicBaseUrl}/mcp`,
+      a2a: `${config.publicBaseUrl}/a2a`,
+      jwks: `${config.publicBaseUrl}/.well-known/jwks.json`,
+      did: `${config.publicBaseUrl}/.well-known/did.json`,
+    },
+  }));
   app.get('/llms.txt', async (_req, reply) => reply.header('cache-control', DISCOVERY_CACHE_CONTROL).type('text/plain; charset=utf-8').send(llms));
   app.get('/logo.svg', async (_req, reply) => reply.header('cache-control', 'public, max-age=86400').type('image/svg+xml').send(LOGO_SVG));
 }
