@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import type { McpToolName } from './mcp-tool-names.js';
 
 // The three MCP tools: names, descriptions and schemas in one place, read by the MCP server
 // (src/agents/mcp.ts) and by every discovery document that lists them (/mcp, /.well-known/mcp.json).
@@ -79,9 +80,7 @@ export const MCP_TOOLS = {
     },
     annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   },
-} as const;
-
-export type McpToolName = keyof typeof MCP_TOOLS;
+} as const satisfies Record<McpToolName, unknown>;
 
 /** Tool definitions as MCP tools/list shows them (JSON Schema converted the way the SDK does). */
 export function mcpToolDescriptors() {

@@ -1,70 +1,35 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
-import { INTERFACE_VERSION, type Config } from '../config.js';
+import type { Config } from '../config.js';
 import type { RouteDeps } from '../http/routes.js';
-import { MCP_TOOLS, mcpToolDescriptors } from './mcp-tools.js';
-import { createAgentSkills, SkillError, type AgentSkills, type JsonObject } from './skills.js';
+import { createAgentSkills } from './skills.js';
 
 // /mcp: an MCP server over Streamable HTTP, stateless (no sessions). Each POST gets its own
 // McpServer and transport (construction is a few object allocations; the tool schemas are built
 // once, below), so nothing leaks between requests and any instance can answer any request.
 
-export const MCP_SERVER_INFO = { name: 'trust-observatory', title: 'Trust Observatory', version: INTERFACE_VERSION } as const;
 const DISCOVERY_CACHE = 'public, max-age=300';
-const INSTRUCTIONS =
-  'Trust Observatory scores MCP servers on observed runtime behaviour. Call preflight_check (or check_trust) before ' +
-  'calling a server: PASS (score >= 60) proceed, UNCERTAIN (40-59) caution, FAIL (< 40) block, UNRATED no evidence. ' +
-  'Report the outcome afterwards with POST /api/report. Receipts verify with verify_attestation or offline against /.well-known/jwks.json.';
 
-type Log = Pick<FastifyInstance['log'], 'error'>;
-
-function ok(answer: JsonObject): CallToolResult {
-  // The text block carries the same JSON for clients that ignore structuredContent (MCP 2025-06-18).
-  return { content: [{ type: 'text', text: JSON.stringify(answer) }], structuredContent: answer };
-}
-
-function toolError(message: string): CallToolResult {
-  return { content: [{ type: 'text', text: message }], isError: true };
-}
-
-async function run(log: Log, tool: string, fn: () => Promise<JsonObject>): Promise<CallToolResult> {
-  try {
-    return ok(await fn());
-  } catch (err) {
-    if (err instanceof SkillError) return toolError(err.message);
-    log.error({ err, tool }, 'mcp tool failed');
-    return toolError('internal error; retry later');
-  }
-}
-
-export function buildMcpServer(skills: AgentSkills, log: Log): McpServer {
-  const server = new McpServer(MCP_SERVER_INFO, { instructions: INSTRUCTIONS, capabilities: { tools: { listChanged: false } } });
-  server.registerTool('preflight_check', MCP_TOOLS.preflight_check, async ({ target }) =>
-    run(log, 'preflight_check', () => skills.preflight(target)),
-  );
-  server.registerTool('check_trust', MCP_TOOLS.check_trust, async ({ server: s }) => run(log, 'check_trust', () => skills.checkTrust(s)));
-  server.registerTool('verify_attestation', MCP_TOOLS.verify_attestation, async ({ jws }) =>
-    run(log, 'verify_attestation', () => skills.verifyAttestation(jws)),
-  );
-  return server;
+let runtime: Promise<typeof import('./mcp-server.js')> | null = null;
+/** The SDK-backed part, imported on first use (see mcp-server.ts). */
+export function mcpRuntime(): Promise<typeof import('./mcp-server.js')> {
+  runtime ??= import('./mcp-server.js');
+  return runtime;
 }
 
 /** The JSON document a plain GET of /mcp answers (and /.well-known/mcp.json embeds). */
-export function mcpDiscoveryDocument(config: Config) {
+export async function mcpDiscoveryDocument(config: Config) {
+  const { MCP_SERVER_INFO, INSTRUCTIONS, LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, TOOL_DESCRIPTORS } = await mcpRuntime();
   return {
     name: MCP_SERVER_INFO.name,
     title: MCP_SERVER_INFO.title,
-    version: INTERFACE_VERSION,
+    version: MCP_SERVER_INFO.version,
     description: INSTRUCTIONS,
     protocol: 'mcp',
     protocolVersion: LATEST_PROTOCOL_VERSION,
     supportedProtocolVersions: SUPPORTED_PROTOCOL_VERSIONS,
     transport: { type: 'streamable-http', url: `${config.publicBaseUrl}/mcp`, stateless: true, batching: false },
     serverInfo: MCP_SERVER_INFO,
-    capabilities: { tools: { listChanged: false } },
+    capabilities: { tools: {} },
     authentication: { required: false },
     tools: TOOL_DESCRIPTORS,
     usage: {
@@ -74,8 +39,6 @@ export function mcpDiscoveryDocument(config: Config) {
     },
   };
 }
-
-const TOOL_DESCRIPTORS = mcpToolDescriptors();
 
 const LOOPBACK_BINDS = new Set(['127.0.0.1', '::1', 'localhost', '::ffff:127.0.0.1']);
 
@@ -145,6 +108,7 @@ export function mcpRoutes(app: FastifyInstance, { services, db, config }: RouteD
         return jsonRpcError(reply, 400, -32600, 'Invalid Request: the body must be a JSON-RPC message object');
       }
 
+      const { buildMcpServer, StreamableHTTPServerTransport } = await mcpRuntime();
       reply.hijack();
       // Headers fastify hooks set (request id, interface version, CORS) go out on the raw response.
       for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) reply.raw.setHeader(k, v as string);

@@ -3,7 +3,7 @@ import { INTERFACE_VERSION, type Config } from '../../config.js';
 import { FAIL_THRESHOLD, PASS_THRESHOLD } from '../../domain/verdict.js';
 import { agentCard, A2A_SKILLS } from '../../agents/a2a-card.js';
 import { mcpDiscoveryDocument } from '../../agents/mcp.js';
-import { MCP_TOOLS } from '../../agents/mcp-tools.js';
+import { MCP_TOOL_NAMES } from '../../agents/mcp-tool-names.js';
 import type { PublicJwk } from '../../signing/keyring.js';
 import type { RouteDeps } from '../routes.js';
 import { documentedOperations, openApiDocument } from '../openapi.js';
@@ -119,7 +119,7 @@ export function llmsTxt(config: Config): string {
     '',
     '## Agent interfaces',
     '',
-    `- MCP (Streamable HTTP, stateless): POST ${base}/mcp with tools ${Object.keys(MCP_TOOLS).join(', ')}; GET ${base}/mcp describes it`,
+    `- MCP (Streamable HTTP, stateless): POST ${base}/mcp with tools ${MCP_TOOL_NAMES.join(', ')}; GET ${base}/mcp describes it`,
     `- A2A 0.3 (JSON-RPC 2.0): POST ${base}/a2a with message/send and tasks/get; skills: ${A2A_SKILLS.map((s) => `"${s.examples[0]!.replace(/https:\/\/\S+/, '<server>')}"`).join(', ')}`,
     '',
     '## Endpoints',
