@@ -9,7 +9,7 @@ import { openDatabase, type Db } from './db/index.js';
 import { createDualProtocolServer } from './http/listener.js';
 import { createMetrics } from './http/metrics.js';
 import { installProblemHandlers, trackRoutes } from './http/problem.js';
-import { fastifyTrustProxy } from './http/client-address.js';
+import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
 import { openKeyRing } from './signing/keyring.js';
@@ -90,7 +90,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   const metrics = createMetrics(db);
   metrics.install(app);
 
-  await app.register(fastifyConnectPlugin, { routes: connectRoutes(services) });
+  await app.register(fastifyConnectPlugin, { routes: connectRoutes(services), contextValues: connectContextValues });
   registerRestRoutes(app, { services, db, config });
 
   let closing: Promise<void> | null = null;

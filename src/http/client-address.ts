@@ -1,4 +1,6 @@
+import { createContextValues, type ContextValues } from '@connectrpc/connect';
 import type { Config } from '../config.js';
+import { clientAddressKey } from '../services/context.js';
 
 // The client address (DECISIONS.md "Client address and report sources"): the socket's peer, or,
 // when TRUST_PROXY is set, the address X-Forwarded-For names. Fastify's trustProxy option
@@ -7,4 +9,12 @@ import type { Config } from '../config.js';
 export function fastifyTrustProxy(trust: Config['trustProxy']): boolean | number | string[] {
   if (trust === false) return false;
   return trust;
+}
+
+/**
+ * Connect context for every RPC: the client address as fastify decided it (req.ip honours
+ * TRUST_PROXY). The one function the Connect plugin's contextValues option uses.
+ */
+export function connectContextValues(req: { ip: string }): ContextValues {
+  return createContextValues().set(clientAddressKey, req.ip);
 }

@@ -6,6 +6,7 @@ import { systemRoutes } from './routes/system.js';
 import { telemetryRoutes } from './routes/telemetry.js';
 import { trustRoutes } from './routes/trust.js';
 import { pendingRoutes } from './routes/pending.js';
+import { accessRoutes } from './routes/access.js';
 import { wellKnownRoutes } from './routes/well-known.js';
 
 export interface RouteDeps {
@@ -20,5 +21,6 @@ export function registerRestRoutes(app: FastifyInstance, deps: RouteDeps) {
   telemetryRoutes(app, deps);
   trustRoutes(app, deps);
   wellKnownRoutes(app, deps);
+  accessRoutes(app, deps);
   pendingRoutes(app, deps);
 }

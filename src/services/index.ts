@@ -7,14 +7,21 @@ import { AccessService } from '../../gen/observatory/v1/access_pb.js';
 import type { ServiceDeps } from './context.js';
 import { createTelemetryService } from './telemetry.js';
 import { createTrustService } from './trust.js';
+import { createAccessService } from './access.js';
+import { createSkillTrustService } from './skill-trust.js';
+import { createVerifyReceiptService } from './verify-receipt.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
+  const trust = createTrustService(deps);
   return {
     keyring: deps.keyring,
     receipts: deps.receipts,
-    trust: createTrustService(deps),
+    trust,
     telemetry: createTelemetryService(deps),
+    access: createAccessService(deps, { trust }),
+    skillTrust: createSkillTrustService(deps),
+    verifyReceipt: createVerifyReceiptService(deps),
     /** Stops background work owned by services (flushers, schedulers). */
     async close(): Promise<void> {},
   };
@@ -28,10 +35,10 @@ export type Services = ReturnType<typeof createServices>;
  */
 export function connectRoutes(s: Services) {
   return (router: ConnectRouter) => {
-    router.service(TrustService, { getTrust: s.trust.getTrust });
+    router.service(TrustService, { getTrust: s.trust.getTrust, getSkillTrust: s.skillTrust.getSkillTrust });
     router.service(TelemetryService, { report: s.telemetry.report, reportStream: s.telemetry.reportStream });
-    router.service(ReceiptService, {});
+    router.service(ReceiptService, { verifyReceipt: s.verifyReceipt.verifyReceipt });
     router.service(ComplianceService, {});
-    router.service(AccessService, {});
+    router.service(AccessService, { registerAgent: s.access.registerAgent, agentQuery: s.access.agentQuery, getPaymentInfo: s.access.getPaymentInfo });
   };
 }
