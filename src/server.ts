@@ -45,9 +45,10 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
 
   const app = Fastify({
     serverFactory: createDualProtocolServer as unknown as FastifyServerFactory<http.Server>,
-    // fastify (proxy-addr) also takes a hop count; its typings only list the other forms.
-    trustProxy: fastifyTrustProxy(config.trustProxy) as boolean | string[],
+    trustProxy: fastifyTrustProxy(config.trustProxy),
     bodyLimit: config.bodyLimit,
+    // Path parameters carry server names and URLs (/agent-query/{server_slug}); fastify's default is 100.
+    routerOptions: { maxParamLength: 4096 },
     forceCloseConnections: 'idle',
     return503OnClosing: true,
     genReqId: (req) => {

@@ -6,8 +6,12 @@ import { clientAddressKey } from '../services/context.js';
 // when TRUST_PROXY is set, the address X-Forwarded-For names. Fastify's trustProxy option
 // implements exactly that (hop count or address/CIDR list), so we map our setting onto it.
 // The address is used in memory only; never log or store it.
-export function fastifyTrustProxy(trust: Config['trustProxy']): boolean | number | string[] {
+export function fastifyTrustProxy(trust: Config['trustProxy']): false | string[] | ((addr: string, hop: number) => boolean) {
   if (trust === false) return false;
+  // Fastify 5 treats a bare hop count as "trust nothing" (fail closed); DECISIONS.md says `1`
+  // trusts one hop, so the count becomes proxy-addr's (address, hop index) predicate.
+  if (typeof trust === 'number') return (_addr, hop) => hop < trust;
+  if (trust === true) return (_addr, hop) => hop < 1;
   return trust;
 }
 
