@@ -2,19 +2,18 @@ import Fastify, { LogController, type FastifyInstance, type FastifyServerFactory
 import type http from 'node:http';
 import cors from '@fastify/cors';
 import { fastifyConnectPlugin } from '@connectrpc/connect-fastify';
-import { cors as connectCors, createContextValues } from '@connectrpc/connect';
+import { cors as connectCors } from '@connectrpc/connect';
 import { randomUUID } from 'node:crypto';
 import { INTERFACE_VERSION, type Config } from './config.js';
 import { openDatabase, type Db } from './db/index.js';
 import { createDualProtocolServer } from './http/listener.js';
 import { createMetrics } from './http/metrics.js';
 import { installProblemHandlers, trackRoutes } from './http/problem.js';
-import { fastifyTrustProxy } from './http/client-address.js';
+import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
 import { openKeyRing } from './signing/keyring.js';
 import { createReceiptIssuer } from './signing/receipts.js';
-import { clientAddressKey } from './services/context.js';
 
 export interface Observatory {
   readonly app: FastifyInstance;
@@ -48,6 +47,8 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     serverFactory: createDualProtocolServer as unknown as FastifyServerFactory<http.Server>,
     trustProxy: fastifyTrustProxy(config.trustProxy),
     bodyLimit: config.bodyLimit,
+    // Path parameters carry server names and URLs (/agent-query/{server_slug}); fastify's default is 100.
+    routerOptions: { maxParamLength: 4096 },
     forceCloseConnections: 'idle',
     return503OnClosing: true,
     genReqId: (req) => {
@@ -90,11 +91,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   const metrics = createMetrics(db);
   metrics.install(app);
 
-  await app.register(fastifyConnectPlugin, {
-    routes: connectRoutes(services),
-    // The client address as TRUST_PROXY decides (fastify's req.ip): report sources hash it.
-    contextValues: (req) => createContextValues().set(clientAddressKey, req.ip),
-  });
+  await app.register(fastifyConnectPlugin, { routes: connectRoutes(services), contextValues: connectContextValues });
   registerRestRoutes(app, { services, db, config });
 
   let closing: Promise<void> | null = null;

@@ -6,6 +6,7 @@ import { systemRoutes } from './routes/system.js';
 import { telemetryRoutes } from './routes/telemetry.js';
 import { trustRoutes } from './routes/trust.js';
 import { pendingRoutes } from './routes/pending.js';
+import { accessRoutes } from './routes/access.js';
 import { wellKnownRoutes } from './routes/well-known.js';
 import { discoveryRoutes } from './routes/discovery.js';
 import { mcpRoutes } from '../agents/mcp.js';
@@ -26,5 +27,6 @@ export function registerRestRoutes(app: FastifyInstance, deps: RouteDeps) {
   discoveryRoutes(app, deps);
   mcpRoutes(app, deps);
   a2aRoutes(app, deps);
+  accessRoutes(app, deps);
   pendingRoutes(app, deps);
 }

@@ -7,6 +7,9 @@ import { AccessService } from '../../gen/observatory/v1/access_pb.js';
 import type { ServiceDeps } from './context.js';
 import { createTelemetryService } from './telemetry.js';
 import { createTrustService } from './trust.js';
+import { createAccessService } from './access.js';
+import { createSkillTrustService } from './skill-trust.js';
+import { createVerifyReceiptService } from './verify-receipt.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
@@ -16,6 +19,9 @@ export function createServices(deps: ServiceDeps) {
     receipts: deps.receipts,
     trust,
     telemetry: createTelemetryService(deps),
+    access: createAccessService(deps, { trust }),
+    skillTrust: createSkillTrustService(deps),
+    verifyReceipt: createVerifyReceiptService(deps),
     /** Stops background work owned by services (flushers, schedulers). */
     async close(): Promise<void> {
       trust.close();
@@ -39,10 +45,11 @@ export function connectRoutes(s: Services) {
       getSlaTier: s.trust.getSlaTier,
       getTrustDelta: s.trust.getTrustDelta,
       getBadge: s.trust.getBadge,
+      getSkillTrust: s.skillTrust.getSkillTrust,
     });
     router.service(TelemetryService, { report: s.telemetry.report, reportStream: s.telemetry.reportStream });
-    router.service(ReceiptService, {});
+    router.service(ReceiptService, { verifyReceipt: s.verifyReceipt.verifyReceipt });
     router.service(ComplianceService, {});
-    router.service(AccessService, {});
+    router.service(AccessService, { registerAgent: s.access.registerAgent, agentQuery: s.access.agentQuery, getPaymentInfo: s.access.getPaymentInfo });
   };
 }

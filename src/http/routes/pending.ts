@@ -6,7 +6,6 @@ import { sendProblem } from '../problem.js';
 // never fake data; each line is removed when its real route lands.
 export const PENDING: ReadonlyArray<readonly [method: 'GET' | 'POST', url: string]> = [
   ['GET', '/v1/preflight'],
-  ['GET', '/v1/trust'],
   ['GET', '/api/drift'],
   ['GET', '/api/demand'],
   ['GET', '/api/agent-readiness'],
@@ -14,13 +13,9 @@ export const PENDING: ReadonlyArray<readonly [method: 'GET' | 'POST', url: strin
   ['GET', '/v1/verify'],
   ['GET', '/v1/behavioral-evidence'],
   ['GET', '/v1/erc8004-attestation'],
-  ['GET', '/v1/verify-receipt'],
   ['GET', '/api/compliance'],
   ['GET', '/api/agency-checklist'],
   ['GET', '/v1/compliance'],
-  ['GET', '/agent-query/:server_slug'],
-  ['GET', '/api/payment-info'],
-  ['POST', '/agent/auth'],
 ];
 
 export function pendingRoutes(app: FastifyInstance, _deps: RouteDeps) {

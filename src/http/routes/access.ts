@@ -1,0 +1,46 @@
+import type { FastifyInstance } from 'fastify';
+import { AgentQueryResponseSchema, GetPaymentInfoResponseSchema, RegisterAgentResponseSchema } from '../../../gen/observatory/v1/access_pb.js';
+import { VerifyReceiptResponseSchema } from '../../../gen/observatory/v1/receipt_pb.js';
+import { GetSkillTrustResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
+import { callContext } from '../../services/context.js';
+import type { RouteDeps } from '../routes.js';
+import { restJson } from '../rest-json.js';
+
+// REST adapters of SPEC 4.5, 4.6, /v1/verify-receipt and /v1/trust: thin calls into the services.
+
+const authBody = {
+  type: 'object',
+  required: ['type', 'requested_credential_type'],
+  properties: { type: { type: 'string', maxLength: 64 }, requested_credential_type: { type: 'string', maxLength: 64 } },
+} as const;
+
+const stringQuery = (...names: string[]) =>
+  ({ type: 'object', properties: Object.fromEntries(names.map((n) => [n, { type: 'string', maxLength: 4096 }])) }) as const;
+
+export function accessRoutes(app: FastifyInstance, { services }: RouteDeps) {
+  app.post<{ Body: { type: string; requested_credential_type: string } }>('/agent/auth', { schema: { body: authBody }, bodyLimit: 4096 }, async (req) =>
+    restJson(
+      RegisterAgentResponseSchema,
+      await services.access.registerAgent({ type: req.body.type, requestedCredentialType: req.body.requested_credential_type }, callContext(req.headers, req.ip)),
+    ),
+  );
+
+  app.get<{ Params: { server_slug: string } }>('/agent-query/:server_slug', async (req, reply) => {
+    const res = await services.access.agentQuery({ serverSlug: req.params.server_slug }, callContext(req.headers, req.ip));
+    reply.header('cache-control', 'no-store');
+    return restJson(AgentQueryResponseSchema, res);
+  });
+
+  app.get('/api/payment-info', async (_req, reply) => {
+    reply.header('cache-control', 'public, max-age=300');
+    return restJson(GetPaymentInfoResponseSchema, await services.access.getPaymentInfo());
+  });
+
+  app.get<{ Querystring: { id?: string } }>('/v1/verify-receipt', { schema: { querystring: stringQuery('id') } }, async (req) =>
+    restJson(VerifyReceiptResponseSchema, await services.verifyReceipt.verifyReceipt({ id: req.query.id })),
+  );
+
+  app.get<{ Querystring: { registry?: string; skill?: string } }>('/v1/trust', { schema: { querystring: stringQuery('registry', 'skill') } }, async (req) =>
+    restJson(GetSkillTrustResponseSchema, await services.skillTrust.getSkillTrust({ registry: req.query.registry, skill: req.query.skill })),
+  );
+}

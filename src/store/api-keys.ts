@@ -1,0 +1,49 @@
+import type { Queryable } from '../db/index.js';
+
+export interface ApiKeyRow {
+  id: number;
+  scopes: string[];
+  trial_limit: number;
+  trial_used: number;
+  created_at: Date;
+}
+
+/** Anonymous API keys, stored by SHA-256 hash only. */
+export function apiKeyStore(db: Queryable) {
+  return {
+    async insert(k: { keyHash: string; scopes: readonly string[]; trialLimit: number; createdAt: Date }): Promise<void> {
+      await db.query('INSERT INTO api_keys (key_hash, scopes, trial_limit, created_at) VALUES ($1, $2, $3, $4)', [
+        k.keyHash,
+        k.scopes,
+        k.trialLimit,
+        k.createdAt,
+      ]);
+    },
+
+    async byHash(keyHash: string): Promise<ApiKeyRow | null> {
+      const rows = await db.query<ApiKeyRow>('SELECT id, scopes, trial_limit, trial_used, created_at FROM api_keys WHERE key_hash = $1', [keyHash]);
+      return rows[0] ?? null;
+    },
+
+    /**
+     * Spends one trial check atomically: one conditional UPDATE, so however many requests race,
+     * no key ever exceeds its limit. Null when the key is unknown or its allowance is used up.
+     */
+    async spendTrial(keyHash: string, at: Date): Promise<{ id: number; remaining: number } | null> {
+      const rows = await db.query<{ id: number; remaining: number }>(
+        `UPDATE api_keys SET trial_used = trial_used + 1, last_used_at = $2
+         WHERE key_hash = $1 AND trial_used < trial_limit
+         RETURNING id, trial_limit - trial_used AS remaining`,
+        [keyHash, at],
+      );
+      return rows[0] ?? null;
+    },
+
+    /** Gives a spent check back when the verdict could not be delivered. */
+    async refundTrial(id: number): Promise<void> {
+      await db.query('UPDATE api_keys SET trial_used = trial_used - 1 WHERE id = $1 AND trial_used > 0', [id]);
+    },
+  };
+}
+
+export type ApiKeyStore = ReturnType<typeof apiKeyStore>;
