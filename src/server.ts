@@ -8,7 +8,7 @@ import { INTERFACE_VERSION, type Config } from './config.js';
 import { openDatabase, type Db } from './db/index.js';
 import { createDualProtocolServer } from './http/listener.js';
 import { createMetrics } from './http/metrics.js';
-import { installProblemHandlers, trackRoutes } from './http/problem.js';
+import { installProblemHandlers, sendProblem, trackRoutes } from './http/problem.js';
 import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
@@ -54,6 +54,13 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && /^[\w.-]{1,64}$/.test(given) ? given : randomUUID();
+    },
+    // Errors the router raises before any handler: problem+json like everything else. An
+    // over-long path parameter (e.g. /v1/receipt/<300 chars>) is a malformed parameter: 400.
+    frameworkErrors: (err, _req, reply) => {
+      if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') return sendProblem(reply, 'invalid_argument', 'a path parameter is longer than this service accepts');
+      if (err.code === 'FST_ERR_BAD_URL') return sendProblem(reply, 'invalid_argument', 'the request URL is malformed');
+      return sendProblem(reply, 'invalid_argument', 'the request is malformed');
     },
     ajv: { customOptions: { coerceTypes: false, removeAdditional: true, allErrors: false } },
     logger:

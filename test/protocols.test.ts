@@ -56,7 +56,7 @@ describe(`one port, every protocol (${backend})`, () => {
   it('answers Unimplemented for contract methods not built yet, never fake data', async () => {
     const transport = createGrpcTransport({ baseUrl: t.base });
     const err = await createClient(ReceiptService, transport)
-      .getReceipt({ receiptId: '0123456789abcdef' })
+      .verifyReceipt({ id: '0123456789abcdef' })
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConnectError);
     expect((err as ConnectError).code).toBe(Code.Unimplemented);

@@ -7,6 +7,8 @@ import { telemetryRoutes } from './routes/telemetry.js';
 import { trustRoutes } from './routes/trust.js';
 import { pendingRoutes } from './routes/pending.js';
 import { accessRoutes } from './routes/access.js';
+import { preflightRoutes } from './routes/preflight.js';
+import { receiptRoutes } from './routes/receipts.js';
 import { wellKnownRoutes } from './routes/well-known.js';
 import { discoveryRoutes } from './routes/discovery.js';
 import { mcpRoutes } from '../agents/mcp.js';
@@ -28,5 +30,7 @@ export function registerRestRoutes(app: FastifyInstance, deps: RouteDeps) {
   mcpRoutes(app, deps);
   a2aRoutes(app, deps);
   accessRoutes(app, deps);
+  preflightRoutes(app, deps);
+  receiptRoutes(app, deps);
   pendingRoutes(app, deps);
 }

@@ -10,6 +10,8 @@ import { createTrustService } from './trust.js';
 import { createAccessService } from './access.js';
 import { createSkillTrustService } from './skill-trust.js';
 import { createVerifyReceiptService } from './verify-receipt.js';
+import { createPreflightService } from './preflight.js';
+import { createReceiptService } from './receipt.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
@@ -22,6 +24,10 @@ export function createServices(deps: ServiceDeps) {
     access: createAccessService(deps, { trust }),
     skillTrust: createSkillTrustService(deps),
     verifyReceipt: createVerifyReceiptService(deps),
+    /** Pre-flight checks and demand (TrustService.Preflight, TrustService.GetDemand). */
+    preflight: createPreflightService(deps, trust),
+    /** Receipt lookup, verification, behavioral evidence, ERC-8004 attestations (ReceiptService). */
+    receipt: createReceiptService(deps, trust),
     /** Stops background work owned by services (flushers, schedulers). */
     async close(): Promise<void> {
       trust.close();
@@ -46,9 +52,17 @@ export function connectRoutes(s: Services) {
       getTrustDelta: s.trust.getTrustDelta,
       getBadge: s.trust.getBadge,
       getSkillTrust: s.skillTrust.getSkillTrust,
+      preflight: (req, ctx) => s.preflight.preflight(req, ctx),
+      getDemand: s.preflight.getDemand,
     });
     router.service(TelemetryService, { report: s.telemetry.report, reportStream: s.telemetry.reportStream });
-    router.service(ReceiptService, { verifyReceipt: s.verifyReceipt.verifyReceipt });
+    router.service(ReceiptService, {
+      getReceipt: s.receipt.getReceipt,
+      verify: s.receipt.verify,
+      getBehavioralEvidence: s.receipt.getBehavioralEvidence,
+      getErc8004Attestation: s.receipt.getErc8004Attestation,
+      verifyReceipt: s.verifyReceipt.verifyReceipt,
+    });
     router.service(ComplianceService, {});
     router.service(AccessService, { registerAgent: s.access.registerAgent, agentQuery: s.access.agentQuery, getPaymentInfo: s.access.getPaymentInfo });
   };

@@ -36,8 +36,12 @@ function decodeJson(part: string): unknown {
   return JSON.parse(text);
 }
 
-/** Splits and checks a compact JWS without verifying the signature. */
-export function parseCompact(token: string): { header: JwsHeader; payload: Record<string, unknown>; input: string; signature: Buffer } | { reason: string } {
+/**
+ * Checks what every compact JWS we accept must satisfy, whatever its payload: size, three
+ * base64url parts, a JSON-object header with an accepted alg and none of the forbidden members,
+ * and a 64-byte Ed25519 signature. RFC 7515/8037 only; no receipt-specific rules.
+ */
+function parseGeneric(token: string): { header: Record<string, unknown>; payloadPart: string; input: string; signature: Buffer } | { reason: string } {
   if (typeof token !== 'string' || token.length === 0) return { reason: 'no token' };
   if (token.length > MAX_JWS_LENGTH) return { reason: `token longer than ${MAX_JWS_LENGTH} bytes` };
   const parts = token.split('.');
@@ -45,24 +49,43 @@ export function parseCompact(token: string): { header: JwsHeader; payload: Recor
   const [h, p, s] = parts as [string, string, string];
   if (!B64U.test(h) || !B64U.test(p) || !B64U.test(s)) return { reason: 'not base64url' };
   let header: unknown;
-  let payload: unknown;
   try {
     header = decodeJson(h);
-    payload = decodeJson(p);
   } catch {
-    return { reason: 'header or payload is not JSON' };
+    return { reason: 'header is not JSON' };
   }
   if (!header || typeof header !== 'object' || Array.isArray(header)) return { reason: 'header is not a JSON object' };
-  if (!payload || typeof payload !== 'object' || Array.isArray(payload)) return { reason: 'payload is not a JSON object' };
   const hd = header as Record<string, unknown>;
   if (typeof hd.alg !== 'string' || !(ACCEPTED_ALGS as readonly string[]).includes(hd.alg)) {
     return { reason: `algorithm ${JSON.stringify(hd.alg ?? null)} is not accepted (EdDSA or Ed25519 only)` };
   }
   for (const f of FORBIDDEN_HEADERS) if (f in hd) return { reason: `header member "${f}" is not accepted` };
-  if (typeof hd.kid !== 'string' || hd.kid.length === 0) return { reason: 'header has no kid' };
   const signature = Buffer.from(s, 'base64url');
   if (signature.length !== 64) return { reason: 'signature is not an Ed25519 signature' };
-  return { header: hd as JwsHeader, payload: payload as Record<string, unknown>, input: `${h}.${p}`, signature };
+  return { header: hd, payloadPart: p, input: `${h}.${p}`, signature };
+}
+
+/** Splits and checks a compact JWS of ours (kid, JSON-object payload) without verifying the signature. */
+export function parseCompact(token: string): { header: JwsHeader; payload: Record<string, unknown>; input: string; signature: Buffer } | { reason: string } {
+  const g = parseGeneric(token);
+  if ('reason' in g) return g;
+  let payload: unknown;
+  try {
+    payload = decodeJson(g.payloadPart);
+  } catch {
+    return { reason: 'payload is not JSON' };
+  }
+  if (!payload || typeof payload !== 'object' || Array.isArray(payload)) return { reason: 'payload is not a JSON object' };
+  if (typeof g.header.kid !== 'string' || g.header.kid.length === 0) return { reason: 'header has no kid' };
+  return { header: g.header as JwsHeader, payload: payload as Record<string, unknown>, input: g.input, signature: g.signature };
+}
+
+function edVerifies(input: string, key: KeyObject, signature: Buffer): boolean {
+  try {
+    return edVerify(null, Buffer.from(input), key, signature);
+  } catch {
+    return false;
+  }
 }
 
 /** Verifies a compact JWS against the key its kid names; unknown kids fail. */
@@ -71,14 +94,24 @@ export async function verifyCompact(token: string, keyFor: (kid: string) => Prom
   if ('reason' in parsed) return { valid: false, reason: parsed.reason };
   const key = await keyFor(parsed.header.kid);
   if (!key) return { valid: false, reason: `unknown key id ${parsed.header.kid}` };
-  let ok = false;
-  try {
-    ok = edVerify(null, Buffer.from(parsed.input), key, parsed.signature);
-  } catch {
-    ok = false;
-  }
-  if (!ok) return { valid: false, reason: 'signature does not verify' };
+  if (key.asymmetricKeyType !== 'ed25519') return { valid: false, reason: 'the key is not an Ed25519 key' };
+  if (!edVerifies(parsed.input, key, parsed.signature)) return { valid: false, reason: 'signature does not verify' };
   return { valid: true, header: parsed.header, payload: parsed.payload };
+}
+
+/**
+ * Verifies any compact Ed25519 JWS against one given key (RFC 8037), with the same strict header
+ * rules but no requirement on kid or on the payload's format: the payload comes back as bytes.
+ */
+export function verifyCompactWithKey(
+  token: string,
+  key: KeyObject,
+): { valid: true; header: Record<string, unknown>; payload: Buffer } | { valid: false; reason: string } {
+  const g = parseGeneric(token);
+  if ('reason' in g) return { valid: false, reason: g.reason };
+  if (key.asymmetricKeyType !== 'ed25519') return { valid: false, reason: 'the key is not an Ed25519 key' };
+  if (!edVerifies(g.input, key, g.signature)) return { valid: false, reason: 'signature does not verify' };
+  return { valid: true, header: g.header, payload: Buffer.from(g.payloadPart, 'base64url') };
 }
 
 export function publicKeyFromJwk(jwk: Record<string, string>): KeyObject {

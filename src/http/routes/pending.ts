@@ -5,14 +5,8 @@ import { sendProblem } from '../problem.js';
 // Paths of SPEC.md section 4 whose handlers are not built yet. They answer 501 problem+json,
 // never fake data; each line is removed when its real route lands.
 export const PENDING: ReadonlyArray<readonly [method: 'GET' | 'POST', url: string]> = [
-  ['GET', '/v1/preflight'],
   ['GET', '/api/drift'],
-  ['GET', '/api/demand'],
   ['GET', '/api/agent-readiness'],
-  ['GET', '/v1/receipt/:receipt_id'],
-  ['GET', '/v1/verify'],
-  ['GET', '/v1/behavioral-evidence'],
-  ['GET', '/v1/erc8004-attestation'],
   ['GET', '/api/compliance'],
   ['GET', '/api/agency-checklist'],
   ['GET', '/v1/compliance'],

@@ -1,0 +1,176 @@
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import type { GetDemandRequest, GetDemandResponseSchema, PreflightRequest, PreflightResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
+import { canonicalServerUrl, InvalidServerUrl, looksLikeUrl } from '../domain/server-identity.js';
+import { RECOMMENDATIONS, type PreflightVerdict } from '../domain/verdict.js';
+import { invalidArgument, ObservatoryError } from '../errors.js';
+import type { ReceiptKind } from '../signing/receipts.js';
+import { demandStore, type VerdictCounts } from '../store/demand.js';
+import { serverStore } from '../store/servers.js';
+import type { CallContext, ServiceDeps } from './context.js';
+import type { TrustService } from './trust.js';
+
+/** Longest target accepted (a URL or a name); longer is 400, not a lookup. */
+export const MAX_TARGET_LENGTH = 2048;
+/** Most-vetted targets listed per demand window. */
+export const DEMAND_TOP_TARGETS = 20;
+export const DEMAND_WINDOWS = [
+  { window: '24h', ms: 24 * 3600_000 },
+  { window: '7d', ms: 7 * 24 * 3600_000 },
+  { window: '30d', ms: 30 * 24 * 3600_000 },
+  { window: 'alltime', ms: null },
+] as const;
+
+export type PreflightResult = MessageInitShape<typeof PreflightResponseSchema> & {
+  target: string;
+  verdict: PreflightVerdict;
+  recommendation: string;
+  diligenceReceipt: string;
+  receiptId: string;
+  checkedAt: string;
+};
+
+export interface PreflightOptions {
+  /** Receipt kind of the diligence receipt; `preflight` by default (gateway, agent_query reuse this). */
+  kind?: ReceiptKind;
+  /** Extra members of the signed claim (e.g. the gateway's decision); cannot override the verdict fields. */
+  claim?: Record<string, unknown>;
+  /** Record the check as a demand signal (default true). */
+  recordDemand?: boolean;
+}
+
+const VERDICTS: readonly string[] = ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'];
+
+/**
+ * Pre-flight checks and the demand they create: THE implementation of TrustService.Preflight and
+ * TrustService.GetDemand. The score comes from the trust service's public getTrust; pre-flight
+ * writes only a receipt and a demand row, neither of which any score reads.
+ */
+export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustService, 'getTrust'>) {
+  const { db, now, receipts } = deps;
+  const servers = serverStore(db);
+  const demand = demandStore(db);
+
+  async function preflight(req: Partial<PreflightRequest>, _ctx?: CallContext, opts: PreflightOptions = {}): Promise<PreflightResult> {
+    const target = (req.target ?? '').trim();
+    if (target === '') throw invalidArgument('target is required (an MCP server URL, name or slug)');
+    if (target.length > MAX_TARGET_LENGTH) throw invalidArgument(`target is longer than ${MAX_TARGET_LENGTH} characters`);
+    let givenUrl: string | null = null;
+    if (looksLikeUrl(target)) {
+      try {
+        givenUrl = canonicalServerUrl(target);
+      } catch (err) {
+        if (err instanceof InvalidServerUrl) throw invalidArgument(`target: ${err.message}`);
+        throw err;
+      }
+    }
+
+    const server = await servers.resolve(target);
+    let verdict: PreflightVerdict = 'UNRATED';
+    let trustScore: number | undefined;
+    let totalInteractions = 0;
+    let anomalyFlags: string[] = [];
+    if (server) {
+      try {
+        const rec = await trust.getTrust({ url: server.url });
+        totalInteractions = Number(rec.metrics?.totalInteractions ?? 0);
+        anomalyFlags = [...(rec.anomaly?.anomalyFlags ?? [])];
+        // UNRATED: no accepted telemetry (DECISIONS.md); otherwise the trust service's verdict.
+        if (totalInteractions > 0 && typeof rec.server?.trustScore === 'number' && VERDICTS.includes(rec.verdict ?? '')) {
+          verdict = rec.verdict as PreflightVerdict;
+          if (verdict !== 'UNRATED') trustScore = rec.server.trustScore;
+        }
+      } catch (err) {
+        // Tracked a moment ago but gone now (deleted between the two reads): no evidence.
+        if (!(err instanceof ObservatoryError && err.status === 404)) throw err;
+      }
+    }
+
+    const serverUrl = server?.url ?? givenUrl;
+    const recommendation = RECOMMENDATIONS[verdict];
+    const checkedAt = now();
+    const claim = {
+      ...opts.claim,
+      target,
+      server_url: serverUrl,
+      name: server?.name ?? null,
+      tracked: server !== null,
+      verdict,
+      trust_score: trustScore ?? null,
+      recommendation,
+      total_interactions: totalInteractions,
+      anomaly_flags: anomalyFlags,
+      checked_at: checkedAt.toISOString(),
+    };
+    const kind = opts.kind ?? 'preflight';
+    const receipt = await db.transaction(async (tx) => {
+      const r = await receipts.issue(kind, serverUrl ?? target, claim, { db: tx });
+      if (opts.recordDemand !== false) {
+        await demandStore(tx).insert({
+          checked_at: checkedAt,
+          target: serverUrl ?? target,
+          server_url: serverUrl,
+          name: server?.name ?? null,
+          verdict,
+          kind,
+          receipt_id: r.receiptId,
+        });
+      }
+      return r;
+    });
+
+    return {
+      target,
+      serverUrl: serverUrl ?? undefined,
+      verdict,
+      trustScore,
+      recommendation,
+      diligenceReceipt: receipt.jws,
+      receiptId: receipt.receiptId,
+      checkedAt: checkedAt.toISOString(),
+      name: server?.name,
+      tracked: server !== null,
+      totalInteractions,
+      anomalyFlags,
+    };
+  }
+
+  const mixOf = (c: VerdictCounts) => ({ pass: c.pass, uncertain: c.uncertain, fail: c.fail, unrated: c.unrated });
+
+  async function getDemand(_req?: Partial<GetDemandRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetDemandResponseSchema>> {
+    const at = now();
+    const windows = await Promise.all(
+      DEMAND_WINDOWS.map(async (w) => {
+        const since = w.ms === null ? null : new Date(at.getTime() - w.ms);
+        const [totals, top] = await Promise.all([demand.totals(since), demand.topTargets(since, DEMAND_TOP_TARGETS)]);
+        return {
+          window: w.window,
+          totalChecks: totals.total,
+          uniqueTargets: totals.unique_targets,
+          verdictMix: mixOf(totals),
+          servers: top.map((t) => ({
+            target: t.target,
+            serverUrl: t.server_url ?? undefined,
+            name: t.name ?? undefined,
+            checks: t.checks,
+            verdictMix: mixOf(t),
+            lastCheckedAt: t.last_checked_at.toISOString(),
+            lastVerdict: t.last_verdict,
+          })),
+        };
+      }),
+    );
+    const all = windows[windows.length - 1]!;
+    return {
+      generatedAt: at.toISOString(),
+      totalPreflightChecks: all.totalChecks,
+      uniqueTargets: all.uniqueTargets,
+      verdictMix: all.verdictMix,
+      windows,
+      note: 'Pre-flight checks are demand signals only; they never feed trust scores.',
+    };
+  }
+
+  return { preflight, getDemand };
+}
+
+export type PreflightService = ReturnType<typeof createPreflightService>;

@@ -1,0 +1,95 @@
+import type { Queryable } from '../db/index.js';
+
+// Pre-flight demand signals (table preflight_demand). Nothing in the scoring reads this table.
+
+export interface DemandRow {
+  checked_at: Date;
+  /** Canonical URL when the target resolved or is a URL, else the name as given (trimmed). */
+  target: string;
+  server_url: string | null;
+  name: string | null;
+  verdict: string;
+  kind: string;
+  receipt_id: string | null;
+}
+
+export interface VerdictCounts {
+  pass: number;
+  uncertain: number;
+  fail: number;
+  unrated: number;
+}
+
+export interface DemandTotals extends VerdictCounts {
+  total: number;
+  unique_targets: number;
+}
+
+export interface DemandTarget extends VerdictCounts {
+  target: string;
+  server_url: string | null;
+  name: string | null;
+  checks: number;
+  last_checked_at: Date;
+  last_verdict: string;
+}
+
+const MIX = `sum(CASE WHEN verdict = 'PASS' THEN 1 ELSE 0 END)::int8 AS pass,
+  sum(CASE WHEN verdict = 'UNCERTAIN' THEN 1 ELSE 0 END)::int8 AS uncertain,
+  sum(CASE WHEN verdict = 'FAIL' THEN 1 ELSE 0 END)::int8 AS fail,
+  sum(CASE WHEN verdict = 'UNRATED' THEN 1 ELSE 0 END)::int8 AS unrated`;
+
+const mix = (r: { pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }): VerdictCounts => ({
+  pass: r.pass ?? 0,
+  uncertain: r.uncertain ?? 0,
+  fail: r.fail ?? 0,
+  unrated: r.unrated ?? 0,
+});
+
+export function demandStore(db: Queryable) {
+  return {
+    async insert(r: DemandRow): Promise<void> {
+      await db.query(
+        'INSERT INTO preflight_demand (checked_at, target, server_url, name, verdict, kind, receipt_id) VALUES ($1, $2, $3, $4, $5, $6, $7)',
+        [r.checked_at, r.target, r.server_url, r.name, r.verdict, r.kind, r.receipt_id],
+      );
+    },
+
+    /** Totals since a time (null: all time). */
+    async totals(since: Date | null): Promise<DemandTotals> {
+      const rows = await db.query<{ n: number; u: number; pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }>(
+        `SELECT count(*)::int8 AS n, count(DISTINCT target)::int8 AS u, ${MIX}
+           FROM preflight_demand WHERE $1::timestamptz IS NULL OR checked_at >= $1::timestamptz`,
+        [since],
+      );
+      const r = rows[0]!;
+      return { total: r.n, unique_targets: r.u, ...mix(r) };
+    },
+
+    /** Most-checked targets since a time (null: all time), most checks first. */
+    async topTargets(since: Date | null, limit: number): Promise<DemandTarget[]> {
+      const rows = await db.query<{
+        target: string;
+        server_url: string | null;
+        name: string | null;
+        checks: number;
+        last_checked_at: Date;
+        last_verdict: string;
+        pass: number | null;
+        uncertain: number | null;
+        fail: number | null;
+        unrated: number | null;
+      }>(
+        `SELECT target, max(server_url) AS server_url, max(name) AS name, count(*)::int8 AS checks,
+                max(checked_at) AS last_checked_at,
+                (array_agg(verdict ORDER BY checked_at DESC, id DESC))[1] AS last_verdict, ${MIX}
+           FROM preflight_demand WHERE $1::timestamptz IS NULL OR checked_at >= $1::timestamptz
+          GROUP BY target ORDER BY checks DESC, last_checked_at DESC, target LIMIT $2`,
+        [since, limit],
+      );
+      return rows.map((r) => ({ ...r, ...mix(r) }));
+    },
+  };
+}
+
+export type DemandStore = ReturnType<typeof demandStore>;
