@@ -21,8 +21,8 @@ async function report(url: string, success: boolean, latency = 100) {
 
 beforeAll(async () => {
   t = await startTestApp({}, { now });
-  for (let i = 0; i < 40; i++) await report(GOOD, true, 80 + (i % 7));
-  for (let i = 0; i < 40; i++) await report(BAD, i % 10 === 0, 900);
+  await Promise.all(Array.from({ length: 40 }, (_, i) => report(GOOD, true, 80 + (i % 7))));
+  await Promise.all(Array.from({ length: 40 }, (_, i) => report(BAD, i % 10 === 0, 900)));
 });
 afterAll(async () => {
   await t?.close();

@@ -9,12 +9,19 @@ type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.
 const H2_PREFIX = Buffer.from('PRI');
 
 /**
+ * Largest HTTP/1.1 request head. Node's default (16 KiB) would answer a bare 431 to GET
+ * /v1/verify?jws=<large token>; with room for a 1 MiB token the service itself answers with a
+ * precise 422 problem (tokens over 10 KiB are refused unread). Anything larger still gets 431.
+ */
+export const MAX_REQUEST_HEAD_BYTES = 1024 * 1024 + 64 * 1024;
+
+/**
  * One listening socket, two protocols: plain HTTP/1.1 (curl with no flags, browsers) and
  * HTTP/2 cleartext (gRPC, Connect over h2c). Each new connection is routed by its first bytes
  * to a node:http or a node:http2 server, both running the same request handler.
  */
 export function createDualProtocolServer(handler: Handler): http.Server {
-  const h1 = http.createServer(handler as http.RequestListener);
+  const h1 = http.createServer({ maxHeaderSize: MAX_REQUEST_HEAD_BYTES }, handler as http.RequestListener);
   const h2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
   const sessions = new Set<http2.Http2Session>();
   h2.on('session', (s) => {
