@@ -1,0 +1,219 @@
+import { readFile } from 'node:fs/promises';
+import type { KeyObject } from 'node:crypto';
+import { ConfigError, loadConfig } from './config.js';
+import { openDatabase } from './db/index.js';
+import { publicKeyFromJwk, verifyCompact } from './signing/jws.js';
+import { rotateSigningKey } from './signing/keyring.js';
+
+// The command-line entry: `observatory <command>` (bin/observatory.js) or `npm run observatory --
+// <command>`. Every command is one entry of COMMANDS; adding a command means adding an entry.
+
+export interface CliIo {
+  out(line: string): void;
+  err(line: string): void;
+  env: Record<string, string | undefined>;
+  stdin?: () => Promise<string>;
+}
+
+/** Exit codes: 0 success (or a valid token), 1 failure (an invalid token), 2 usage error. */
+export const EXIT = { ok: 0, invalid: 1, usage: 2 } as const;
+/** Returned by commands that keep running (serve): the process must not exit. */
+export const RUNNING = 'running' as const;
+
+class UsageError extends Error {}
+
+export interface Command {
+  /** One or more words, e.g. "verify" or "keys rotate". */
+  name: string;
+  usage: string;
+  summary: string;
+  run(args: string[], io: CliIo): Promise<number | typeof RUNNING>;
+}
+
+/** Splits `--flag value` / `--flag=value` options from positional arguments; unknown flags are usage errors. */
+function parseArgs(args: string[], flags: string[]): { positional: string[]; options: Record<string, string> } {
+  const positional: string[] = [];
+  const options: Record<string, string> = {};
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a.startsWith('--') && a.length > 2) {
+      const eq = a.indexOf('=');
+      const name = a.slice(2, eq === -1 ? undefined : eq);
+      if (!flags.includes(name)) throw new UsageError(`unknown option --${name}`);
+      const value = eq === -1 ? args[++i] : a.slice(eq + 1);
+      if (value === undefined || value === '') throw new UsageError(`--${name} needs a value`);
+      options[name] = value;
+    } else positional.push(a);
+  }
+  return { positional, options };
+}
+
+/** Reads a JWKS from a file or an http(s) URL and keeps its Ed25519 keys by kid. */
+async function loadJwks(source: string): Promise<Map<string, KeyObject>> {
+  let text: string;
+  if (/^https?:\/\//i.test(source)) {
+    const res = await fetch(source, { signal: AbortSignal.timeout(10_000) });
+    if (!res.ok) throw new UsageError(`could not fetch the JWKS at ${source}: HTTP ${res.status}`);
+    text = await res.text();
+  } else {
+    text = await readFile(source, 'utf8').catch((e: NodeJS.ErrnoException) => {
+      throw new UsageError(`cannot read the JWKS file ${source}: ${e.code ?? e.message}`);
+    });
+  }
+  let doc: { keys?: unknown };
+  try {
+    doc = JSON.parse(text) as { keys?: unknown };
+  } catch {
+    throw new UsageError(`${source} is not JSON`);
+  }
+  if (!Array.isArray(doc.keys)) throw new UsageError(`${source} is not a JWKS (no "keys" array)`);
+  const keys = new Map<string, KeyObject>();
+  for (const k of doc.keys as Record<string, string>[]) {
+    if (k?.kty !== 'OKP' || k.crv !== 'Ed25519' || typeof k.x !== 'string' || typeof k.kid !== 'string') continue;
+    try {
+      keys.set(k.kid, publicKeyFromJwk(k));
+    } catch {
+      // a malformed entry verifies nothing
+    }
+  }
+  return keys;
+}
+
+const verifyCommand: Command = {
+  name: 'verify',
+  usage: 'verify <jws|-> [--jwks <file-or-url>]',
+  summary: 'Verify a receipt (compact JWS) offline against a JWKS file, or a JWKS URL (default: $PUBLIC_BASE_URL/.well-known/jwks.json)',
+  async run(args, io) {
+    const { positional, options } = parseArgs(args, ['jwks']);
+    if (positional.length !== 1) throw new UsageError('verify takes exactly one token (or - to read it from stdin)');
+    let token = positional[0]!;
+    if (token === '-') {
+      if (!io.stdin) throw new UsageError('no stdin to read the token from');
+      token = (await io.stdin()).trim();
+    }
+    let source = options.jwks;
+    if (!source) {
+      try {
+        source = `${loadConfig(io.env).publicBaseUrl}/.well-known/jwks.json`;
+      } catch (err) {
+        if (err instanceof ConfigError) throw new UsageError(`configuration error: ${err.message}`);
+        throw err;
+      }
+    }
+    const keys = await loadJwks(source);
+    const v = await verifyCompact(token, async (kid) => keys.get(kid) ?? null);
+    if (!v.valid) {
+      io.err(`invalid: ${v.reason}`);
+      return EXIT.invalid;
+    }
+    io.out(JSON.stringify({ valid: true, kid: v.header.kid, header: v.header, payload: v.payload }, null, 2));
+    return EXIT.ok;
+  },
+};
+
+const keysRotateCommand: Command = {
+  name: 'keys rotate',
+  usage: 'keys rotate',
+  summary: 'Make a new Ed25519 signing key active in the configured database; old public keys stay in the JWKS',
+  async run(args, io) {
+    if (args.length > 0) throw new UsageError('keys rotate takes no arguments');
+    const config = loadConfig(io.env);
+    if (config.signingKeyJwk) {
+      throw new UsageError('SIGNING_KEY_JWK is set, so that key signs: rotate by supplying a new key in SIGNING_KEY_JWK (the old public key stays published)');
+    }
+    const db = await openDatabase(config);
+    try {
+      const kid = await rotateSigningKey(db);
+      io.out(`new active signing key: ${kid}`);
+      io.out('running instances pick it up within 30 seconds; receipts signed by earlier keys keep verifying');
+    } finally {
+      await db.close();
+    }
+    return EXIT.ok;
+  },
+};
+
+const serveCommand: Command = {
+  name: 'serve',
+  usage: 'serve',
+  summary: 'Run the service (same as npm start), configured by environment variables',
+  async run(args, io) {
+    if (args.length > 0) throw new UsageError('serve takes no arguments; configure it with environment variables');
+    const { serve } = await import('./main.js');
+    await serve(loadConfig(io.env));
+    return RUNNING;
+  },
+};
+
+/** Every command, in the order --help lists them. Add new commands here. */
+export const COMMANDS: Command[] = [serveCommand, verifyCommand, keysRotateCommand];
+
+export function helpText(): string {
+  const width = Math.max(...COMMANDS.map((c) => c.usage.length));
+  return [
+    'usage: observatory <command> [arguments]',
+    '',
+    'commands:',
+    ...COMMANDS.map((c) => `  ${c.usage.padEnd(width)}  ${c.summary}`),
+    '',
+    'exit codes: 0 success (valid), 1 failure (invalid), 2 usage error',
+  ].join('\n');
+}
+
+/** Runs one command line; resolves to the exit code, or RUNNING for commands that keep serving. */
+export async function runCli(argv: string[], io: CliIo): Promise<number | typeof RUNNING> {
+  if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help') {
+    (argv.length === 0 ? io.err : io.out)(helpText());
+    return argv.length === 0 ? EXIT.usage : EXIT.ok;
+  }
+  // Longest matching command name wins ("keys rotate" before a hypothetical "keys").
+  const match = [...COMMANDS]
+    .sort((a, b) => b.name.split(' ').length - a.name.split(' ').length)
+    .find((c) => {
+      const words = c.name.split(' ');
+      return words.every((w, i) => argv[i] === w);
+    });
+  if (!match) {
+    io.err(`unknown command: ${argv.join(' ')}\n\n${helpText()}`);
+    return EXIT.usage;
+  }
+  const rest = argv.slice(match.name.split(' ').length);
+  if (rest.includes('--help') || rest.includes('-h')) {
+    io.out(`usage: observatory ${match.usage}\n\n${match.summary}`);
+    return EXIT.ok;
+  }
+  try {
+    return await match.run(rest, io);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      io.err(`${err.message}\nusage: observatory ${match.usage}`);
+      return EXIT.usage;
+    }
+    if (err instanceof ConfigError) {
+      io.err(`configuration error: ${err.message}`);
+      return EXIT.usage;
+    }
+    io.err(`${match.name} failed: ${(err as Error)?.message ?? String(err)}`);
+    return EXIT.invalid;
+  }
+}
+
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of process.stdin) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Process entry used by bin/observatory.js and `tsx src/cli.ts`. */
+export async function cliMain(argv: string[] = process.argv.slice(2)): Promise<void> {
+  const code = await runCli(argv, {
+    out: (l) => console.log(l),
+    err: (l) => console.error(l),
+    env: process.env,
+    stdin: readStdin,
+  });
+  if (code !== RUNNING) process.exitCode = code;
+}
+
+const isEntry = process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href;
+if (isEntry) await cliMain();
