@@ -26,7 +26,7 @@ beforeAll(async () => {
   } else {
     dbEnv = { DATA_DIR: join(dir, 'data') };
   }
-});
+}, 120_000);
 afterAll(async () => {
   if (tdb) {
     const pg = (await import('pg')).default;
@@ -119,7 +119,7 @@ describe(`receipts across rotation and restart (${backend})`, () => {
     } finally {
       await b.obs.close();
     }
-  });
+  }, 240_000);
 
   it('CLI usage errors exit 2 and --help lists every command', async () => {
     const h = io();
@@ -152,5 +152,5 @@ describe(`receipts across rotation and restart (${backend})`, () => {
     const err = await run(process.execPath, [bin, 'verify', 'a.b.c', '--jwks', jwks]).catch((e: { code: number; stderr: string }) => e);
     expect((err as { code: number }).code).toBe(EXIT.invalid);
     expect((err as { stderr: string }).stderr).toMatch(/invalid/);
-  });
+  }, 60_000);
 });

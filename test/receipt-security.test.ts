@@ -25,7 +25,7 @@ beforeAll(async () => {
   ourKey = createPrivateKey({ key: rows[0]!.private_jwk, format: 'jwk' });
   ourX = rows[0]!.private_jwk.x!;
   genuine = (await json(fetch(`${t.base}/v1/preflight?target=https://sec.example.com/mcp`))).diligence_receipt;
-});
+}, 180_000);
 afterAll(async () => {
   await t?.close();
 });
