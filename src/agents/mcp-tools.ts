@@ -36,6 +36,11 @@ export const MCP_TOOLS = {
       diligence_receipt: z.string().describe('compact JWS (header.payload.signature)'),
       receipt_id: z.string().regex(/^[0-9a-f]{16}$/),
       checked_at: z.string().optional(),
+      // The extra members of PreflightResponse (proto/observatory/v1/trust.proto).
+      name: z.string().nullable().optional(),
+      tracked: z.boolean().optional(),
+      total_interactions: z.number().int().min(0).optional(),
+      anomaly_flags: z.array(z.string()).optional(),
     },
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },
   },
