@@ -103,7 +103,7 @@ describe(`telemetry and trust over plain HTTP/1.1 (${backend})`, () => {
     expect(r.headers.get('allow')).toContain('POST');
     await expectProblem(await fetch(`${t.base}/api/trust`, { method: 'DELETE' }), 405);
     await expectProblem(await fetch(`${t.base}/v1/receipt/0123456789abcdef`, { method: 'POST' }), 405);
-    await expectProblem(await fetch(`${t.base}/v1/verify-receipt?id=0123456789abcdef`), 501, 'unimplemented');
+    await expectProblem(await fetch(`${t.base}/v1/compliance?server=https://x.example.com`), 501, 'unimplemented');
   });
 
   it('serves health, readiness, CORS, request ids and the interface version', async () => {

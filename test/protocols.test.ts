@@ -3,7 +3,7 @@ import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
 import { TelemetryService } from '../gen/observatory/v1/telemetry_pb.js';
 import { TrustService } from '../gen/observatory/v1/trust_pb.js';
-import { ReceiptService } from '../gen/observatory/v1/receipt_pb.js';
+import { ComplianceService } from '../gen/observatory/v1/compliance_pb.js';
 import { json, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 
@@ -55,8 +55,8 @@ describe(`one port, every protocol (${backend})`, () => {
 
   it('answers Unimplemented for contract methods not built yet, never fake data', async () => {
     const transport = createGrpcTransport({ baseUrl: t.base });
-    const err = await createClient(ReceiptService, transport)
-      .verifyReceipt({ id: '0123456789abcdef' })
+    const err = await createClient(ComplianceService, transport)
+      .getComplianceAttestation({ server: 'https://x.example.com' })
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConnectError);
     expect((err as ConnectError).code).toBe(Code.Unimplemented);
