@@ -154,12 +154,8 @@ describe('message/send and tasks/get', () => {
     expect(q.result.status.message.parts[0].text).toMatch(/trust score for <server>/);
   });
 
-  it('"preflight <server>" runs the pre-flight skill (or fails honestly while it is not available)', async () => {
+  it('"preflight <server>" runs the pre-flight skill', async () => {
     const r = (await json(send(`preflight ${SERVER}`))).result;
-    if (r.status.state === 'failed') {
-      expect(r.status.message.parts[0].text).toMatch(/not available yet/);
-      return;
-    }
     expect(r.status.state).toBe('completed');
     const data = r.artifacts[0].parts[0].data;
     expect(data).toMatchObject({ verdict: expect.stringMatching(/^(PASS|UNCERTAIN|FAIL)$/), receipt_id: expect.stringMatching(/^[0-9a-f]{16}$/) });

@@ -3,7 +3,7 @@ import type { Db } from '../db/index.js';
 import { ObservatoryError } from '../errors.js';
 import { restJson } from '../http/rest-json.js';
 import type { Services } from '../services/index.js';
-import { EMPTY_CONTEXT, type CallContext } from '../services/context.js';
+import { EMPTY_CONTEXT } from '../services/context.js';
 import { serverStore } from '../store/servers.js';
 
 // The answers the agent interfaces give (MCP tools and A2A skills). Both call these functions,
@@ -17,7 +17,7 @@ export type JsonObject = { [k: string]: Json };
 /** A question the agent interfaces cannot answer as asked: bad input, or a capability not built yet. */
 export class SkillError extends Error {
   constructor(
-    readonly code: 'invalid_argument' | 'unavailable',
+    readonly code: 'invalid_argument',
     message: string,
   ) {
     super(message);
@@ -31,11 +31,7 @@ export interface AgentSkills {
   preflight(target: string): Promise<JsonObject>;
   /** Stateless verification of a compact JWS against our JWKS (same as GET /v1/verify). */
   verifyAttestation(jws: string): Promise<JsonObject>;
-  /** Whether pre-flight is available in this build (the pre-flight service is wired). */
-  readonly preflightAvailable: boolean;
 }
-
-type PreflightFn = (req: { target: string }, ctx?: CallContext) => Promise<object>;
 
 /** Maps service errors caused by the caller's input to SkillError; anything else propagates. */
 function callerError(err: unknown): never {
@@ -45,13 +41,8 @@ function callerError(err: unknown): never {
 
 export function createAgentSkills(services: Services, db: Db): AgentSkills {
   const servers = serverStore(db);
-  // The pre-flight service (services.preflight.preflight) is built by another change; until it is
-  // part of this build, preflight answers "not available yet" rather than anything made up.
-  const preflightService = (services as unknown as { preflight?: { preflight?: PreflightFn } }).preflight;
-  const preflightFn = preflightService?.preflight;
 
   return {
-    preflightAvailable: typeof preflightFn === 'function',
 
     async checkTrust(server) {
       const target = server.trim();
@@ -76,11 +67,10 @@ export function createAgentSkills(services: Services, db: Db): AgentSkills {
     },
 
     async preflight(target) {
-      if (!preflightFn) throw new SkillError('unavailable', 'preflight_check is not available yet on this observatory');
       const t = target.trim();
       if (t === '') throw new SkillError('invalid_argument', 'target is required (an MCP server URL or name)');
       try {
-        return restJson(PreflightResponseSchema, await preflightFn.call(preflightService, { target: t }, EMPTY_CONTEXT)) as JsonObject;
+        return restJson(PreflightResponseSchema, await services.preflight.preflight({ target: t }, EMPTY_CONTEXT)) as JsonObject;
       } catch (err) {
         return callerError(err);
       }

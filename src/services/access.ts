@@ -38,12 +38,15 @@ import { paymentStore } from '../store/payments.js';
 import { serverStore } from '../store/servers.js';
 import { clientAddressKey, type CallContext, type ServiceDeps } from './context.js';
 import type { TrustService } from './trust.js';
+import type { PreflightService } from './preflight.js';
 
 type AgentQueryResult = MessageInitShape<typeof AgentQueryResponseSchema>;
 
 export interface AccessServiceOptions {
-  /** The trust read the verdict is computed from (public TrustService method). */
+  /** The trust read the latency figures come from (public TrustService method). */
   trust: Pick<TrustService, 'getTrust'>;
+  /** The shared pre-flight: verdict, score, signed receipt (kind agent_query) and demand signal. */
+  preflight: Pick<PreflightService, 'preflight'>;
   /** On-chain payment check; defaults to viem over PAYMENT_RPC_URL. */
   paymentVerifier?: PaymentVerifier;
 }
@@ -93,32 +96,28 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
    */
   async function signedVerdict(serverUrl: string, slug: string, paymentMethod: 'api_key' | 'x402', trialRemaining: number | null): Promise<AgentQueryResult> {
     const t = await opts.trust.getTrust({ url: serverUrl });
-    const rated = t.verdict !== 'UNRATED';
     const total = Number(t.metrics?.totalInteractions ?? 0);
-    const claim = {
-      server_url: serverUrl,
-      name: t.server?.name ?? null,
-      verdict: t.verdict ?? 'UNRATED',
-      trust_score: rated ? (t.server?.trustScore ?? null) : null,
+    const metrics = {
       avg_latency_ms: total > 0 ? (t.metrics?.avgLatencyMs ?? null) : null,
       success_rate: t.metrics?.successRate ?? null,
-      total_interactions: total,
       payment_method: paymentMethod,
     };
-    const r = await receipts.issue('agent_query', serverUrl, claim);
+    // The verdict, score and signed receipt come from the one pre-flight implementation, so a paid
+    // verdict is counted as demand and can never disagree with GET /v1/preflight.
+    const p = await opts.preflight.preflight({ target: serverUrl }, undefined, { kind: 'agent_query', claim: metrics });
     return {
       serverSlug: slug,
       serverUrl,
       name: t.server?.name,
-      verdict: claim.verdict,
-      trustScore: claim.trust_score ?? undefined,
-      avgLatencyMs: claim.avg_latency_ms ?? undefined,
-      successRate: claim.success_rate ?? undefined,
+      verdict: p.verdict,
+      trustScore: p.trustScore,
+      avgLatencyMs: metrics.avg_latency_ms ?? undefined,
+      successRate: metrics.success_rate ?? undefined,
       totalInteractions: total,
-      anomalyFlags: t.anomaly?.anomalyFlags ?? [],
-      receiptId: r.receiptId,
-      diligenceReceipt: r.jws,
-      checkedAt: r.issuedAt.toISOString(),
+      anomalyFlags: [...(p.anomalyFlags ?? [])],
+      receiptId: p.receiptId,
+      diligenceReceipt: p.diligenceReceipt,
+      checkedAt: p.checkedAt,
       paymentMethod,
       trialRemaining: trialRemaining ?? undefined,
       scoreBreakdown: (t.scoreBreakdown ?? {}) as never,

@@ -16,16 +16,17 @@ import { createReceiptService } from './receipt.js';
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
   const trust = createTrustService(deps);
+  const preflight = createPreflightService(deps, trust);
   return {
     keyring: deps.keyring,
     receipts: deps.receipts,
     trust,
     telemetry: createTelemetryService(deps),
-    access: createAccessService(deps, { trust }),
+    access: createAccessService(deps, { trust, preflight }),
     skillTrust: createSkillTrustService(deps),
     verifyReceipt: createVerifyReceiptService(deps),
     /** Pre-flight checks and demand (TrustService.Preflight, TrustService.GetDemand). */
-    preflight: createPreflightService(deps, trust),
+    preflight,
     /** Receipt lookup, verification, behavioral evidence, ERC-8004 attestations (ReceiptService). */
     receipt: createReceiptService(deps, trust),
     /** Stops background work owned by services (flushers, schedulers). */
