@@ -1,6 +1,8 @@
 // Environment -> one typed, validated configuration object.
 // A bad value stops start-up with a one-line message naming the variable (see ConfigError).
 
+import { parseGateRoutes, type GateRoute } from './domain/gate.js';
+
 export const INTERFACE_VERSION = '1.3.0';
 
 export interface Config {
@@ -21,6 +23,19 @@ export interface Config {
   clawhubApiUrl: string;
   /** Ed25519 private key as a JWK (JSON string); when unset the key ring lives in the database. */
   signingKeyJwk: string | null;
+  /** Gateway gate (/v1/gate, Envoy ext_authz): policy, verdict cache and optional route table. */
+  gate: GateConfig;
+}
+
+export interface GateConfig {
+  /** GATE_ALLOW_UNCERTAIN (default on): let UNCERTAIN servers through. */
+  allowUncertain: boolean;
+  /** GATE_ALLOW_UNRATED (default off): let servers without runtime evidence through. */
+  allowUnrated: boolean;
+  /** GATE_CACHE_SECONDS (default 5, 0 = off): how long one upstream's verdict is reused. */
+  cacheSeconds: number;
+  /** GATE_ROUTES: host/path-prefix -> upstream, for gateways that cannot send an upstream header. */
+  routes: GateRoute[];
 }
 
 export class ConfigError extends Error {
@@ -54,6 +69,20 @@ function bool(env: Env, name: string): boolean {
   if (['1', 'true', 'yes', 'on'].includes(raw.toLowerCase())) return true;
   if (['0', 'false', 'no', 'off'].includes(raw.toLowerCase())) return false;
   throw new ConfigError(name, `must be 1/0 or true/false, got "${raw}"`);
+}
+
+function boolDefault(env: Env, name: string, def: boolean): boolean {
+  return str(env, name) === undefined ? def : bool(env, name);
+}
+
+function gateRoutes(env: Env): GateRoute[] {
+  const raw = str(env, 'GATE_ROUTES');
+  if (raw === undefined) return [];
+  try {
+    return parseGateRoutes(raw);
+  } catch (err) {
+    throw new ConfigError('GATE_ROUTES', (err as Error).message);
+  }
 }
 
 function httpUrl(name: string, raw: string): string {
@@ -121,5 +150,11 @@ export function loadConfig(env: Env = process.env): Config {
     paymentRpcUrl: rpc === undefined ? null : httpUrl('PAYMENT_RPC_URL', rpc),
     clawhubApiUrl: httpUrl('CLAWHUB_API_URL', str(env, 'CLAWHUB_API_URL') ?? 'https://clawhub.ai/api/v1'),
     signingKeyJwk: jwk,
+    gate: {
+      allowUncertain: boolDefault(env, 'GATE_ALLOW_UNCERTAIN', true),
+      allowUnrated: boolDefault(env, 'GATE_ALLOW_UNRATED', false),
+      cacheSeconds: int(env, 'GATE_CACHE_SECONDS', 5, 0, 3600),
+      routes: gateRoutes(env),
+    },
   };
 }

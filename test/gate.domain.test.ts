@@ -1,0 +1,161 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../src/config.js';
+import { decideGate, matchRoute, parseGateRoutes, resolveUpstream, type GateRoute } from '../src/domain/gate.js';
+
+const DEFAULT = { allowUncertain: true, allowUnrated: false };
+
+describe('decideGate', () => {
+  it('allows PASS and denies FAIL under every policy', () => {
+    for (const allowUncertain of [true, false]) {
+      for (const allowUnrated of [true, false]) {
+        expect(decideGate('PASS', { allowUncertain, allowUnrated })).toEqual({ allow: true, reason: 'verdict_pass' });
+        expect(decideGate('FAIL', { allowUncertain, allowUnrated })).toEqual({ allow: false, reason: 'verdict_fail' });
+      }
+    }
+  });
+
+  it('follows the policy for UNCERTAIN and UNRATED (default: allow UNCERTAIN, deny UNRATED)', () => {
+    expect(decideGate('UNCERTAIN', DEFAULT)).toEqual({ allow: true, reason: 'policy_allows_uncertain' });
+    expect(decideGate('UNRATED', DEFAULT)).toEqual({ allow: false, reason: 'policy_denies_unrated' });
+    expect(decideGate('UNCERTAIN', { allowUncertain: false, allowUnrated: true })).toEqual({ allow: false, reason: 'policy_denies_uncertain' });
+    expect(decideGate('UNRATED', { allowUncertain: false, allowUnrated: true })).toEqual({ allow: true, reason: 'policy_allows_unrated' });
+  });
+});
+
+describe('resolveUpstream', () => {
+  const ok = (upstream: string, source: string) => ({ ok: true, upstream, source, route: false });
+
+  it('takes X-Mcp-Server first, canonical and with its query', () => {
+    expect(
+      resolveUpstream({ headers: { 'x-mcp-server': 'HTTPS://Weather.Example.com:443/mcp/?k=1', 'x-original-url': 'https://other.example/mcp' } }),
+    ).toEqual(ok('https://weather.example.com/mcp?k=1', 'x-mcp-server'));
+  });
+
+  it('then X-Original-URL, dropping the per-request query and fragment', () => {
+    expect(resolveUpstream({ headers: { 'x-original-url': 'http://gw.example:8080/mcp?sessionId=abc#x' } })).toEqual(
+      ok('http://gw.example:8080/mcp', 'x-original-url'),
+    );
+  });
+
+  it('then X-Forwarded-Proto + X-Forwarded-Host + X-Original-URI (first list entry)', () => {
+    expect(
+      resolveUpstream({ headers: { 'x-forwarded-proto': 'https, http', 'x-forwarded-host': 'mcp.example.com, proxy.local', 'x-original-uri': '/tools/mcp/?a=b' } }),
+    ).toEqual(ok('https://mcp.example.com/tools/mcp', 'x-forwarded'));
+  });
+
+  it('fails without any upstream header, or with only part of the forwarded triple', () => {
+    for (const headers of [{}, { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'a.example' }, { 'x-original-uri': '/mcp' }, { 'x-mcp-server': '  ' }]) {
+      const r = resolveUpstream({ headers });
+      expect(r.ok).toBe(false);
+      if (!r.ok) expect(r.problem).toMatch(/no upstream/);
+    }
+  });
+
+  it('refuses malformed, non-http, credential-bearing and oversized values with a reason', () => {
+    const bad: [Record<string, string>, RegExp][] = [
+      [{ 'x-mcp-server': 'not a url' }, /X-Mcp-Server: not an absolute URL/],
+      [{ 'x-mcp-server': 'ftp://files.example' }, /only http and https/],
+      [{ 'x-original-url': 'https://user:pw@mcp.example/mcp' }, /credentials/],
+      [{ 'x-mcp-server': `https://a.example/${'x'.repeat(3000)}` }, /longer than 2048/],
+      [{ 'x-forwarded-proto': 'https', 'x-forwarded-host': 'a.example', 'x-original-uri': 'mcp' }, /must start with \//],
+      [{ 'x-forwarded-proto': 'gopher', 'x-forwarded-host': 'a.example', 'x-original-uri': '/mcp' }, /only http and https/],
+    ];
+    for (const [headers, problem] of bad) {
+      const r = resolveUpstream({ headers });
+      expect(r.ok, JSON.stringify(headers)).toBe(false);
+      if (!r.ok) expect(r.problem).toMatch(problem);
+    }
+  });
+
+  it('uses a configured upstream (Envoy context extension) after X-Mcp-Server', () => {
+    expect(resolveUpstream({ headers: {}, configured: 'https://a.example/mcp' })).toEqual(ok('https://a.example/mcp', 'context_extension'));
+    expect(resolveUpstream({ headers: { 'x-mcp-server': 'https://b.example/mcp' }, configured: 'https://a.example/mcp' })).toEqual(
+      ok('https://b.example/mcp', 'x-mcp-server'),
+    );
+  });
+
+  it("uses Envoy's own request URL as the upstream, but a bare Host + path only through a route", () => {
+    expect(resolveUpstream({ headers: {}, fallback: { scheme: 'https', host: 'mcp.example.com', path: '/mcp?x=1', routeOnly: false } })).toEqual(
+      ok('https://mcp.example.com/mcp', 'request'),
+    );
+    const r = resolveUpstream({ headers: {}, fallback: { host: 'mcp.example.com', path: '/mcp', routeOnly: true } });
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.problem).toMatch(/GATE_ROUTES/);
+  });
+
+  it('maps request URLs through GATE_ROUTES, never X-Mcp-Server', () => {
+    const routes = parseGateRoutes(
+      JSON.stringify([
+        { host: 'gw.example.com', path_prefix: '/weather', upstream: 'https://weather.internal/mcp' },
+        { host: '*', path_prefix: '/', upstream: 'https://fallback.internal/mcp' },
+      ]),
+    );
+    expect(resolveUpstream({ headers: { 'x-original-url': 'https://gw.example.com/weather/mcp?s=1' } }, routes)).toEqual({
+      ok: true,
+      upstream: 'https://weather.internal/mcp',
+      source: 'route',
+      route: true,
+    });
+    expect(resolveUpstream({ headers: {}, fallback: { host: 'other.example', path: '/x', routeOnly: true } }, routes)).toMatchObject({
+      ok: true,
+      upstream: 'https://fallback.internal/mcp',
+    });
+    expect(resolveUpstream({ headers: { 'x-mcp-server': 'https://direct.example/mcp' } }, routes)).toEqual(ok('https://direct.example/mcp', 'x-mcp-server'));
+  });
+});
+
+describe('matchRoute', () => {
+  const routes: GateRoute[] = [
+    { host: '*', pathPrefix: '/', upstream: 'https://any.internal' },
+    { host: 'gw.example', pathPrefix: '/', upstream: 'https://gw-root.internal' },
+    { host: 'gw.example', pathPrefix: '/a', upstream: 'https://a.internal' },
+    { host: 'gw.example', pathPrefix: '/a/b', upstream: 'https://ab.internal' },
+    { host: 'gw.example:8443', pathPrefix: '/a', upstream: 'https://port.internal' },
+  ];
+  it('prefers an exact host, then the longest whole-segment prefix', () => {
+    expect(matchRoute('https://gw.example/a/b/c', routes)?.upstream).toBe('https://ab.internal');
+    expect(matchRoute('https://gw.example/a', routes)?.upstream).toBe('https://a.internal');
+    expect(matchRoute('https://gw.example/ab', routes)?.upstream).toBe('https://gw-root.internal');
+    expect(matchRoute('https://gw.example:8443/a/x', routes)?.upstream).toBe('https://port.internal');
+    expect(matchRoute('https://elsewhere.example/a', routes)?.upstream).toBe('https://any.internal');
+    expect(matchRoute('https://elsewhere.example/a', routes.slice(1))).toBeNull();
+  });
+});
+
+describe('gate configuration', () => {
+  it('defaults: allow UNCERTAIN, deny UNRATED, 5 s cache, no routes', () => {
+    expect(loadConfig({}).gate).toEqual({ allowUncertain: true, allowUnrated: false, cacheSeconds: 5, routes: [] });
+  });
+
+  it('reads every variable', () => {
+    const g = loadConfig({
+      GATE_ALLOW_UNCERTAIN: '0',
+      GATE_ALLOW_UNRATED: 'true',
+      GATE_CACHE_SECONDS: '0',
+      GATE_ROUTES: '[{"host":"GW.example","path_prefix":"/w/","upstream":"https://W.internal/mcp/"}]',
+    }).gate;
+    expect(g).toEqual({ allowUncertain: false, allowUnrated: true, cacheSeconds: 0, routes: [{ host: 'gw.example', pathPrefix: '/w', upstream: 'https://w.internal/mcp' }] });
+  });
+
+  it.each([
+    ['GATE_ALLOW_UNCERTAIN', 'sometimes'],
+    ['GATE_ALLOW_UNRATED', '2'],
+    ['GATE_CACHE_SECONDS', '-1'],
+    ['GATE_CACHE_SECONDS', '99999'],
+    ['GATE_ROUTES', 'not json'],
+    ['GATE_ROUTES', '{"host":"a"}'],
+    ['GATE_ROUTES', '[{"host":"a b","upstream":"https://x"}]'],
+    ['GATE_ROUTES', '[{"host":"a.example","path_prefix":"x","upstream":"https://x"}]'],
+    ['GATE_ROUTES', '[{"host":"a.example","upstream":"ftp://x"}]'],
+    ['GATE_ROUTES', '[{"host":"a.example"}]'],
+  ])('refuses %s=%s with an error naming the variable', (name, value) => {
+    let err: unknown;
+    try {
+      loadConfig({ [name]: value });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).variable).toBe(name);
+  });
+});
