@@ -1,0 +1,56 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { RouteDeps } from '../routes.js';
+import { sendProblem } from '../problem.js';
+import { callContext } from '../../services/context.js';
+import type { GateService } from '../../services/gate.js';
+import { gateHeaders } from '../../services/gate.js';
+
+// /v1/gate and every path below it, any method (DECISIONS.md "Gateway decisions"): nginx
+// auth_request sends a GET subrequest, Envoy's HTTP ext_authz appends the original path and may
+// keep the original method. Allow is 200, deny 403 (problem+json with the decision), both with
+// X-Trust-Verdict, X-Trust-Score and X-Trust-Receipt; no upstream is 400.
+
+const GATE_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
+
+function lowerHeaders(req: FastifyRequest): Record<string, string | undefined> {
+  const out: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(req.headers)) out[k.toLowerCase()] = Array.isArray(v) ? v[0] : v;
+  return out;
+}
+
+export function gateRoutes(app: FastifyInstance, deps: RouteDeps & { gate: GateService }) {
+  const { gate } = deps;
+  app.register(async (scope) => {
+    // The body of the request under check is never read (nginx sends none; Envoy may forward
+    // the original one): drained unparsed, whatever its type, so no body can make a 400 or 415.
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', (_req, payload, done) => {
+      payload.on('error', done);
+      payload.on('end', () => done(null, undefined));
+      payload.resume();
+    });
+
+    const handler = async (req: FastifyRequest<{ Params: { '*'?: string } }>, reply: FastifyReply) => {
+      const headers = lowerHeaders(req);
+      const suffix = req.params['*'];
+      const o = await gate.decide(
+        {
+          headers,
+          // Envoy HTTP ext_authz: Host is the original request's, the path is appended to /v1/gate.
+          // Only ever an upstream through GATE_ROUTES (the contract names no header here).
+          fallback: headers.host ? { host: headers.host, path: `/${suffix ?? ''}`, routeOnly: true } : undefined,
+        },
+        'http',
+        callContext(req.headers, req.ip),
+      );
+      const decisionHeaders = { ...gateHeaders(o), 'cache-control': 'no-store' };
+      if (o.allow) return reply.code(200).headers(decisionHeaders).send(gate.body(o));
+      return sendProblem(reply, 'forbidden', `traffic to ${o.upstream} is denied: verdict ${o.verdict} (${o.reason})`, {
+        extra: gate.body(o),
+        headers: decisionHeaders,
+      });
+    };
+    scope.route({ method: [...GATE_METHODS], url: '/v1/gate', handler });
+    scope.route({ method: [...GATE_METHODS], url: '/v1/gate/*', handler });
+  });
+}

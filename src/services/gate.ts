@@ -1,0 +1,204 @@
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import type { CheckRequest, CheckResponseSchema } from '../../gen/envoy/service/auth/v3/external_auth_pb.js';
+import { HeaderValueOption_HeaderAppendAction } from '../../gen/envoy/config/core/v3/base_pb.js';
+import { StatusCode } from '../../gen/envoy/type/v3/http_status_pb.js';
+import { decideGate, resolveUpstream, type GateRequestInfo, type UpstreamSource } from '../domain/gate.js';
+import type { PreflightVerdict } from '../domain/verdict.js';
+import { invalidArgument, ObservatoryError } from '../errors.js';
+import { PROBLEM_CONTENT_TYPE, problemBody } from '../http/problem.js';
+import type { CallContext, ServiceDeps } from './context.js';
+
+// The gateway gate (DECISIONS.md "Gateway decisions"; docs/gateway.md): nginx auth_request and
+// Envoy HTTP ext_authz call /v1/gate, Envoy/Istio/agentgateway gRPC ext_authz call
+// envoy.service.auth.v3.Authorization/Check; both land in `decide`.
+
+/** The verdict of one upstream as the pre-flight service sees it; what the gate caches. */
+export interface GateAssessment {
+  verdict: PreflightVerdict;
+  /** null when UNRATED. */
+  trustScore: number | null;
+}
+
+/**
+ * What the gate needs from the pre-flight service: a verdict lookup it may cache, and, for every
+ * decision, a signed `kind: gateway` receipt counted as demand (never as score evidence),
+ * committed before the gateway gets its answer.
+ */
+export interface GateVerdictSource {
+  assess(upstream: string): Promise<GateAssessment>;
+  record(upstream: string, assessment: GateAssessment, claim: Record<string, unknown>): Promise<{ receiptId: string; jws: string }>;
+}
+
+export interface GateOutcome {
+  allow: boolean;
+  reason: string;
+  upstream: string;
+  source: UpstreamSource;
+  verdict: PreflightVerdict;
+  trustScore: number | null;
+  receiptId: string;
+  jws: string;
+  /** Whether the verdict came from the short-lived cache (GATE_CACHE_SECONDS). */
+  cached: boolean;
+  decidedAt: string;
+}
+
+/** The headers every decision carries, allow and deny alike. */
+export function gateHeaders(o: Pick<GateOutcome, 'verdict' | 'trustScore' | 'receiptId'>): Record<string, string> {
+  return {
+    'x-trust-verdict': o.verdict,
+    // A header must carry some text: UNRATED has no score, written as JSON's null.
+    'x-trust-score': o.trustScore === null ? 'null' : o.trustScore.toFixed(1),
+    'x-trust-receipt': o.receiptId,
+  };
+}
+
+/** The JSON body of a decision (HTTP gate, Envoy denied_response). */
+export function gateBody(o: GateOutcome, publicBaseUrl: string): Record<string, unknown> {
+  return {
+    allow: o.allow,
+    decision: o.allow ? 'allow' : 'deny',
+    reason: o.reason,
+    upstream: o.upstream,
+    upstream_source: o.source,
+    verdict: o.verdict,
+    trust_score: o.trustScore,
+    receipt_id: o.receiptId,
+    receipt_url: `${publicBaseUrl}/v1/receipt/${o.receiptId}`,
+    cached_verdict: o.cached,
+    decided_at: o.decidedAt,
+  };
+}
+
+/** Largest number of upstreams whose verdict is cached at once (oldest dropped first). */
+export const GATE_CACHE_MAX_ENTRIES = 10_000;
+
+export function createGateService(deps: Pick<ServiceDeps, 'config' | 'now'>, source: GateVerdictSource) {
+  const { config, now } = deps;
+  const policy = { allowUncertain: config.gate.allowUncertain, allowUnrated: config.gate.allowUnrated };
+  const ttlMs = config.gate.cacheSeconds * 1000;
+  // upstream -> verdict and when it expires; a Map keeps insertion order, so the first key is the oldest.
+  const cache = new Map<string, { a: GateAssessment; expires: number }>();
+  // One lookup in flight per upstream: a burst of gateway calls shares it.
+  const inflight = new Map<string, Promise<GateAssessment>>();
+
+  async function assessment(upstream: string, at: number): Promise<{ a: GateAssessment; cached: boolean }> {
+    if (ttlMs > 0) {
+      const hit = cache.get(upstream);
+      if (hit && hit.expires > at) return { a: hit.a, cached: true };
+      if (hit) cache.delete(upstream);
+    }
+    let p = inflight.get(upstream);
+    if (!p) {
+      p = source.assess(upstream).finally(() => inflight.delete(upstream));
+      inflight.set(upstream, p);
+    }
+    const a = await p;
+    if (ttlMs > 0) {
+      cache.set(upstream, { a, expires: at + ttlMs });
+      if (cache.size > GATE_CACHE_MAX_ENTRIES) cache.delete(cache.keys().next().value as string);
+    }
+    return { a, cached: false };
+  }
+
+  /** One gate decision: resolve the upstream (400 when impossible), decide, sign, record. */
+  async function decide(info: GateRequestInfo, via: 'http' | 'envoy_grpc', _ctx?: CallContext): Promise<GateOutcome> {
+    const resolved = resolveUpstream(info, config.gate.routes);
+    if (!resolved.ok) throw invalidArgument(resolved.problem);
+    const at = now();
+    const { a, cached } = await assessment(resolved.upstream, at.getTime());
+    const d = decideGate(a.verdict, policy);
+    const { receiptId, jws } = await source.record(resolved.upstream, a, {
+      gateway: {
+        decision: d.allow ? 'allow' : 'deny',
+        reason: d.reason,
+        via,
+        upstream_source: resolved.source,
+        policy: { allow_uncertain: policy.allowUncertain, allow_unrated: policy.allowUnrated },
+        cached_verdict: cached,
+      },
+    });
+    return {
+      allow: d.allow,
+      reason: d.reason,
+      upstream: resolved.upstream,
+      source: resolved.source,
+      verdict: a.verdict,
+      trustScore: a.trustScore,
+      receiptId,
+      jws,
+      cached,
+      decidedAt: at.toISOString(),
+    };
+  }
+
+  const header = (key: string, value: string) => ({
+    header: { key, value },
+    appendAction: HeaderValueOption_HeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD,
+  });
+
+  /** envoy.service.auth.v3.Authorization/Check: the same decision in Envoy's terms. */
+  async function check(req: Partial<CheckRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof CheckResponseSchema>> {
+    const http = req.attributes?.request?.http;
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(http?.headers ?? {})) headers[k.toLowerCase()] = v;
+    // With encode_raw_headers Envoy sends a list instead of the map; the first value of a name wins.
+    for (const hv of http?.headerMap?.headers ?? []) {
+      const k = hv.key.toLowerCase();
+      if (headers[k] === undefined) headers[k] = hv.value || Buffer.from(hv.rawValue ?? new Uint8Array()).toString('utf8');
+    }
+    const info: GateRequestInfo = {
+      headers,
+      configured: req.attributes?.contextExtensions?.['mcp_server'],
+      fallback: http?.host ? { scheme: http.scheme || 'http', host: http.host, path: http.path || '/', routeOnly: false } : undefined,
+    };
+    let o: GateOutcome;
+    try {
+      o = await decide(info, 'envoy_grpc', ctx);
+    } catch (err) {
+      // Unresolvable upstream: a definite 400 denial for Envoy to send, not a transport error
+      // (which Envoy would settle by its failure_mode_allow setting).
+      if (err instanceof ObservatoryError && err.problem === 'invalid_argument') {
+        return {
+          // google.rpc.Code INVALID_ARGUMENT
+          status: { code: 3, message: err.rawMessage },
+          httpResponse: {
+            case: 'deniedResponse',
+            value: {
+              status: { code: StatusCode.BadRequest },
+              headers: [header('content-type', PROBLEM_CONTENT_TYPE)],
+              body: JSON.stringify(problemBody('invalid_argument', err.rawMessage)),
+            },
+          },
+        };
+      }
+      throw err;
+    }
+    const verdictHeaders = Object.entries(gateHeaders(o)).map(([k, v]) => header(k, v));
+    const metadata = { trust_verdict: o.verdict, trust_score: o.trustScore, trust_receipt: o.receiptId, upstream: o.upstream, decision: o.allow ? 'allow' : 'deny' };
+    if (o.allow) {
+      return {
+        status: { code: 0, message: '' },
+        httpResponse: { case: 'okResponse', value: { headers: verdictHeaders, responseHeadersToAdd: verdictHeaders } },
+        dynamicMetadata: metadata,
+      };
+    }
+    return {
+      // google.rpc.Code PERMISSION_DENIED
+      status: { code: 7, message: `${o.upstream} is ${o.verdict}: ${o.reason}` },
+      httpResponse: {
+        case: 'deniedResponse',
+        value: {
+          status: { code: StatusCode.Forbidden },
+          headers: [...verdictHeaders, header('content-type', 'application/json')],
+          body: JSON.stringify(gateBody(o, config.publicBaseUrl)),
+        },
+      },
+      dynamicMetadata: metadata,
+    };
+  }
+
+  return { decide, check, policy, body: (o: GateOutcome) => gateBody(o, config.publicBaseUrl) };
+}
+
+export type GateService = ReturnType<typeof createGateService>;

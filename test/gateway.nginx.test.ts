@@ -1,0 +1,235 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
+import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer as createNetServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { z } from 'zod';
+import { json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { backend } from './support/db.js';
+
+// A real nginx (Debian's package) with auth_request to /v1/gate, in front of a real MCP server
+// built with the official SDK, called by the official SDK client.
+
+function findNginx(): string | null {
+  for (const p of ['nginx', '/usr/sbin/nginx']) {
+    try {
+      execFileSync(p, ['-v'], { stdio: 'ignore' });
+      return p;
+    } catch {
+      /* not here */
+    }
+  }
+  return null;
+}
+const nginxBin = findNginx();
+if (!nginxBin) console.log('SKIP test/gateway.nginx.test.ts: nginx is not installed (apt-get install -y nginx-light); .ci/run installs it');
+
+async function freePort(): Promise<number> {
+  const s = createNetServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as { port: number }).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+/** An MCP server (stateless Streamable HTTP) on every path, with one tool. */
+async function startMcpServer(): Promise<{ server: Server; port: number }> {
+  const server = createServer((req, res) => {
+    const mcp = new McpServer({ name: `upstream${req.url ?? ''}`, version: '1.0.0' });
+    mcp.registerTool('echo', { description: 'Echoes its text', inputSchema: { text: z.string() } }, async ({ text }) => ({
+      content: [{ type: 'text', text: `echo: ${text}` }],
+    }));
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+    res.on('close', () => {
+      void transport.close();
+      void mcp.close();
+    });
+    mcp
+      .connect(transport)
+      .then(() => transport.handleRequest(req, res))
+      .catch(() => {
+        if (!res.headersSent) res.writeHead(500).end();
+      });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { server, port: (server.address() as { port: number }).port };
+}
+
+function nginxConf(dir: string, port: number, gate: string, upstream: string): string {
+  // Each location names its upstream MCP server in $mcp_server (subrequests share the parent's
+  // variables); /anon/ sends only X-Original-URL, so the gate judges the gateway URL itself.
+  const location = (prefix: string, mcpServer: string) => `
+    location ${prefix} {
+      set $mcp_server "${mcpServer}";
+      auth_request /_trust_gate;
+      auth_request_set $trust_verdict $upstream_http_x_trust_verdict;
+      auth_request_set $trust_score $upstream_http_x_trust_score;
+      auth_request_set $trust_receipt $upstream_http_x_trust_receipt;
+      add_header X-Trust-Verdict $trust_verdict always;
+      add_header X-Trust-Score $trust_score always;
+      add_header X-Trust-Receipt $trust_receipt always;
+      proxy_set_header X-Trust-Verdict $trust_verdict;
+      proxy_set_header X-Trust-Receipt $trust_receipt;
+      proxy_http_version 1.1;
+      proxy_buffering off;
+      proxy_pass ${upstream};
+    }`;
+  return `
+worker_processes 1;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 128; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/client_body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  server {
+    listen 127.0.0.1:${port};
+    ${location('/pass/', `${upstream}/pass/mcp`)}
+    ${location('/fail/', `${upstream}/fail/mcp`)}
+    ${location('/anon/', '')}
+    location = /_trust_gate {
+      internal;
+      proxy_pass ${gate}/v1/gate;
+      proxy_pass_request_body off;
+      proxy_set_header Content-Length "";
+      proxy_set_header X-Mcp-Server $mcp_server;
+      proxy_set_header X-Original-URL $scheme://$http_host$request_uri;
+    }
+  }
+}
+`;
+}
+
+describe.skipIf(!nginxBin)(`nginx auth_request in front of MCP servers (${backend})`, () => {
+  let t: TestApp;
+  let mcp: { server: Server; port: number };
+  let nginx: ChildProcess;
+  let dir: string;
+  let gw: string;
+  let upstream: string;
+
+  beforeAll(async () => {
+    [t, mcp] = await Promise.all([startTestApp(), startMcpServer()]);
+    upstream = `http://127.0.0.1:${mcp.port}`;
+    // Runtime evidence: the PASS server succeeds quickly, the FAIL server fails slowly.
+    const reports = [];
+    for (let i = 0; i < 30; i++) {
+      reports.push({ server_url: `${upstream}/pass/mcp`, success: true, latency_ms: 40, tool_name: 'echo' });
+      reports.push({ server_url: `${upstream}/fail/mcp`, success: false, latency_ms: 4000, tool_name: 'echo', http_status: 500 });
+    }
+    for (const r of reports) expect((await postJson(`${t.base}/api/report`, r)).status).toBe(200);
+
+    dir = mkdtempSync(join(tmpdir(), 'nginx-gate-'));
+    for (const d of ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(dir, d));
+    const port = await freePort();
+    gw = `http://127.0.0.1:${port}`;
+    writeFileSync(join(dir, 'nginx.conf'), nginxConf(dir, port, t.base, upstream));
+    nginx = spawn(nginxBin!, ['-c', join(dir, 'nginx.conf'), '-p', dir, '-g', 'daemon off;'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    nginx.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
+    // Ready when it answers (any status) on its port.
+    for (let i = 0; ; i++) {
+      if (nginx.exitCode !== null) throw new Error(`nginx exited: ${stderr}`);
+      const ok = await fetch(`${gw}/none`).then(
+        () => true,
+        () => false,
+      );
+      if (ok) break;
+      if (i > 200) throw new Error(`nginx did not start: ${stderr}`);
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }, 60_000);
+
+  afterAll(async () => {
+    if (nginx && nginx.exitCode === null) {
+      const exited = new Promise((r) => nginx.once('exit', r));
+      nginx.kill('SIGQUIT');
+      await exited;
+    }
+    await new Promise((r) => mcp?.server.close(r));
+    await t?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** An MCP SDK client through nginx; records the verdict headers nginx passed on. */
+  function client(path: string) {
+    const seen: Headers[] = [];
+    const transport = new StreamableHTTPClientTransport(new URL(`${gw}${path}`), {
+      fetch: async (input, init) => {
+        const res = await fetch(input, init);
+        seen.push(res.headers);
+        return res;
+      },
+    });
+    return { mcpClient: new Client({ name: 'gate-test', version: '1.0.0' }), transport, seen };
+  }
+
+  async function expectVerifiedReceipt(id: string, upstreamUrl: string, decision: 'allow' | 'deny', verdict: string) {
+    expect(id).toMatch(/^[0-9a-f]{16}$/);
+    const rec = await json(fetch(`${t.base}/v1/receipt/${id}`));
+    expect(rec.receipt_id).toBe(id);
+    expect(rec.verification.valid).toBe(true);
+    expect(rec.claim).toMatchObject({ kind: 'gateway', sub: upstreamUrl, verdict, gateway: { decision } });
+    const v = await fetch(`${t.base}/v1/verify?jws=${encodeURIComponent(rec.jws)}`);
+    expect(v.status).toBe(200);
+    expect((await json(v)).payload).toMatchObject({ jti: id, kind: 'gateway' });
+  }
+
+  it('lets an MCP client reach a PASS server, with a verifiable gateway receipt per decision', async () => {
+    const { mcpClient, transport, seen } = client('/pass/mcp');
+    await mcpClient.connect(transport);
+    const result = await mcpClient.callTool({ name: 'echo', arguments: { text: 'through the gate' } });
+    expect(result.content).toEqual([{ type: 'text', text: 'echo: through the gate' }]);
+    await mcpClient.close();
+
+    const decided = seen.filter((h) => h.get('x-trust-receipt'));
+    expect(decided.length).toBeGreaterThanOrEqual(2);
+    for (const h of decided) {
+      expect(h.get('x-trust-verdict')).toBe('PASS');
+      expect(Number(h.get('x-trust-score'))).toBeGreaterThanOrEqual(60);
+    }
+    const ids = new Set(decided.map((h) => h.get('x-trust-receipt')!));
+    expect(ids.size, 'every decision has its own receipt').toBe(decided.length);
+    await expectVerifiedReceipt([...ids][0]!, `${upstream}/pass/mcp`, 'allow', 'PASS');
+  });
+
+  it('refuses an MCP client with 403 for a FAIL server, before the server sees anything', async () => {
+    const { mcpClient, transport, seen } = client('/fail/mcp');
+    const err = await mcpClient.connect(transport).then(
+      () => null,
+      (e: unknown) => e as Error,
+    );
+    expect(err).toBeInstanceOf(Error);
+    expect(String(err?.message)).toMatch(/403/);
+    const h = seen[0]!;
+    expect(h.get('x-trust-verdict')).toBe('FAIL');
+    expect(Number(h.get('x-trust-score'))).toBeLessThan(40);
+    await expectVerifiedReceipt(h.get('x-trust-receipt')!, `${upstream}/fail/mcp`, 'deny', 'FAIL');
+  });
+
+  it('judges the gateway URL from X-Original-URL when no upstream is named: UNRATED is denied by default', async () => {
+    const res = await fetch(`${gw}/anon/mcp?session=1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    expect(res.status).toBe(403);
+    expect(res.headers.get('x-trust-verdict')).toBe('UNRATED');
+    expect(res.headers.get('x-trust-score')).toBe('null');
+    await expectVerifiedReceipt(res.headers.get('x-trust-receipt')!, `${gw}/anon/mcp`, 'deny', 'UNRATED');
+  });
+
+  it('counts gateway decisions as demand and never as score evidence', async () => {
+    const trust = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(`${upstream}/pass/mcp`)}`));
+    expect(trust.metrics.total_interactions).toBe(30);
+    const demand = await json(fetch(`${t.base}/api/demand`));
+    expect(JSON.stringify(demand)).toContain(`${upstream}/fail/mcp`);
+    expect(readFileSync(join(dir, 'error.log'), 'utf8')).not.toMatch(/\[(emerg|alert|crit)\]/);
+  });
+});
