@@ -67,10 +67,10 @@ describe('resolveUpstream', () => {
     }
   });
 
-  it('uses a configured upstream (Envoy context extension) after X-Mcp-Server', () => {
+  it('prefers a configured upstream (Envoy context extension) over any request header', () => {
     expect(resolveUpstream({ headers: {}, configured: 'https://a.example/mcp' })).toEqual(ok('https://a.example/mcp', 'context_extension'));
     expect(resolveUpstream({ headers: { 'x-mcp-server': 'https://b.example/mcp' }, configured: 'https://a.example/mcp' })).toEqual(
-      ok('https://b.example/mcp', 'x-mcp-server'),
+      ok('https://a.example/mcp', 'context_extension'),
     );
   });
 

@@ -122,8 +122,9 @@ export function matchRoute(requestUrl: string, routes: readonly GateRoute[]): Ga
 
 /**
  * The upstream MCP server a gateway is asking about, as a canonical URL. In order:
- * 1. `X-Mcp-Server` (a full URL, used as given, never remapped);
- * 2. a caller-configured upstream (Envoy context extension `mcp_server`);
+ * 1. an upstream from the gateway's own configuration (Envoy context extension `mcp_server`),
+ *    which a client cannot forge, unlike request headers;
+ * 2. `X-Mcp-Server` (a full URL, used as given, never remapped);
  * 3. `X-Original-URL`; else `X-Forwarded-Proto` + `X-Forwarded-Host` + `X-Original-URI`; else the
  *    fallback scheme + host + path. Such a request URL is mapped through the route table when a
  *    route matches, otherwise it is the upstream itself (query and fragment dropped).
@@ -131,13 +132,13 @@ export function matchRoute(requestUrl: string, routes: readonly GateRoute[]): Ga
  */
 export function resolveUpstream(info: GateRequestInfo, routes: readonly GateRoute[] = []): UpstreamResolution {
   const h = info.headers;
-  const explicit = h['x-mcp-server']?.trim();
-  if (explicit) return canonical(explicit, 'X-Mcp-Server');
   const configured = info.configured?.trim();
   if (configured) {
     const r = canonical(configured, 'mcp_server context extension');
     return r.ok ? { ...r, source: 'context_extension' } : r;
   }
+  const explicit = h['x-mcp-server']?.trim();
+  if (explicit) return canonical(explicit, 'X-Mcp-Server');
 
   let requestUrl: string | undefined;
   let source: UpstreamSource;
