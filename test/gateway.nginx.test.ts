@@ -123,7 +123,7 @@ describe.skipIf(!nginxBin)(`nginx auth_request in front of MCP servers (${backen
     upstream = `http://127.0.0.1:${mcp.port}`;
     // Runtime evidence: the PASS server succeeds quickly, the FAIL server fails slowly.
     const reports = [];
-    for (let i = 0; i < 30; i++) {
+    for (let i = 0; i < 20; i++) {
       reports.push({ server_url: `${upstream}/pass/mcp`, success: true, latency_ms: 40, tool_name: 'echo' });
       reports.push({ server_url: `${upstream}/fail/mcp`, success: false, latency_ms: 4000, tool_name: 'echo', http_status: 500 });
     }
@@ -153,7 +153,7 @@ describe.skipIf(!nginxBin)(`nginx auth_request in front of MCP servers (${backen
   afterAll(async () => {
     if (nginx && nginx.exitCode === null) {
       const exited = new Promise((r) => nginx.once('exit', r));
-      nginx.kill('SIGQUIT');
+      nginx.kill('SIGTERM');
       await exited;
     }
     await new Promise((r) => mcp?.server.close(r));
@@ -227,7 +227,7 @@ describe.skipIf(!nginxBin)(`nginx auth_request in front of MCP servers (${backen
 
   it('counts gateway decisions as demand and never as score evidence', async () => {
     const trust = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(`${upstream}/pass/mcp`)}`));
-    expect(trust.metrics.total_interactions).toBe(30);
+    expect(trust.metrics.total_interactions).toBe(20);
     const demand = await json(fetch(`${t.base}/api/demand`));
     expect(JSON.stringify(demand)).toContain(`${upstream}/fail/mcp`);
     expect(readFileSync(join(dir, 'error.log'), 'utf8')).not.toMatch(/\[(emerg|alert|crit)\]/);

@@ -6,6 +6,7 @@ import { systemRoutes } from './routes/system.js';
 import { telemetryRoutes } from './routes/telemetry.js';
 import { trustRoutes } from './routes/trust.js';
 import { pendingRoutes } from './routes/pending.js';
+import { gateRoutes } from './routes/gate.js';
 import { accessRoutes } from './routes/access.js';
 import { preflightRoutes } from './routes/preflight.js';
 import { receiptRoutes } from './routes/receipts.js';
@@ -32,5 +33,6 @@ export function registerRestRoutes(app: FastifyInstance, deps: RouteDeps) {
   accessRoutes(app, deps);
   preflightRoutes(app, deps);
   receiptRoutes(app, deps);
+  gateRoutes(app, deps);
   pendingRoutes(app, deps);
 }

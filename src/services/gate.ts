@@ -7,6 +7,7 @@ import type { PreflightVerdict } from '../domain/verdict.js';
 import { invalidArgument, ObservatoryError } from '../errors.js';
 import { PROBLEM_CONTENT_TYPE, problemBody } from '../http/problem.js';
 import type { CallContext, ServiceDeps } from './context.js';
+import type { PreflightAssessment, PreflightService } from './preflight.js';
 
 // The gateway gate (DECISIONS.md "Gateway decisions"; docs/gateway.md): nginx auth_request and
 // Envoy HTTP ext_authz call /v1/gate, Envoy/Istio/agentgateway gRPC ext_authz call
@@ -24,9 +25,29 @@ export interface GateAssessment {
  * decision, a signed `kind: gateway` receipt counted as demand (never as score evidence),
  * committed before the gateway gets its answer.
  */
-export interface GateVerdictSource {
-  assess(upstream: string): Promise<GateAssessment>;
-  record(upstream: string, assessment: GateAssessment, claim: Record<string, unknown>): Promise<{ receiptId: string; jws: string }>;
+export interface GateVerdictSource<A extends GateAssessment = GateAssessment> {
+  assess(upstream: string): Promise<A>;
+  record(upstream: string, assessment: A, claim: Record<string, unknown>): Promise<{ receiptId: string; jws: string }>;
+}
+
+/**
+ * The gate's decision path is the pre-flight service: its lookup (cached by the gate) and its
+ * receipt issuance with `kind: gateway`, which records the check as demand in the same
+ * transaction as the receipt and never touches score evidence.
+ */
+export function preflightGateSource(
+  preflight: Pick<PreflightService, 'assess' | 'preflight'>,
+): GateVerdictSource<GateAssessment & { found: PreflightAssessment }> {
+  return {
+    async assess(upstream) {
+      const found = await preflight.assess(upstream);
+      return { verdict: found.verdict, trustScore: found.trustScore ?? null, found };
+    },
+    async record(upstream, a, claim) {
+      const r = await preflight.preflight({ target: upstream }, undefined, { kind: 'gateway', claim, assessment: a.found });
+      return { receiptId: r.receiptId, jws: r.diligenceReceipt };
+    },
+  };
 }
 
 export interface GateOutcome {
@@ -73,16 +94,16 @@ export function gateBody(o: GateOutcome, publicBaseUrl: string): Record<string, 
 /** Largest number of upstreams whose verdict is cached at once (oldest dropped first). */
 export const GATE_CACHE_MAX_ENTRIES = 10_000;
 
-export function createGateService(deps: Pick<ServiceDeps, 'config' | 'now'>, source: GateVerdictSource) {
+export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDeps, 'config' | 'now'>, source: GateVerdictSource<A>) {
   const { config, now } = deps;
   const policy = { allowUncertain: config.gate.allowUncertain, allowUnrated: config.gate.allowUnrated };
   const ttlMs = config.gate.cacheSeconds * 1000;
   // upstream -> verdict and when it expires; a Map keeps insertion order, so the first key is the oldest.
-  const cache = new Map<string, { a: GateAssessment; expires: number }>();
+  const cache = new Map<string, { a: A; expires: number }>();
   // One lookup in flight per upstream: a burst of gateway calls shares it.
-  const inflight = new Map<string, Promise<GateAssessment>>();
+  const inflight = new Map<string, Promise<A>>();
 
-  async function assessment(upstream: string, at: number): Promise<{ a: GateAssessment; cached: boolean }> {
+  async function assessment(upstream: string, at: number): Promise<{ a: A; cached: boolean }> {
     if (ttlMs > 0) {
       const hit = cache.get(upstream);
       if (hit && hit.expires > at) return { a: hit.a, cached: true };

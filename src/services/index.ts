@@ -12,6 +12,8 @@ import { createSkillTrustService } from './skill-trust.js';
 import { createVerifyReceiptService } from './verify-receipt.js';
 import { createPreflightService } from './preflight.js';
 import { createReceiptService } from './receipt.js';
+import { createGateService, preflightGateSource } from './gate.js';
+import { Authorization } from '../../gen/envoy/service/auth/v3/external_auth_pb.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
@@ -27,6 +29,8 @@ export function createServices(deps: ServiceDeps) {
     verifyReceipt: createVerifyReceiptService(deps),
     /** Pre-flight checks and demand (TrustService.Preflight, TrustService.GetDemand). */
     preflight,
+    /** Gateway/service-mesh gate: /v1/gate and Envoy ext_authz, decided through pre-flight. */
+    gate: createGateService(deps, preflightGateSource(preflight)),
     /** Receipt lookup, verification, behavioral evidence, ERC-8004 attestations (ReceiptService). */
     receipt: createReceiptService(deps, trust),
     /** Stops background work owned by services (flushers, schedulers). */
@@ -66,5 +70,7 @@ export function connectRoutes(s: Services) {
     });
     router.service(ComplianceService, {});
     router.service(AccessService, { registerAgent: s.access.registerAgent, agentQuery: s.access.agentQuery, getPaymentInfo: s.access.getPaymentInfo });
+    // Envoy's external authorization API (ext_authz v3), for Envoy, Istio and agentgateway.
+    router.service(Authorization, { check: s.gate.check });
   };
 }

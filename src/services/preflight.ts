@@ -5,7 +5,7 @@ import { RECOMMENDATIONS, type PreflightVerdict } from '../domain/verdict.js';
 import { invalidArgument } from '../errors.js';
 import type { ReceiptKind } from '../signing/receipts.js';
 import { demandStore, type VerdictCounts } from '../store/demand.js';
-import { serverStore } from '../store/servers.js';
+import { serverStore, type ServerRow } from '../store/servers.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import type { TrustService } from './trust.js';
 
@@ -36,6 +36,18 @@ export interface PreflightOptions {
   claim?: Record<string, unknown>;
   /** Record the check as a demand signal (default true). */
   recordDemand?: boolean;
+  /** A recent `assess(target)` result to reuse instead of looking the target up again. */
+  assessment?: PreflightAssessment;
+}
+
+/** What a pre-flight found out about its target (see `assess`). */
+export interface PreflightAssessment {
+  givenUrl: string | null;
+  server: ServerRow | null;
+  verdict: PreflightVerdict;
+  trustScore: number | undefined;
+  totalInteractions: number;
+  anomalyFlags: string[];
 }
 
 const VERDICTS: readonly string[] = ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'];
@@ -50,10 +62,12 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   const servers = serverStore(db);
   const demand = demandStore(db);
 
-  async function preflight(req: Partial<PreflightRequest>, _ctx?: CallContext, opts: PreflightOptions = {}): Promise<PreflightResult> {
-    const target = (req.target ?? '').trim();
-    if (target === '') throw invalidArgument('target is required (an MCP server URL, name or slug)');
-    if (target.length > MAX_TARGET_LENGTH) throw invalidArgument(`target is longer than ${MAX_TARGET_LENGTH} characters`);
+  /**
+   * The lookup half of a pre-flight: what the observatory knows about `target` right now. The
+   * gateway gate caches this briefly per upstream and passes it back through
+   * `PreflightOptions.assessment`, so each of its decisions still gets its own receipt.
+   */
+  async function assess(target: string): Promise<PreflightAssessment> {
     let givenUrl: string | null = null;
     if (looksLikeUrl(target)) {
       try {
@@ -80,6 +94,15 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
         if (verdict !== 'UNRATED') trustScore = score.trust_score;
       }
     }
+
+    return { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags };
+  }
+
+  async function preflight(req: Partial<PreflightRequest>, _ctx?: CallContext, opts: PreflightOptions = {}): Promise<PreflightResult> {
+    const target = (req.target ?? '').trim();
+    if (target === '') throw invalidArgument('target is required (an MCP server URL, name or slug)');
+    if (target.length > MAX_TARGET_LENGTH) throw invalidArgument(`target is longer than ${MAX_TARGET_LENGTH} characters`);
+    const { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags } = opts.assessment ?? (await assess(target));
 
     const serverUrl = server?.url ?? givenUrl;
     const recommendation = RECOMMENDATIONS[verdict];
@@ -166,7 +189,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     };
   }
 
-  return { preflight, getDemand };
+  return { preflight, assess, getDemand };
 }
 
 export type PreflightService = ReturnType<typeof createPreflightService>;

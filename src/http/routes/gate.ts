@@ -2,7 +2,6 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { RouteDeps } from '../routes.js';
 import { sendProblem } from '../problem.js';
 import { callContext } from '../../services/context.js';
-import type { GateService } from '../../services/gate.js';
 import { gateHeaders } from '../../services/gate.js';
 
 // /v1/gate and every path below it, any method (DECISIONS.md "Gateway decisions"): nginx
@@ -18,8 +17,8 @@ function lowerHeaders(req: FastifyRequest): Record<string, string | undefined> {
   return out;
 }
 
-export function gateRoutes(app: FastifyInstance, deps: RouteDeps & { gate: GateService }) {
-  const { gate } = deps;
+export function gateRoutes(app: FastifyInstance, { services }: RouteDeps) {
+  const { gate } = services;
   app.register(async (scope) => {
     // The body of the request under check is never read (nginx sends none; Envoy may forward
     // the original one): drained unparsed, whatever its type, so no body can make a 400 or 415.
@@ -50,7 +49,10 @@ export function gateRoutes(app: FastifyInstance, deps: RouteDeps & { gate: GateS
         headers: decisionHeaders,
       });
     };
-    scope.route({ method: [...GATE_METHODS], url: '/v1/gate', handler });
-    scope.route({ method: [...GATE_METHODS], url: '/v1/gate/*', handler });
+    // OPTIONS here is a gateway asking about an OPTIONS request, not a browser's CORS preflight:
+    // the CORS plugin adds its headers but leaves the answer to the gate.
+    const config = { cors: { preflight: false } };
+    scope.route({ method: [...GATE_METHODS], url: '/v1/gate', config, handler });
+    scope.route({ method: [...GATE_METHODS], url: '/v1/gate/*', config, handler });
   });
 }

@@ -1,0 +1,239 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { request as httpRequest } from 'node:http';
+import { createClient } from '@connectrpc/connect';
+import { createGrpcTransport } from '@connectrpc/connect-node';
+import { Authorization } from '../gen/envoy/service/auth/v3/external_auth_pb.js';
+import { HeaderValueOption_HeaderAppendAction } from '../gen/envoy/config/core/v3/base_pb.js';
+import { StatusCode } from '../gen/envoy/type/v3/http_status_pb.js';
+import { createGateService, preflightGateSource } from '../src/services/gate.js';
+import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { backend } from './support/db.js';
+
+// The gate over HTTP (/v1/gate, as nginx auth_request and Envoy HTTP ext_authz call it) and over
+// gRPC (envoy.service.auth.v3.Authorization/Check, with a client generated from our proto).
+
+const PASS = 'https://pass.example.com/mcp';
+const FAIL = 'https://fail.example.com/mcp';
+const UNCERTAIN = 'https://uncertain.example.com/mcp';
+const UNRATED = 'https://never-seen.example.com/mcp';
+
+let t: TestApp;
+let clock = Date.now();
+beforeAll(async () => {
+  t = await startTestApp(
+    { GATE_ROUTES: JSON.stringify([{ host: 'gw.test', path_prefix: '/weather', upstream: PASS }]) },
+    { now: () => new Date(clock) },
+  );
+  for (let i = 0; i < 20; i++) {
+    await postJson(`${t.base}/api/report`, { server_url: PASS, success: true, latency_ms: 40 });
+    await postJson(`${t.base}/api/report`, { server_url: FAIL, success: false, latency_ms: 4000, http_status: 500 });
+  }
+  await postJson(`${t.base}/api/report`, { server_url: UNCERTAIN, success: true, latency_ms: 40 });
+}, 120_000);
+afterAll(async () => {
+  await t?.close();
+});
+
+const gate = (headers: Record<string, string>, init: RequestInit & { path?: string } = {}) =>
+  fetch(`${t.base}${init.path ?? '/v1/gate'}`, { ...init, headers: { ...headers, ...(init.headers as Record<string, string> | undefined) } });
+
+async function expectReceipt(id: string | null, sub: string, decision: 'allow' | 'deny') {
+  expect(id).toMatch(/^[0-9a-f]{16}$/);
+  const rec = await json(fetch(`${t.base}/v1/receipt/${id}`));
+  expect(rec.verification.valid).toBe(true);
+  expect(rec.claim).toMatchObject({ kind: 'gateway', sub, gateway: { decision } });
+  const v = await fetch(`${t.base}/v1/verify?jws=${encodeURIComponent(rec.jws)}`);
+  expect(v.status).toBe(200);
+  return rec;
+}
+
+describe(`HTTP gate /v1/gate (${backend})`, () => {
+  it('allows PASS with 200, the verdict headers and a signed gateway receipt', async () => {
+    const res = await gate({ 'x-mcp-server': PASS });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-trust-verdict')).toBe('PASS');
+    const score = Number(res.headers.get('x-trust-score'));
+    expect(score).toBeGreaterThanOrEqual(60);
+    const body = await json(res);
+    expect(body).toMatchObject({ allow: true, decision: 'allow', verdict: 'PASS', trust_score: score, upstream: PASS, upstream_source: 'x-mcp-server' });
+    expect(body.receipt_id).toBe(res.headers.get('x-trust-receipt'));
+    expect(body.receipt_url).toBe(`${t.config.publicBaseUrl}/v1/receipt/${body.receipt_id}`);
+    const rec = await expectReceipt(body.receipt_id, PASS, 'allow');
+    expect(rec.claim).toMatchObject({ verdict: 'PASS', trust_score: score, gateway: { via: 'http', policy: { allow_uncertain: true, allow_unrated: false } } });
+  });
+
+  it('denies FAIL with 403 problem+json carrying the decision and the same headers', async () => {
+    const res = await gate({ 'x-original-url': `${FAIL}?session=abc` });
+    expect(res.headers.get('x-trust-verdict')).toBe('FAIL');
+    expect(Number(res.headers.get('x-trust-score'))).toBeLessThan(40);
+    const receipt = res.headers.get('x-trust-receipt');
+    const body = await expectProblem(res, 403, 'forbidden');
+    expect(body).toMatchObject({ allow: false, verdict: 'FAIL', upstream: FAIL, upstream_source: 'x-original-url', reason: 'verdict_fail', receipt_id: receipt });
+    await expectReceipt(receipt, FAIL, 'deny');
+  });
+
+  it('allows UNCERTAIN and denies UNRATED by default', async () => {
+    const u = await gate({ 'x-forwarded-proto': 'https', 'x-forwarded-host': 'uncertain.example.com', 'x-original-uri': '/mcp' });
+    expect(u.status).toBe(200);
+    expect(u.headers.get('x-trust-verdict')).toBe('UNCERTAIN');
+    const n = await gate({ 'x-mcp-server': UNRATED });
+    expect(n.headers.get('x-trust-verdict')).toBe('UNRATED');
+    expect(n.headers.get('x-trust-score')).toBe('null');
+    expect((await expectProblem(n, 403, 'forbidden')).reason).toBe('policy_denies_unrated');
+  });
+
+  it('answers 400 problem+json when no upstream can be worked out, or it is malformed', async () => {
+    await expectProblem(await gate({}), 400, 'invalid_argument');
+    await expectProblem(await gate({ 'x-forwarded-host': 'a.example.com' }), 400, 'invalid_argument');
+    await expectProblem(await gate({ 'x-mcp-server': 'not a url' }), 400, 'invalid_argument');
+    await expectProblem(await gate({ 'x-mcp-server': 'file:///etc/passwd' }), 400, 'invalid_argument');
+    await expectProblem(await gate({ 'x-original-url': `https://a.example.com/${'x'.repeat(5000)}` }), 400, 'invalid_argument');
+    // Host + the path below /v1/gate is no upstream unless GATE_ROUTES maps it.
+    await expectProblem(await gate({}, { path: '/v1/gate/elsewhere/mcp' }), 400, 'invalid_argument');
+  });
+
+  it('answers any method on /v1/gate and every path below it, never reading the body', async () => {
+    const h = { 'x-mcp-server': PASS };
+    for (const method of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']) {
+      const res = await gate(h, { method, path: '/v1/gate/some/original/path?q=1' });
+      expect(res.status, method).toBe(200);
+      expect(res.headers.get('x-trust-verdict'), method).toBe('PASS');
+    }
+    const head = await gate(h, { method: 'HEAD' });
+    expect(head.status).toBe(200);
+    expect(head.headers.get('x-trust-receipt')).toMatch(/^[0-9a-f]{16}$/);
+    // Envoy may forward the original body and content type; neither matters, whatever its size.
+    for (const [type, body] of [
+      ['application/json', ''],
+      ['application/json', '{not json'],
+      ['text/plain', 'hello'],
+      ['application/octet-stream', 'x'.repeat(2 * 1024 * 1024)],
+    ] as const) {
+      const res = await gate({ ...h, 'content-type': type }, { method: 'POST', body });
+      expect(res.status, `${type} ${body.length}`).toBe(200);
+    }
+  });
+
+  it('maps a request URL through GATE_ROUTES, including Envoy-style Host + path below /v1/gate', async () => {
+    const viaHeader = await json(gate({ 'x-original-url': 'https://gw.test/weather/mcp' }));
+    expect(viaHeader).toMatchObject({ upstream: PASS, upstream_source: 'route', verdict: 'PASS' });
+    // fetch will not send a foreign Host header, so a raw request does.
+    const viaHost = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = httpRequest(`${t.base}/v1/gate/weather/mcp/tools`, { headers: { host: 'gw.test' } }, (res) => {
+        let body = '';
+        res.on('data', (d: Buffer) => (body += d.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    expect(viaHost.status).toBe(200);
+    expect(JSON.parse(viaHost.body)).toMatchObject({ upstream: PASS, upstream_source: 'route' });
+  });
+
+  it('reuses a verdict for GATE_CACHE_SECONDS, still signing one receipt per decision', async () => {
+    const url = 'https://flip.example.com/mcp';
+    for (let i = 0; i < 20; i++) await postJson(`${t.base}/api/report`, { server_url: url, success: true, latency_ms: 40 });
+    const first = await json(gate({ 'x-mcp-server': url }));
+    expect(first).toMatchObject({ verdict: 'PASS', cached_verdict: false });
+    for (let i = 0; i < 60; i++) await postJson(`${t.base}/api/report`, { server_url: url, success: false, latency_ms: 4000 });
+    const second = await json(gate({ 'x-mcp-server': url }));
+    expect(second).toMatchObject({ verdict: 'PASS', cached_verdict: true });
+    expect(second.receipt_id).not.toBe(first.receipt_id);
+    await expectReceipt(second.receipt_id, url, 'allow');
+    clock += 5_001;
+    const third = await gate({ 'x-mcp-server': url });
+    expect(third.status).toBe(403);
+    expect(await json(third)).toMatchObject({ verdict: 'FAIL', cached_verdict: false });
+  });
+
+  it('counts decisions as demand and never as score evidence', async () => {
+    const checks = async () => {
+      const demand = await json(fetch(`${t.base}/api/demand`));
+      const all = demand.windows.find((w: { window: string }) => w.window === 'alltime');
+      return all.servers.find((s: { target: string }) => s.target === PASS)?.checks ?? 0;
+    };
+    const [before, checksBefore] = await Promise.all([json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(PASS)}`)), checks()]);
+    await gate({ 'x-mcp-server': PASS });
+    await gate({ 'x-mcp-server': PASS }, { method: 'POST' });
+    const after = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(PASS)}`));
+    expect(after.metrics.total_interactions).toBe(20);
+    expect(after.server.trust_score).toBe(before.server.trust_score);
+    expect(await checks()).toBe(checksBefore + 2);
+  });
+
+  it('follows the policy settings: UNCERTAIN and UNRATED per configuration, FAIL always denied', async () => {
+    const services = t.obs.services;
+    const strict = createGateService(
+      { config: { ...t.config, gate: { ...t.config.gate, allowUncertain: false, allowUnrated: true, cacheSeconds: 0 } }, now: () => new Date(clock) },
+      preflightGateSource(services.preflight),
+    );
+    const decide = (u: string) => strict.decide({ headers: { 'x-mcp-server': u } }, 'http');
+    expect(await decide(UNCERTAIN)).toMatchObject({ allow: false, reason: 'policy_denies_uncertain' });
+    expect(await decide(UNRATED)).toMatchObject({ allow: true, reason: 'policy_allows_unrated' });
+    expect(await decide(FAIL)).toMatchObject({ allow: false, reason: 'verdict_fail' });
+    expect(await decide(PASS)).toMatchObject({ allow: true, reason: 'verdict_pass' });
+  });
+});
+
+describe(`Envoy ext_authz gRPC: envoy.service.auth.v3.Authorization/Check (${backend})`, () => {
+  const client = () => createClient(Authorization, createGrpcTransport({ baseUrl: t.base }));
+  const http = (o: { headers?: Record<string, string>; host?: string; path?: string; scheme?: string }) => ({
+    attributes: { request: { http: { method: 'POST', headers: o.headers ?? {}, host: o.host ?? '', path: o.path ?? '', scheme: o.scheme ?? '' } } },
+  });
+
+  it('allows PASS with ok_response headers for the upstream and the client, and dynamic metadata', async () => {
+    const res = await client().check({
+      attributes: { ...http({ host: 'gw.example', path: '/mcp', scheme: 'https' }).attributes, contextExtensions: { mcp_server: PASS } },
+    });
+    expect(res.status?.code).toBe(0);
+    expect(res.httpResponse.case).toBe('okResponse');
+    if (res.httpResponse.case !== 'okResponse') return;
+    const headers = Object.fromEntries(res.httpResponse.value.headers.map((h) => [h.header?.key, h.header?.value]));
+    expect(headers['x-trust-verdict']).toBe('PASS');
+    expect(Number(headers['x-trust-score'])).toBeGreaterThanOrEqual(60);
+    expect(res.httpResponse.value.headers.every((h) => h.appendAction === HeaderValueOption_HeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD)).toBe(true);
+    expect(res.httpResponse.value.responseHeadersToAdd.map((h) => h.header?.key).sort()).toEqual(['x-trust-receipt', 'x-trust-score', 'x-trust-verdict']);
+    expect(res.dynamicMetadata).toMatchObject({ trust_verdict: 'PASS', upstream: PASS, decision: 'allow' });
+    const rec = await expectReceipt(headers['x-trust-receipt']!, PASS, 'allow');
+    expect(rec.claim.gateway).toMatchObject({ via: 'envoy_grpc', upstream_source: 'context_extension' });
+  });
+
+  it('denies FAIL with a 403 denied_response carrying the verdict in headers and a JSON body', async () => {
+    const res = await client().check(http({ headers: { 'x-mcp-server': FAIL }, host: 'gw.example', path: '/mcp', scheme: 'https' }));
+    expect(res.status?.code).toBe(7);
+    expect(res.httpResponse.case).toBe('deniedResponse');
+    if (res.httpResponse.case !== 'deniedResponse') return;
+    const denied = res.httpResponse.value;
+    expect(denied.status?.code).toBe(StatusCode.Forbidden);
+    const headers = Object.fromEntries(denied.headers.map((h) => [h.header?.key, h.header?.value]));
+    expect(headers).toMatchObject({ 'x-trust-verdict': 'FAIL', 'content-type': 'application/json' });
+    const body = JSON.parse(denied.body);
+    expect(body).toMatchObject({ allow: false, verdict: 'FAIL', upstream: FAIL, receipt_id: headers['x-trust-receipt'] });
+    await expectReceipt(body.receipt_id, FAIL, 'deny');
+  });
+
+  it("judges Envoy's own request URL when nothing names an upstream, and reads raw header lists", async () => {
+    const res = await client().check(http({ host: 'uncertain.example.com', path: '/mcp?x=1', scheme: 'https' }));
+    expect(res.httpResponse.case).toBe('okResponse');
+    expect(res.dynamicMetadata).toMatchObject({ upstream: UNCERTAIN, trust_verdict: 'UNCERTAIN' });
+    const raw = await client().check({
+      attributes: {
+        request: { http: { headerMap: { headers: [{ key: 'x-mcp-server', rawValue: new TextEncoder().encode(FAIL) }] } } },
+      },
+    });
+    expect(raw.httpResponse.case).toBe('deniedResponse');
+    expect(raw.dynamicMetadata).toMatchObject({ upstream: FAIL, trust_verdict: 'FAIL' });
+  });
+
+  it('denies with 400 (google.rpc INVALID_ARGUMENT) when no upstream can be worked out', async () => {
+    for (const req of [{}, http({}), http({ headers: { 'x-mcp-server': 'ftp://x' } })]) {
+      const res = await client().check(req);
+      expect(res.status?.code).toBe(3);
+      expect(res.httpResponse.case).toBe('deniedResponse');
+      if (res.httpResponse.case !== 'deniedResponse') continue;
+      expect(res.httpResponse.value.status?.code).toBe(StatusCode.BadRequest);
+      expect(JSON.parse(res.httpResponse.value.body)).toMatchObject({ status: 400, code: 'invalid_argument' });
+    }
+  });
+});
