@@ -1,0 +1,344 @@
+import dns from 'node:dns';
+import http from 'node:http';
+import https from 'node:https';
+import type { LookupFunction, Socket } from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import { Readable } from 'node:stream';
+import { classifyAddress, isIpLiteral, redirectMethod, redirectTarget, RedirectRefused, type AddressPolicy } from './address-policy.js';
+
+// The one outbound HTTP client every probe uses (docs/probes.md, "The safe client"). It
+// resolves the host itself, checks every DNS answer against the address policy, and connects
+// pinned to the checked address (the socket's lookup returns exactly that address, so a second
+// DNS answer cannot rebind the connection). Redirects are followed by hand, each hop re-checked.
+// It never sends cookies or credentials and never stores what a server sets.
+
+export const SAFE_FETCH_DEFAULTS = {
+  maxRedirects: 3,
+  connectTimeoutMs: 5_000,
+  totalTimeoutMs: 10_000,
+  maxBytes: 1024 * 1024,
+} as const;
+
+const USER_AGENT = 'TrustObservatory-Probe/1.0 (+https://trust-observatory.dev/docs/probes)';
+/** Headers a caller may not set: we never send credentials or cookies anywhere. */
+const FORBIDDEN_HEADERS = new Set(['cookie', 'cookie2', 'authorization', 'proxy-authorization', 'host', 'connection', 'transfer-encoding']);
+
+/** The target (or a redirect hop) resolves to an address probes may not reach. */
+export class TargetRefused extends Error {
+  constructor(
+    readonly url: string,
+    readonly reason: string,
+  ) {
+    super(`${url} refused: ${reason}`);
+  }
+}
+
+export type ProbeFailureKind = 'dns' | 'connect' | 'timeout' | 'too_large' | 'too_many_redirects' | 'network' | 'tls';
+
+/** The request was allowed but did not complete. */
+export class ProbeFailed extends Error {
+  constructor(
+    readonly kind: ProbeFailureKind,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Resolves a host name to its addresses (injectable so tests can simulate DNS without packets). */
+export type Resolver = (host: string) => Promise<string[]>;
+
+export const systemResolver: Resolver = async (host) => {
+  const answers = await dns.promises.lookup(host, { all: true, verbatim: true });
+  return answers.map((a) => a.address);
+};
+
+export interface SafeRequestOptions {
+  method?: string;
+  headers?: Record<string, string>;
+  body?: string | Uint8Array;
+  maxRedirects?: number;
+  connectTimeoutMs?: number;
+  totalTimeoutMs?: number;
+  maxBytes?: number;
+  signal?: AbortSignal;
+}
+
+export interface TlsInfo {
+  protocol: string | null;
+  authorized: boolean;
+  cipher: string | null;
+}
+
+export interface SafeResponse {
+  /** Final URL after redirects. */
+  url: string;
+  status: number;
+  headers: Headers;
+  body: Buffer;
+  /** URLs visited before the final one. */
+  redirects: string[];
+  /** The address actually connected to. */
+  address: string;
+  /** TLS details of the final connection; null over plain http. */
+  tls: TlsInfo | null;
+  text(): string;
+  json(): unknown;
+}
+
+interface Opened {
+  res: http.IncomingMessage;
+  url: URL;
+  redirects: string[];
+  address: string;
+  tls: TlsInfo | null;
+}
+
+export interface SafeFetcher {
+  readonly policy: AddressPolicy;
+  /** Resolves the URL's host and checks every answer; throws TargetRefused or ProbeFailed('dns'). */
+  check(url: string | URL): Promise<{ url: URL; address: string }>;
+  /** One request, body buffered up to maxBytes. */
+  request(url: string | URL, opts?: SafeRequestOptions): Promise<SafeResponse>;
+  /** A fetch-compatible function over the same rules (for the MCP SDK client); bodies stream. */
+  fetch: (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
+}
+
+function headersOf(res: http.IncomingMessage): Headers {
+  const h = new Headers();
+  for (let i = 0; i < res.rawHeaders.length; i += 2) {
+    const name = res.rawHeaders[i]!;
+    if (/^set-cookie2?$/i.test(name)) continue; // never kept, never sent back
+    try {
+      h.append(name, res.rawHeaders[i + 1]!);
+    } catch {
+      // a header value fetch's Headers rejects is dropped rather than failing the probe
+    }
+  }
+  return h;
+}
+
+function parseUrl(input: string | URL): URL {
+  let u: URL;
+  try {
+    u = typeof input === 'string' ? new URL(input) : new URL(input.href);
+  } catch {
+    throw new TargetRefused(String(input), 'not an absolute URL');
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new TargetRefused(u.href, `only http and https are allowed, not ${u.protocol}`);
+  if (u.username || u.password) throw new TargetRefused(u.origin, 'URLs carrying credentials are refused');
+  return u;
+}
+
+export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = systemResolver): SafeFetcher {
+  async function check(input: string | URL): Promise<{ url: URL; address: string }> {
+    const url = parseUrl(input);
+    const host = url.hostname;
+    let answers: string[];
+    if (isIpLiteral(host)) answers = [host];
+    else {
+      try {
+        answers = await resolver(host);
+      } catch (err) {
+        throw new ProbeFailed('dns', `could not resolve ${host}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      }
+      if (answers.length === 0) throw new ProbeFailed('dns', `${host} has no addresses`);
+    }
+    // Every answer must pass: a name that also points somewhere private is refused outright.
+    let pinned: string | null = null;
+    for (const a of answers) {
+      const v = classifyAddress(a, policy);
+      if (!v.allowed) throw new TargetRefused(url.origin, host === v.address || isIpLiteral(host) ? v.reason : `${host} resolves to ${v.reason}`);
+      pinned ??= v.address;
+    }
+    return { url, address: pinned! };
+  }
+
+  /** Opens one hop, pinned to `address`, and resolves with the response head. */
+  function openHop(url: URL, address: string, method: string, headers: Record<string, string>, body: string | Uint8Array | undefined, connectTimeoutMs: number, signal: AbortSignal): Promise<http.IncomingMessage> {
+    return new Promise((resolve, reject) => {
+      const family = address.includes(':') ? 6 : 4;
+      const lookup: LookupFunction = (_host, options, cb) => {
+        // Pinned: whatever the name resolves to now, the socket goes to the checked address.
+        if ((options as dns.LookupAllOptions).all) (cb as unknown as (e: null, a: dns.LookupAddress[]) => void)(null, [{ address, family }]);
+        else cb(null, address, family);
+      };
+      const mod = url.protocol === 'https:' ? https : http;
+      const req = mod.request({
+        protocol: url.protocol,
+        hostname: url.hostname.replace(/^\[|\]$/g, ''),
+        port: url.port || (url.protocol === 'https:' ? 443 : 80),
+        path: `${url.pathname}${url.search}`,
+        method,
+        headers: { ...headers, host: url.host },
+        lookup,
+        agent: false,
+        signal,
+        ...(url.protocol === 'https:' ? { servername: isIpLiteral(url.hostname) ? undefined : url.hostname, rejectUnauthorized: true, minVersion: 'TLSv1.2' as const } : {}),
+      });
+      const connectTimer = setTimeout(() => req.destroy(new ProbeFailed('timeout', `connecting to ${url.host} took longer than ${connectTimeoutMs} ms`)), connectTimeoutMs);
+      req.on('socket', (socket: Socket) => {
+        const done = () => clearTimeout(connectTimer);
+        if (url.protocol === 'https:') socket.once('secureConnect', done);
+        else socket.once('connect', done);
+        if (!socket.connecting) done();
+      });
+      req.on('response', (res) => {
+        clearTimeout(connectTimer);
+        resolve(res);
+      });
+      req.on('error', (err) => {
+        clearTimeout(connectTimer);
+        reject(err);
+      });
+      if (body !== undefined) req.end(body);
+      else req.end();
+    });
+  }
+
+  function classifyError(err: unknown, url: URL, totalTimeoutMs: number, external: AbortSignal | undefined): Error {
+    if (err instanceof TargetRefused || err instanceof ProbeFailed) return err;
+    if (err instanceof RedirectRefused) return new TargetRefused(url.href, err.message);
+    const e = err as NodeJS.ErrnoException;
+    if (e?.name === 'AbortError' || e?.code === 'ABORT_ERR') {
+      if (external?.aborted) return e;
+      return new ProbeFailed('timeout', `${url.origin} did not answer within ${totalTimeoutMs} ms`);
+    }
+    if (typeof e?.code === 'string' && (e.code.startsWith('ERR_TLS') || e.code.includes('CERT') || e.code === 'EPROTO' || e.code.startsWith('ERR_SSL')))
+      return new ProbeFailed('tls', `TLS with ${url.host} failed: ${e.code}`);
+    if (e?.code === 'ECONNREFUSED') return new ProbeFailed('connect', `${url.host} refused the connection`);
+    return new ProbeFailed('network', `request to ${url.origin} failed: ${e?.code ?? e?.message ?? 'unknown error'}`);
+  }
+
+  /** Follows redirects by hand; each hop is re-resolved and re-checked. */
+  async function open(input: string | URL, opts: SafeRequestOptions, signal: AbortSignal, totalTimeoutMs: number): Promise<Opened> {
+    const maxRedirects = opts.maxRedirects ?? SAFE_FETCH_DEFAULTS.maxRedirects;
+    const connectTimeoutMs = opts.connectTimeoutMs ?? SAFE_FETCH_DEFAULTS.connectTimeoutMs;
+    let method = (opts.method ?? 'GET').toUpperCase();
+    let body = opts.body;
+    const headers: Record<string, string> = { 'user-agent': USER_AGENT, 'accept-encoding': 'identity' };
+    for (const [k, v] of Object.entries(opts.headers ?? {})) if (!FORBIDDEN_HEADERS.has(k.toLowerCase())) headers[k.toLowerCase()] = v;
+    const redirects: string[] = [];
+    let current = parseUrl(input);
+    for (;;) {
+      let res: http.IncomingMessage;
+      let address: string;
+      try {
+        const checked = await check(current);
+        address = checked.address;
+        const hopHeaders = { ...headers };
+        if (body === undefined) {
+          delete hopHeaders['content-type'];
+          delete hopHeaders['content-length'];
+        }
+        res = await openHop(current, address, method, hopHeaders, body, connectTimeoutMs, signal);
+      } catch (err) {
+        throw classifyError(err, current, totalTimeoutMs, opts.signal);
+      }
+      const status = res.statusCode ?? 0;
+      if ([301, 302, 303, 307, 308].includes(status)) {
+        res.resume();
+        if (redirects.length >= maxRedirects) throw new ProbeFailed('too_many_redirects', `more than ${maxRedirects} redirects starting at ${parseUrl(input).href}`);
+        let next: URL;
+        try {
+          next = redirectTarget(current, res.headers.location);
+        } catch (err) {
+          throw classifyError(err, current, totalTimeoutMs, opts.signal);
+        }
+        const m = redirectMethod(status, method);
+        method = m.method;
+        if (!m.keepBody) body = undefined;
+        // Cross-origin hops lose every caller header except content negotiation.
+        if (next.origin !== current.origin) for (const k of Object.keys(headers)) if (!['user-agent', 'accept', 'accept-encoding', 'content-type'].includes(k)) delete headers[k];
+        redirects.push(current.href);
+        current = next;
+        continue;
+      }
+      const sock = res.socket as TLSSocket;
+      const tls: TlsInfo | null =
+        current.protocol === 'https:' && sock && typeof sock.getProtocol === 'function'
+          ? { protocol: sock.getProtocol(), authorized: sock.authorized === true, cipher: sock.getCipher()?.name ?? null }
+          : null;
+      return { res, url: current, redirects, address, tls };
+    }
+  }
+
+  function deadline(opts: SafeRequestOptions) {
+    const totalTimeoutMs = opts.totalTimeoutMs ?? SAFE_FETCH_DEFAULTS.totalTimeoutMs;
+    const timeout = AbortSignal.timeout(totalTimeoutMs);
+    const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
+    return { signal, totalTimeoutMs };
+  }
+
+  async function request(input: string | URL, opts: SafeRequestOptions = {}): Promise<SafeResponse> {
+    const maxBytes = opts.maxBytes ?? SAFE_FETCH_DEFAULTS.maxBytes;
+    const { signal, totalTimeoutMs } = deadline(opts);
+    const o = await open(input, opts, signal, totalTimeoutMs);
+    const declared = Number(o.res.headers['content-length']);
+    if (Number.isFinite(declared) && declared > maxBytes) {
+      o.res.destroy();
+      throw new ProbeFailed('too_large', `${o.url.href} declares ${declared} bytes, more than the ${maxBytes}-byte cap`);
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    try {
+      for await (const chunk of o.res as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        if (size > maxBytes) {
+          o.res.destroy();
+          throw new ProbeFailed('too_large', `${o.url.href} sent more than the ${maxBytes}-byte cap`);
+        }
+        chunks.push(chunk);
+      }
+    } catch (err) {
+      throw classifyError(err, o.url, totalTimeoutMs, opts.signal);
+    }
+    const body = Buffer.concat(chunks);
+    return {
+      url: o.url.href,
+      status: o.res.statusCode ?? 0,
+      headers: headersOf(o.res),
+      body,
+      redirects: o.redirects,
+      address: o.address,
+      tls: o.tls,
+      text: () => body.toString('utf8'),
+      json: () => JSON.parse(body.toString('utf8')) as unknown,
+    };
+  }
+
+  async function safeFetchCompat(input: string | URL | Request, init: RequestInit = {}): Promise<Response> {
+    const url = input instanceof Request ? input.url : input;
+    const method = init.method ?? (input instanceof Request ? input.method : 'GET');
+    const headers: Record<string, string> = {};
+    new Headers(init.headers ?? (input instanceof Request ? input.headers : undefined)).forEach((v, k) => (headers[k] = v));
+    let body: string | Uint8Array | undefined;
+    if (init.body !== undefined && init.body !== null) {
+      if (typeof init.body === 'string') body = init.body;
+      else if (init.body instanceof Uint8Array) body = init.body;
+      else if (init.body instanceof ArrayBuffer) body = new Uint8Array(init.body);
+      else throw new TypeError('safe fetch accepts string or byte bodies only');
+    }
+    const opts: SafeRequestOptions = { method, headers, body, signal: init.signal ?? undefined };
+    const { signal, totalTimeoutMs } = deadline(opts);
+    const maxBytes = SAFE_FETCH_DEFAULTS.maxBytes;
+    const o = await open(url, opts, signal, totalTimeoutMs);
+    let size = 0;
+    const capped = o.res.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > maxBytes) o.res.destroy(new ProbeFailed('too_large', `${o.url.href} sent more than the ${maxBytes}-byte cap`));
+    });
+    const status = o.res.statusCode ?? 0;
+    const nullBody = method === 'HEAD' || status === 204 || status === 304;
+    if (nullBody) o.res.resume();
+    const res = new Response(nullBody ? null : (Readable.toWeb(capped) as ReadableStream<Uint8Array>), {
+      status,
+      statusText: o.res.statusMessage,
+      headers: headersOf(o.res),
+    });
+    Object.defineProperty(res, 'url', { value: o.url.href });
+    return res;
+  }
+
+  return { policy, check, request, fetch: safeFetchCompat };
+}
