@@ -196,12 +196,12 @@ export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = sy
     });
   }
 
-  function classifyError(err: unknown, url: URL, totalTimeoutMs: number, external: AbortSignal | undefined): Error {
+  function classifyError(err: unknown, url: URL, totalTimeoutMs: number, external: AbortSignal | undefined, signal: AbortSignal): Error {
     if (err instanceof TargetRefused || err instanceof ProbeFailed) return err;
     if (err instanceof RedirectRefused) return new TargetRefused(url.href, err.message);
     const e = err as NodeJS.ErrnoException;
-    if (e?.name === 'AbortError' || e?.code === 'ABORT_ERR') {
-      if (external?.aborted) return e;
+    if (external?.aborted) return e;
+    if (signal.aborted || e?.name === 'AbortError' || e?.code === 'ABORT_ERR') {
       return new ProbeFailed('timeout', `${url.origin} did not answer within ${totalTimeoutMs} ms`);
     }
     if (typeof e?.code === 'string' && (e.code.startsWith('ERR_TLS') || e.code.includes('CERT') || e.code === 'EPROTO' || e.code.startsWith('ERR_SSL')))
@@ -233,7 +233,7 @@ export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = sy
         }
         res = await openHop(current, address, method, hopHeaders, body, connectTimeoutMs, signal);
       } catch (err) {
-        throw classifyError(err, current, totalTimeoutMs, opts.signal);
+        throw classifyError(err, current, totalTimeoutMs, opts.signal, signal);
       }
       const status = res.statusCode ?? 0;
       if ([301, 302, 303, 307, 308].includes(status)) {
@@ -243,7 +243,7 @@ export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = sy
         try {
           next = redirectTarget(current, res.headers.location);
         } catch (err) {
-          throw classifyError(err, current, totalTimeoutMs, opts.signal);
+          throw classifyError(err, current, totalTimeoutMs, opts.signal, signal);
         }
         const m = redirectMethod(status, method);
         method = m.method;
@@ -291,7 +291,7 @@ export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = sy
         chunks.push(chunk);
       }
     } catch (err) {
-      throw classifyError(err, o.url, totalTimeoutMs, opts.signal);
+      throw classifyError(err, o.url, totalTimeoutMs, opts.signal, signal);
     }
     const body = Buffer.concat(chunks);
     return {

@@ -1,0 +1,144 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createSafeFetcher, ProbeFailed, TargetRefused, type Resolver } from '../src/probes/safe-fetch.js';
+
+// Every packet here goes to 127.0.0.1. Names are resolved by an injected resolver, so DNS
+// behaviour (several answers, a private answer) is simulated without any query leaving the host.
+
+let server: http.Server;
+let base: string;
+let port: number;
+const seen: { url: string; headers: http.IncomingHttpHeaders }[] = [];
+
+beforeAll(async () => {
+  server = http.createServer((req, res) => {
+    seen.push({ url: req.url ?? '', headers: req.headers });
+    const u = new URL(req.url ?? '/', 'http://x');
+    if (u.pathname === '/ok') {
+      res.setHeader('set-cookie', 'session=abc');
+      res.end('hello');
+    } else if (u.pathname === '/redirect') {
+      const n = Number(u.searchParams.get('n') ?? '0');
+      res.writeHead(302, { location: n > 0 ? `/redirect?n=${n - 1}` : '/ok' }).end();
+    } else if (u.pathname === '/to-metadata') {
+      res.writeHead(301, { location: 'http://169.254.169.254/latest/meta-data/' }).end();
+    } else if (u.pathname === '/to-file') {
+      res.writeHead(301, { location: 'file:///etc/passwd' }).end();
+    } else if (u.pathname === '/big') {
+      res.write(Buffer.alloc(64 * 1024, 97));
+      res.end(Buffer.alloc(64 * 1024, 97));
+    } else if (u.pathname === '/slow') {
+      res.writeHead(200);
+      res.write('partial');
+      // never ends: the total timeout must cut it
+    } else if (u.pathname === '/post-then-303') {
+      res.writeHead(303, { location: '/ok' }).end();
+    } else res.writeHead(404).end();
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  port = (server.address() as AddressInfo).port;
+  base = `http://127.0.0.1:${port}`;
+});
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise((r) => server.close(r));
+});
+
+const strict = createSafeFetcher({ allowPrivate: false });
+const dev = createSafeFetcher({ allowPrivate: true });
+
+describe('safe client over loopback', () => {
+  it('refuses loopback by default, before any connection, saying why', async () => {
+    const before = seen.length;
+    const err = await strict.request(`${base}/ok`).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(TargetRefused);
+    expect((err as TargetRefused).reason).toMatch(/loopback.*ALLOW_PRIVATE_TARGETS/);
+    expect(seen.length).toBe(before);
+    await expect(strict.request(`http://[::1]:${port}/ok`)).rejects.toThrow(/loopback/);
+    await expect(strict.request(`http://[::ffff:127.0.0.1]:${port}/ok`)).rejects.toThrow(/IPv4-mapped/);
+  });
+
+  it('reaches loopback with ALLOW_PRIVATE_TARGETS, sends no cookies or credentials, keeps no Set-Cookie', async () => {
+    const res = await dev.request(`${base}/ok`, { headers: { cookie: 'a=b', authorization: 'Bearer x', 'x-probe': '1' } });
+    expect(res.status).toBe(200);
+    expect(res.text()).toBe('hello');
+    expect(res.address).toBe('127.0.0.1');
+    expect(res.tls).toBeNull();
+    expect(res.headers.get('set-cookie')).toBeNull();
+    const last = seen.at(-1)!;
+    expect(last.headers.cookie).toBeUndefined();
+    expect(last.headers.authorization).toBeUndefined();
+    expect(last.headers['x-probe']).toBe('1');
+  });
+
+  it('refuses non-http schemes and URLs with credentials', async () => {
+    await expect(dev.request('ftp://127.0.0.1/')).rejects.toBeInstanceOf(TargetRefused);
+    await expect(dev.request('file:///etc/passwd')).rejects.toBeInstanceOf(TargetRefused);
+    await expect(dev.request(`http://u:p@127.0.0.1:${port}/ok`)).rejects.toThrow(/credentials/);
+    await expect(dev.request('not a url')).rejects.toBeInstanceOf(TargetRefused);
+  });
+
+  it('checks every DNS answer and connects pinned to the checked address', async () => {
+    const mixed: Resolver = async () => ['93.184.216.34', '127.0.0.1'];
+    const f1 = createSafeFetcher({ allowPrivate: false }, mixed);
+    const err = await f1.request(`http://mixed.test:${port}/ok`).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(TargetRefused);
+    expect((err as TargetRefused).reason).toMatch(/mixed\.test resolves to 127\.0\.0\.1/);
+
+    // A resolver that answers differently on each call (rebinding): the connection still goes
+    // to the address that was checked, and the Host header keeps the name.
+    let calls = 0;
+    const rebinding: Resolver = async () => (calls++ === 0 ? ['127.0.0.1'] : ['169.254.169.254']);
+    const f2 = createSafeFetcher({ allowPrivate: true }, rebinding);
+    const res = await f2.request(`http://rebind.test:${port}/ok`);
+    expect(res.status).toBe(200);
+    expect(res.address).toBe('127.0.0.1');
+    expect(calls).toBe(1);
+    expect(seen.at(-1)!.headers.host).toBe(`rebind.test:${port}`);
+
+    const failing: Resolver = async () => {
+      throw Object.assign(new Error('nope'), { code: 'ENOTFOUND' });
+    };
+    await expect(createSafeFetcher({ allowPrivate: true }, failing).request('http://nx.test/')).rejects.toMatchObject({ kind: 'dns' });
+  });
+
+  it('follows at most 3 redirects by hand and re-checks every hop', async () => {
+    const ok = await dev.request(`${base}/redirect?n=2`);
+    expect(ok.status).toBe(200);
+    expect(ok.redirects).toHaveLength(3);
+    const tooMany = await dev.request(`${base}/redirect?n=3`).catch((e: unknown) => e);
+    expect(tooMany).toBeInstanceOf(ProbeFailed);
+    expect((tooMany as ProbeFailed).kind).toBe('too_many_redirects');
+    await expect(dev.request(`${base}/to-metadata`)).rejects.toThrow(/metadata/);
+    await expect(dev.request(`${base}/to-file`)).rejects.toThrow(/only http and https/);
+    const after303 = await dev.request(`${base}/post-then-303`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+    expect(after303.status).toBe(200);
+    expect(seen.at(-1)!.headers['content-length']).toBeUndefined();
+  });
+
+  it('caps the response size and enforces the total timeout', async () => {
+    const big = await dev.request(`${base}/big`, { maxBytes: 100_000 }).catch((e: unknown) => e);
+    expect((big as ProbeFailed).kind).toBe('too_large');
+    expect((await dev.request(`${base}/big`, { maxBytes: 200_000 })).body.length).toBe(128 * 1024);
+    const slow = await dev.request(`${base}/slow`, { totalTimeoutMs: 300 }).catch((e: unknown) => e);
+    expect((slow as ProbeFailed).kind).toBe('timeout');
+  });
+
+  it('offers a fetch-compatible function with the same rules', async () => {
+    const res = await dev.fetch(`${base}/ok`);
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe('hello');
+    await expect(strict.fetch(`${base}/ok`)).rejects.toBeInstanceOf(TargetRefused);
+  });
+
+  it('reports a refused connection as a probe failure, not a refusal', async () => {
+    const closed = http.createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const p = (closed.address() as AddressInfo).port;
+    await new Promise((r) => closed.close(r));
+    const err = await dev.request(`http://127.0.0.1:${p}/`).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ProbeFailed);
+    expect((err as ProbeFailed).kind).toBe('connect');
+  });
+});
