@@ -14,6 +14,8 @@ import { wellKnownRoutes } from './routes/well-known.js';
 import { discoveryRoutes } from './routes/discovery.js';
 import { mcpRoutes } from '../agents/mcp.js';
 import { a2aRoutes } from '../agents/a2a.js';
+import { probeRoutes } from './routes/probes.js';
+import { complianceRoutes } from './routes/compliance.js';
 
 export interface RouteDeps {
   services: Services;
@@ -34,5 +36,7 @@ export function registerRestRoutes(app: FastifyInstance, deps: RouteDeps) {
   preflightRoutes(app, deps);
   receiptRoutes(app, deps);
   gateRoutes(app, deps);
+  probeRoutes(app, deps);
+  complianceRoutes(app, deps);
   pendingRoutes(app, deps);
 }

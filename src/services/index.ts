@@ -14,6 +14,9 @@ import { createPreflightService } from './preflight.js';
 import { createReceiptService } from './receipt.js';
 import { createGateService, preflightGateSource } from './gate.js';
 import { Authorization } from '../../gen/envoy/service/auth/v3/external_auth_pb.js';
+import { createDriftService } from './drift.js';
+import { createProbeService } from './probes.js';
+import { createComplianceService } from './compliance.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
@@ -33,6 +36,9 @@ export function createServices(deps: ServiceDeps) {
     gate: createGateService(deps, preflightGateSource(preflight)),
     /** Receipt lookup, verification, behavioral evidence, ERC-8004 attestations (ReceiptService). */
     receipt: createReceiptService(deps, trust),
+    drift: createDriftService(deps),
+    probes: createProbeService(deps),
+    compliance: createComplianceService(deps, { trust }),
     /** Stops background work owned by services (flushers, schedulers). */
     async close(): Promise<void> {
       trust.close();
@@ -59,6 +65,8 @@ export function connectRoutes(s: Services) {
       getSkillTrust: s.skillTrust.getSkillTrust,
       preflight: (req, ctx) => s.preflight.preflight(req, ctx),
       getDemand: s.preflight.getDemand,
+      getDrift: s.drift.getDrift,
+      getAgentReadiness: s.probes.getAgentReadiness,
     });
     router.service(TelemetryService, { report: s.telemetry.report, reportStream: s.telemetry.reportStream });
     router.service(ReceiptService, {
@@ -68,7 +76,11 @@ export function connectRoutes(s: Services) {
       getErc8004Attestation: s.receipt.getErc8004Attestation,
       verifyReceipt: s.verifyReceipt.verifyReceipt,
     });
-    router.service(ComplianceService, {});
+    router.service(ComplianceService, {
+      getAgencyChecklist: s.compliance.getAgencyChecklist,
+      getComplianceAttestation: s.compliance.getComplianceAttestation,
+      getComplianceExport: s.compliance.getComplianceExport,
+    });
     router.service(AccessService, { registerAgent: s.access.registerAgent, agentQuery: s.access.agentQuery, getPaymentInfo: s.access.getPaymentInfo });
     // Envoy's external authorization API (ext_authz v3), for Envoy, Istio and agentgateway.
     router.service(Authorization, { check: s.gate.check });

@@ -25,6 +25,7 @@ import { scoreStore } from '../store/scores.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
+import { toolManifestDriftFlags } from './drift.js';
 import { createTrustEngine, type ScoreSummary } from './trust-engine.js';
 
 const DAY_MS = 86_400_000;
@@ -94,15 +95,20 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     },
 
     /** Current score, verdict and anomaly flags of a tracked server; cheap (cached, refreshed when stale). */
-    scoreFor(server: ServerRow): Promise<ScoreSummary> {
-      return engine.scoreFor(server, now());
+    async scoreFor(server: ServerRow): Promise<ScoreSummary> {
+      const at = now();
+      const [s, drift] = await Promise.all([engine.scoreFor(server, at), toolManifestDriftFlags(db, server.id, at)]);
+      return drift.length > 0 ? { ...s, anomaly_flags: [...s.anomaly_flags, ...drift] } : s;
     },
 
     async getTrust(req: Partial<GetTrustRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustResponseSchema>> {
       const url = requireServerUrl(req.url, 'url');
       const server = await servers.byUrl(url);
       if (!server) throw notTracked(url);
-      const c = (await engine.compute([server], now())).get(server.id)!;
+      const at = now();
+      const [computed, driftFlags] = await Promise.all([engine.compute([server], at), toolManifestDriftFlags(db, server.id, at)]);
+      const c = computed.get(server.id)!;
+      const flags = [...c.anomaly.flags, ...driftFlags];
       const n = c.totals?.n ?? 0;
       return {
         server: {
@@ -125,7 +131,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
           avgSuccessRate: c.baseline.avg_success_rate,
           serverCount: c.baseline.server_count,
         },
-        anomaly: { isAnomalous: c.anomaly.flags.length > 0, anomalyFlags: c.anomaly.flags },
+        anomaly: { isAnomalous: flags.length > 0, anomalyFlags: flags },
         scoreBreakdown: { ...c.breakdown, anomaly_details: c.anomaly.details, computed_at: c.computed_at.toISOString() },
         verdict: c.verdict,
       };

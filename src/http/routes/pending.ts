@@ -5,11 +5,6 @@ import { sendProblem } from '../problem.js';
 // Paths of SPEC.md section 4 whose handlers are not built yet. They answer 501 problem+json,
 // never fake data; each line is removed when its real route lands.
 export const PENDING: ReadonlyArray<readonly [method: 'GET' | 'POST', url: string]> = [
-  ['GET', '/api/drift'],
-  ['GET', '/api/agent-readiness'],
-  ['GET', '/api/compliance'],
-  ['GET', '/api/agency-checklist'],
-  ['GET', '/v1/compliance'],
 ];
 
 export function pendingRoutes(app: FastifyInstance, _deps: RouteDeps) {

@@ -1,0 +1,97 @@
+import { createHash } from 'node:crypto';
+import canonicalize from 'canonicalize';
+
+// Tool-manifest drift (docs/probes.md "Drift"): each tool is hashed over the RFC 8785 (JCS)
+// canonical form of what an agent relies on, so key order and whitespace never count as change.
+// Pure: no I/O, time passed in.
+
+/** The anomaly flag a recent drift raises on the server's trust record. */
+export const DRIFT_FLAG = 'tool_manifest_drift';
+/** How long a detected drift keeps the flag raised (re-baselining does not clear it sooner). */
+export const DRIFT_FLAG_WINDOW_MS = 7 * 24 * 3600 * 1000;
+
+/** A tool as listed by tools/list (only the parts we hash are read). */
+export interface ManifestTool {
+  name: string;
+  description?: unknown;
+  inputSchema?: unknown;
+  outputSchema?: unknown;
+  annotations?: unknown;
+}
+
+/** Per-tool hashes stored with a baseline. */
+export interface ToolHashes {
+  name: string;
+  hash: string;
+  description: string;
+  input_schema: string;
+  output_schema: string;
+  annotations: string;
+}
+
+export type ToolPart = 'description' | 'input_schema' | 'output_schema' | 'annotations';
+const PARTS: ToolPart[] = ['description', 'input_schema', 'output_schema', 'annotations'];
+
+export function sha256Hex(s: string): string {
+  return createHash('sha256').update(s, 'utf8').digest('hex');
+}
+
+/** RFC 8785 canonical JSON; absent (undefined) parts are hashed as null. */
+export function jcs(value: unknown): string {
+  const out = canonicalize(value === undefined ? null : value);
+  if (out === undefined) throw new Error('value has no JSON form');
+  return out;
+}
+
+export function hashTool(t: ManifestTool): ToolHashes {
+  const whole: Record<string, unknown> = { name: t.name };
+  if (t.description !== undefined) whole.description = t.description;
+  if (t.inputSchema !== undefined) whole.inputSchema = t.inputSchema;
+  if (t.outputSchema !== undefined) whole.outputSchema = t.outputSchema;
+  if (t.annotations !== undefined) whole.annotations = t.annotations;
+  return {
+    name: t.name,
+    hash: sha256Hex(jcs(whole)),
+    description: sha256Hex(jcs(t.description)),
+    input_schema: sha256Hex(jcs(t.inputSchema)),
+    output_schema: sha256Hex(jcs(t.outputSchema)),
+    annotations: sha256Hex(jcs(t.annotations)),
+  };
+}
+
+/** Hashes a whole manifest: tools sorted by name, manifest hash over the (name, hash) list. */
+export function hashManifest(tools: ManifestTool[]): { manifest_hash: string; tools: ToolHashes[] } {
+  const hashed = tools.map(hashTool).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return { manifest_hash: sha256Hex(jcs(hashed.map((t) => ({ name: t.name, hash: t.hash })))), tools: hashed };
+}
+
+export interface ManifestDiff {
+  added: string[];
+  removed: string[];
+  changed: { name: string; changes: ToolPart[] }[];
+}
+
+/** What changed from `prev` to `next` (both as stored hashes); names sorted. */
+export function diffManifests(prev: ToolHashes[], next: ToolHashes[]): ManifestDiff {
+  const before = new Map(prev.map((t) => [t.name, t]));
+  const after = new Map(next.map((t) => [t.name, t]));
+  const added = [...after.keys()].filter((n) => !before.has(n)).sort();
+  const removed = [...before.keys()].filter((n) => !after.has(n)).sort();
+  const changed: ManifestDiff['changed'] = [];
+  for (const [name, t] of [...after].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+    const p = before.get(name);
+    if (!p || p.hash === t.hash) continue;
+    const parts = PARTS.filter((k) => p[k] !== t[k]);
+    changed.push({ name, changes: parts.length > 0 ? parts : ['description'] });
+  }
+  return { added, removed, changed };
+}
+
+export function hasDrift(d: ManifestDiff): boolean {
+  return d.added.length + d.removed.length + d.changed.length > 0;
+}
+
+/** Whether the drift flag is raised: the last detected drift is recent enough. */
+export function driftFlagActive(lastDriftAt: Date | null, now: Date): boolean {
+  return lastDriftAt !== null && now.getTime() - lastDriftAt.getTime() <= DRIFT_FLAG_WINDOW_MS && lastDriftAt.getTime() <= now.getTime() + 60_000;
+}

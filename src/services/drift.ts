@@ -1,0 +1,108 @@
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import type { GetDriftRequest, GetDriftResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
+import { INTERFACE_VERSION } from '../config.js';
+import type { Queryable } from '../db/index.js';
+import { diffManifests, DRIFT_FLAG, driftFlagActive, hashManifest, hasDrift } from '../domain/drift.js';
+import { invalidArgument, notTracked } from '../errors.js';
+import { readToolManifest } from '../probes/mcp-manifest.js';
+import { probeError } from '../probes/probe-errors.js';
+import { createSafeFetcher } from '../probes/safe-fetch.js';
+import { newReceiptId } from '../signing/receipts.js';
+import { driftStore } from '../store/drift.js';
+import { serverStore } from '../store/servers.js';
+import type { CallContext, ServiceDeps } from './context.js';
+
+/**
+ * Anomaly flags from tool-manifest drift for one server: ["tool_manifest_drift"] while the last
+ * detected drift is within DRIFT_FLAG_WINDOW_MS of `now`, else []. The trust service reads this
+ * to fill `anomaly.anomaly_flags`.
+ */
+export async function toolManifestDriftFlags(db: Queryable, serverId: number, now: Date): Promise<string[]> {
+  return driftFlagActive(await driftStore(db).lastDriftAt(serverId), now) ? [DRIFT_FLAG] : [];
+}
+
+/** GetDrift (GET /api/drift): live manifest -> signed baseline -> per-tool drift report. */
+export function createDriftService({ db, config, now, receipts }: ServiceDeps) {
+  const servers = serverStore(db);
+  const fetcher = createSafeFetcher({ allowPrivate: config.allowPrivateTargets });
+
+  return {
+    async getDrift(req: Partial<GetDriftRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetDriftResponseSchema>> {
+      const target = (req.server ?? '').trim();
+      if (target === '') throw invalidArgument('server is required');
+      if (target.length > 2048) throw invalidArgument('server must be at most 2048 characters');
+      const server = await servers.resolve(target);
+      if (!server) throw notTracked(target);
+
+      let manifest;
+      try {
+        manifest = await readToolManifest(fetcher, server.url, INTERFACE_VERSION);
+      } catch (err) {
+        throw probeError(err);
+      }
+      const hashed = hashManifest(manifest.tools);
+
+      return db.transaction(async (tx) => {
+        const store = driftStore(tx);
+        await store.lockServer(server.id);
+        const prev = await store.latest(server.id);
+        const diff = prev ? diffManifests(prev.tools, hashed.tools) : { added: [], removed: [], changed: [] };
+        const drift = prev !== null && hasDrift(diff);
+        const baselineId = newReceiptId();
+        const recordedAt = now();
+        const receipt = await receipts.issue(
+          'drift_baseline',
+          server.url,
+          {
+            baseline_id: baselineId,
+            manifest_hash: hashed.manifest_hash,
+            tool_count: hashed.tools.length,
+            previous_manifest_hash: prev?.manifest_hash ?? null,
+            drift_detected: drift,
+            tools_added: diff.added.length,
+            tools_removed: diff.removed.length,
+            tools_changed: diff.changed.length,
+            hash_algorithm: 'sha256(RFC 8785 JCS)',
+          },
+          { db: tx },
+        );
+        await store.insert({
+          baseline_id: baselineId,
+          server_id: server.id,
+          recorded_at: recordedAt,
+          manifest_hash: hashed.manifest_hash,
+          tool_count: hashed.tools.length,
+          tools: hashed.tools,
+          previous_baseline_id: prev?.baseline_id ?? null,
+          drift_detected: drift,
+          changes: diff,
+          receipt_id: receipt.receiptId,
+        });
+        return {
+          serverUrl: server.url,
+          name: server.name,
+          baselineId,
+          baselineAt: recordedAt.toISOString(),
+          previousBaselineAt: prev ? prev.recorded_at.toISOString() : undefined,
+          driftDetected: drift,
+          toolsAdded: diff.added,
+          toolsRemoved: diff.removed,
+          toolsChanged: diff.changed.map((c) => ({ name: c.name, changes: c.changes })),
+          toolCount: hashed.tools.length,
+          previousToolCount: prev ? prev.tool_count : undefined,
+          manifestHash: hashed.manifest_hash,
+          previousManifestHash: prev?.manifest_hash,
+          receiptId: receipt.receiptId,
+          receipt: receipt.jws,
+        };
+      });
+    },
+
+    /** Active drift anomaly flags of a tracked server (see toolManifestDriftFlags). */
+    activeFlags(serverId: number): Promise<string[]> {
+      return toolManifestDriftFlags(db, serverId, now());
+    },
+  };
+}
+
+export type DriftService = ReturnType<typeof createDriftService>;

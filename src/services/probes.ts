@@ -1,0 +1,47 @@
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import type { GetAgentReadinessRequest, GetAgentReadinessResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
+import { scoreReadiness } from '../domain/readiness.js';
+import { ObservatoryError } from '../errors.js';
+import { probeError } from '../probes/probe-errors.js';
+import { probeReadiness } from '../probes/readiness.js';
+import { createSafeFetcher } from '../probes/safe-fetch.js';
+import type { CallContext, ServiceDeps } from './context.js';
+import { requireServerUrl } from './trust.js';
+
+/** GetAgentReadiness (GET /api/agent-readiness): probes five documents and scores them. */
+export function createProbeService({ config, now }: ServiceDeps) {
+  const fetcher = createSafeFetcher({ allowPrivate: config.allowPrivateTargets });
+
+  return {
+    async getAgentReadiness(req: Partial<GetAgentReadinessRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetAgentReadinessResponseSchema>> {
+      const origin = new URL(requireServerUrl(req.url, 'url')).origin;
+      try {
+        await fetcher.check(origin);
+      } catch (err) {
+        throw probeError(err);
+      }
+      const { observation, probes } = await probeReadiness(fetcher, origin);
+      if (probes.every((p) => p.http_status === null && !p.note.startsWith('redirect refused'))) {
+        throw new ObservatoryError('upstream_error', `${origin} could not be reached: ${probes[0]?.note ?? 'no answer'}`);
+      }
+      const s = scoreReadiness(observation);
+      return {
+        url: origin,
+        score: s.score,
+        discoverabilityScore: s.dimensions.discoverability,
+        comprehensionScore: s.dimensions.comprehension,
+        usabilityScore: s.dimensions.usability,
+        trustabilityScore: s.dimensions.trustability,
+        transactabilityScore: s.dimensions.transactability,
+        detectedSurfaces: probes.filter((p) => p.found).map((p) => p.surface),
+        missingSurfaces: probes.filter((p) => !p.found).map((p) => p.surface),
+        reasons: { ...s.reasons, probes: probes.map((p) => ({ surface: p.surface, path: p.path, found: p.found, note: p.note })) } as never,
+        recommendedNextAction: s.recommended_next_action,
+        checkedAt: now().toISOString(),
+        probes: probes.map((p) => ({ path: p.path, found: p.found, httpStatus: p.http_status ?? undefined })),
+      };
+    },
+  };
+}
+
+export type ProbeService = ReturnType<typeof createProbeService>;

@@ -1,0 +1,57 @@
+import type { Queryable } from '../db/index.js';
+import type { ManifestDiff, ToolHashes } from '../domain/drift.js';
+
+export interface DriftBaselineRow {
+  baseline_id: string;
+  server_id: number;
+  recorded_at: Date;
+  manifest_hash: string;
+  tool_count: number;
+  tools: ToolHashes[];
+  previous_baseline_id: string | null;
+  drift_detected: boolean;
+  changes: ManifestDiff;
+  receipt_id: string;
+}
+
+const COLUMNS = 'baseline_id, server_id, recorded_at, manifest_hash, tool_count, tools, previous_baseline_id, drift_detected, changes, receipt_id';
+
+export function driftStore(db: Queryable) {
+  return {
+    /** Serialises baselining of one server inside a transaction (row lock on the server). */
+    async lockServer(serverId: number): Promise<void> {
+      await db.query('SELECT id FROM servers WHERE id = $1 FOR UPDATE', [serverId]);
+    },
+
+    async latest(serverId: number): Promise<DriftBaselineRow | null> {
+      const rows = await db.query<DriftBaselineRow>(
+        `SELECT ${COLUMNS} FROM drift_baselines WHERE server_id = $1 ORDER BY recorded_at DESC, baseline_id DESC LIMIT 1`,
+        [serverId],
+      );
+      return rows[0] ?? null;
+    },
+
+    async insert(r: DriftBaselineRow): Promise<void> {
+      await db.query(
+        `INSERT INTO drift_baselines (${COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+        [r.baseline_id, r.server_id, r.recorded_at, r.manifest_hash, r.tool_count, JSON.stringify(r.tools), r.previous_baseline_id, r.drift_detected, JSON.stringify(r.changes), r.receipt_id],
+      );
+    },
+
+    /** Time of the most recent baseline that detected drift, or null. */
+    async lastDriftAt(serverId: number): Promise<Date | null> {
+      const rows = await db.query<{ at: Date | null }>('SELECT max(recorded_at) AS at FROM drift_baselines WHERE server_id = $1 AND drift_detected', [serverId]);
+      return rows[0]?.at ?? null;
+    },
+
+    /** Detected drifts of a server within [from, to) (compliance exports). */
+    async driftsBetween(serverId: number, from: Date, to: Date): Promise<DriftBaselineRow[]> {
+      return db.query<DriftBaselineRow>(
+        `SELECT ${COLUMNS} FROM drift_baselines WHERE server_id = $1 AND drift_detected AND recorded_at >= $2 AND recorded_at < $3 ORDER BY recorded_at`,
+        [serverId, from, to],
+      );
+    },
+  };
+}
+
+export type DriftStore = ReturnType<typeof driftStore>;

@@ -1,0 +1,70 @@
+import type { Queryable } from '../db/index.js';
+
+// Read-only evidence queries behind the compliance exports and the agency checklist: telemetry
+// history depth, telemetry summaries over a period, and receipts issued about a server.
+
+export interface HistoryDepth {
+  total: number;
+  first_observed: Date | null;
+  last_observed: Date | null;
+  days_observed: number;
+}
+
+export interface PeriodEvents {
+  total: number;
+  successful: number;
+  avg_latency_ms: number | null;
+  p95_latency_ms: number | null;
+  first_event_at: Date | null;
+  last_event_at: Date | null;
+  by_tool: { tool_name: string; calls: number; failures: number }[];
+}
+
+export function evidenceStore(db: Queryable) {
+  return {
+    async historyDepth(serverId: number): Promise<HistoryDepth> {
+      const rows = await db.query<{ n: number; first: Date | null; last: Date | null; days: number }>(
+        `SELECT count(*)::int8 AS n, min(received_at) AS first, max(received_at) AS last,
+                count(DISTINCT (received_at AT TIME ZONE 'UTC')::date)::int8 AS days
+           FROM telemetry WHERE server_id = $1`,
+        [serverId],
+      );
+      const r = rows[0]!;
+      return { total: r.n, first_observed: r.first, last_observed: r.last, days_observed: r.days };
+    },
+
+    /** Telemetry of a server with received_at in [from, to). */
+    async events(serverId: number, from: Date, to: Date): Promise<PeriodEvents> {
+      const [agg] = await db.query<{ n: number; s: number | null; lat: number | null; p95: number | null; first: Date | null; last: Date | null }>(
+        `SELECT count(*)::int8 AS n, sum(CASE WHEN success THEN 1 ELSE 0 END)::int8 AS s, avg(latency_ms)::float8 AS lat,
+                (percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms))::float8 AS p95, min(received_at) AS first, max(received_at) AS last
+           FROM telemetry WHERE server_id = $1 AND received_at >= $2 AND received_at < $3`,
+        [serverId, from, to],
+      );
+      const byTool = await db.query<{ tool_name: string; calls: number; failures: number }>(
+        `SELECT coalesce(tool_name, 'unknown') AS tool_name, count(*)::int8 AS calls, sum(CASE WHEN success THEN 0 ELSE 1 END)::int8 AS failures
+           FROM telemetry WHERE server_id = $1 AND received_at >= $2 AND received_at < $3
+          GROUP BY 1 ORDER BY calls DESC, tool_name LIMIT 100`,
+        [serverId, from, to],
+      );
+      return {
+        total: agg!.n,
+        successful: agg!.s ?? 0,
+        avg_latency_ms: agg!.lat,
+        p95_latency_ms: agg!.p95,
+        first_event_at: agg!.first,
+        last_event_at: agg!.last,
+        by_tool: byTool,
+      };
+    },
+
+    /** Receipts about `sub` issued in [from, to), oldest first, at most `limit`. */
+    async receiptsFor(sub: string, from: Date, to: Date, limit = 1000): Promise<{ receipt_id: string; kind: string; issued_at: Date; verdict: string | null }[]> {
+      return db.query(
+        `SELECT receipt_id, kind, issued_at, coalesce(claim->>'verdict', claim->>'overall_result') AS verdict
+           FROM receipts WHERE sub = $1 AND issued_at >= $2 AND issued_at < $3 ORDER BY issued_at, receipt_id LIMIT $4`,
+        [sub, from, to, limit],
+      );
+    },
+  };
+}
