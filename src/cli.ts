@@ -4,6 +4,7 @@ import { ConfigError, loadConfig } from './config.js';
 import { openDatabase } from './db/index.js';
 import { publicKeyFromJwk, verifyCompact } from './signing/jws.js';
 import { rotateSigningKey } from './signing/keyring.js';
+import { checkCommand } from './cli/check.js';
 
 // The command-line entry: `observatory <command>` (bin/observatory.js) or `npm run observatory --
 // <command>`. Every command is one entry of COMMANDS; adding a command means adding an entry.
@@ -145,8 +146,15 @@ const serveCommand: Command = {
   },
 };
 
+const checkCliCommand: Command = {
+  name: 'check',
+  usage: 'check <server-url> [--observatory <base-url>] [--json]',
+  summary: 'CI gate: print the agency-mcp-2026 compliance attestation and exit with its ci.exit_code (0 PASS, 1 FAIL, 2 PARTIAL, 3 check not made)',
+  run: (args, io) => checkCommand(args, { ...io, fetch: globalThis.fetch }),
+};
+
 /** Every command, in the order --help lists them. Add new commands here. */
-export const COMMANDS: Command[] = [serveCommand, verifyCommand, keysRotateCommand];
+export const COMMANDS: Command[] = [serveCommand, verifyCommand, keysRotateCommand, checkCliCommand];
 
 export function helpText(): string {
   const width = Math.max(...COMMANDS.map((c) => c.usage.length));
@@ -156,7 +164,7 @@ export function helpText(): string {
     'commands:',
     ...COMMANDS.map((c) => `  ${c.usage.padEnd(width)}  ${c.summary}`),
     '',
-    'exit codes: 0 success (valid), 1 failure (invalid), 2 usage error',
+    'exit codes: 0 success (valid), 1 failure (invalid), 2 usage error; check: its ci.exit_code, 3 when the check could not be made',
   ].join('\n');
 }
 

@@ -187,7 +187,7 @@ describe(`GET /api/compliance governance export (${backend})`, () => {
   it('400 for a missing server_url, bad dates or an inverted range', async () => {
     await expectProblem(await fetch(`${t.base}/api/compliance`), 400, 'invalid_argument');
     const s = 'https://export.example.com/mcp';
-    for (const params of [
+    for (const params of <Record<string, string>[]>[
       { start_date: '2026-13-01' },
       { start_date: '2026-02-30' },
       { end_date: 'yesterday' },
