@@ -9,7 +9,6 @@ let docs: Record<string, { status?: number; type?: string; body: string; headers
 let site: http.Server;
 let siteBase: string;
 let t: TestApp; // ALLOW_PRIVATE_TARGETS=1
-let strict: TestApp; // default policy
 
 beforeAll(async () => {
   site = http.createServer((req, res) => {
@@ -19,12 +18,12 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => site.listen(0, '127.0.0.1', r));
   siteBase = `http://127.0.0.1:${(site.address() as AddressInfo).port}`;
-  [t, strict] = await Promise.all([startTestApp({ ALLOW_PRIVATE_TARGETS: '1' }), startTestApp()]);
+  t = await startTestApp({ ALLOW_PRIVATE_TARGETS: '1' });
 });
 afterAll(async () => {
   site.closeAllConnections();
   await new Promise((r) => site.close(r));
-  await Promise.all([t?.close(), strict?.close()]);
+  await t?.close();
 });
 
 const q = (base: string, path: string, params: Record<string, string>) => fetch(`${base}${path}?${new URLSearchParams(params)}`);
@@ -49,26 +48,6 @@ const fullSite = () => ({
   '/.well-known/agent.json': {
     body: JSON.stringify({ name: 'x', url: `${siteBase}/a2a`, version: '1.0.0', provider: { organization: 'Example' }, skills: [{ id: 's', name: 's', description: 'does s' }], securitySchemes: { bearer: {} } }),
   },
-});
-
-describe(`SSRF refusals with the default policy (${backend})`, () => {
-  it('refuses loopback targets on every probe endpoint with 400 target_refused saying why', async () => {
-    for (const [path, params] of [
-      ['/api/agent-readiness', { url: siteBase }],
-      ['/api/agency-checklist', { url: `${siteBase}/mcp` }],
-      ['/v1/compliance', { server: `${siteBase}/mcp` }],
-      ['/api/agent-readiness', { url: 'http://169.254.169.254/' }],
-      ['/api/agent-readiness', { url: 'http://[::ffff:127.0.0.1]/' }],
-      ['/api/agent-readiness', { url: 'http://10.0.0.1/' }],
-    ] as const) {
-      const p = await expectProblem(await q(strict.base, path, params), 400, 'target_refused');
-      expect(String(p.detail)).toMatch(/loopback|metadata|IPv4-mapped|RFC 1918/);
-    }
-    // drift: a tracked loopback server is refused too
-    await postJson(`${strict.base}/api/report`, { server_url: `${siteBase}/mcp`, success: true, latency_ms: 1 });
-    const p = await expectProblem(await q(strict.base, '/api/drift', { server: `${siteBase}/mcp` }), 400, 'target_refused');
-    expect(String(p.detail)).toContain('ALLOW_PRIVATE_TARGETS');
-  });
 });
 
 describe(`GET /api/agent-readiness (${backend})`, () => {
