@@ -96,14 +96,16 @@ describe(`telemetry and trust over plain HTTP/1.1 (${backend})`, () => {
     await expectProblem(await fetch(`${t.base}/api/trust?url=https://never.example.com`), 404, 'not_tracked');
   });
 
-  it('unknown paths are 404, wrong methods 405 with Allow, unbuilt endpoints 501', async () => {
+  it('unknown paths are 404, wrong methods 405 with Allow, and no spec path is left at 501', async () => {
     await expectProblem(await fetch(`${t.base}/no/such/path`), 404, 'not_found');
     const r = await fetch(`${t.base}/api/report`);
     await expectProblem(r, 405, 'method_not_allowed');
     expect(r.headers.get('allow')).toContain('POST');
     await expectProblem(await fetch(`${t.base}/api/trust`, { method: 'DELETE' }), 405);
     await expectProblem(await fetch(`${t.base}/v1/receipt/0123456789abcdef`, { method: 'POST' }), 405);
-    await expectProblem(await fetch(`${t.base}/v1/compliance?server=https://x.example.com`), 501, 'unimplemented');
+    // The last pending paths (the compliance endpoints) are built: bad input is a 400, not a 501.
+    await expectProblem(await fetch(`${t.base}/v1/compliance`), 400, 'invalid_argument');
+    await expectProblem(await fetch(`${t.base}/v1/compliance?server=http://10.0.0.1/mcp`), 400, 'target_refused');
   });
 
   it('serves health, readiness, CORS, request ids and the interface version', async () => {

@@ -53,13 +53,13 @@ describe(`one port, every protocol (${backend})`, () => {
     }
   });
 
-  it('answers Unimplemented for contract methods not built yet, never fake data', async () => {
-    const transport = createGrpcTransport({ baseUrl: t.base });
-    const err = await createClient(ComplianceService, transport)
-      .getComplianceAttestation({ server: 'https://x.example.com' })
-      .catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(ConnectError);
-    expect((err as ConnectError).code).toBe(Code.Unimplemented);
+  it('maps probe refusals and bad input to InvalidArgument over gRPC', async () => {
+    const client = createClient(ComplianceService, createGrpcTransport({ baseUrl: t.base }));
+    for (const req of [{ server: '' }, { server: 'http://10.0.0.1/mcp' }, { server: 'https://x.example.com', standard: 'other' }]) {
+      const err = await client.getComplianceAttestation(req).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ConnectError);
+      expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+    }
   });
 
   it('bulk-ingests a client stream over gRPC', async () => {
