@@ -59,8 +59,8 @@ describe('robust statistics', () => {
 
 describe('per-source saturation and confidence', () => {
   it('a source saturates at its cap; a registered key at the keyed cap', () => {
-    expect(combineSources([src('addr:a', 2000, 1)]).weight).toBe(SOURCE_CAP);
-    expect(combineSources([src('key:a', 2000, 1)]).weight).toBe(KEYED_SOURCE_CAP);
+    expect(combineSources([src('addr:a', 2000, 1)], NOW).weight).toBe(SOURCE_CAP);
+    expect(combineSources([src('key:a', 2000, 1)], NOW).weight).toBe(KEYED_SOURCE_CAP);
     const b = score([src('key:a', 2000, 1), src('addr:b', 3, 1)]).breakdown;
     expect(b).toMatchObject({ independent_sources: 2, keyed_sources: 1, source_cap: SOURCE_CAP, keyed_source_cap: KEYED_SOURCE_CAP });
     expect(b.max_source_share).toBeCloseTo(KEYED_SOURCE_CAP / (KEYED_SOURCE_CAP + 3), 3);
@@ -71,6 +71,19 @@ describe('per-source saturation and confidence', () => {
     expect(one).toBeCloseTo(SOURCE_CAP / (SOURCE_CAP + PRIOR_WEIGHT), 3);
     const ten = score(group(10, 500, 1, 's')).breakdown.confidence as number;
     expect(ten).toBeCloseTo((10 * SOURCE_CAP) / (10 * SOURCE_CAP + PRIOR_WEIGHT), 3);
+  });
+
+  it('the cap decays from a source\'s last report: a flood a week old counts half a source', () => {
+    const weekAgo = new Date(NOW.getTime() - 168 * HOUR_MS);
+    expect(combineSources([src('addr:old', 100_000, 1, 50, weekAgo)], NOW).weight).toBeCloseTo(SOURCE_CAP / 2, 6);
+  });
+
+  it('one address flooding every day (a new source per day) is worth about 5.3 sources after a week, at most ~10.6', () => {
+    const daily = (days: number) =>
+      combineSources(Array.from({ length: days }, (_, d) => src(`addr:day${d}`, 2000, 1, 50, new Date(NOW.getTime() - d * 24 * HOUR_MS))), NOW).weight / SOURCE_CAP;
+    expect(daily(7)).toBeCloseTo(5.3, 1);
+    expect(daily(365)).toBeLessThan(10.7);
+    expect(daily(365)).toBeGreaterThan(10.5);
   });
 
   it('one source alone keeps the score within [50 - 50c1, 50 + 50c1]', () => {

@@ -96,7 +96,7 @@ describe('scoring model properties', () => {
   });
 
   it('bounds a single source: a flood saturates at the source cap', () => {
-    const flood = combineSources([src('x', 2000, 1, 100), src('y', 4, 0, 100), src('z', 4, 0, 100)]);
+    const flood = combineSources([src('x', 2000, 1, 100), src('y', 4, 0, 100), src('z', 4, 0, 100)], NOW);
     expect(flood.weight).toBeCloseTo(SOURCE_CAP + 8);
     expect(flood.sources).toBe(3);
     expect(flood.capped_weight).toBeCloseTo(2000 - SOURCE_CAP);

@@ -1,6 +1,6 @@
 // Category baselines (SPEC 2.1 category_baseline; docs/scoring.md "Category baselines").
 import { addHistograms, emptyHistogram, histogramQuantile } from './latency-histogram.js';
-import { combineSources, decayTo, type SourceAccumulator } from './scoring.js';
+import { combineSources, type SourceAccumulator } from './scoring.js';
 
 /** Servers need this many independent sources to shape their category's baseline (docs/integrity.md). */
 export const BASELINE_MIN_SOURCES = 2;
@@ -31,7 +31,7 @@ export interface RobustServerFigures {
 
 /** A server's figures from its per-source evidence, as the scoring model sees them at `now`. */
 export function robustServerFigures(evidence: readonly SourceAccumulator[], hist: readonly number[], now: Date): RobustServerFigures {
-  const ev = combineSources(decayTo(evidence, now));
+  const ev = combineSources(evidence, now);
   return { sources: ev.sources, success_rate: ev.success_rate, mean_latency: ev.mean_latency, hist };
 }
 

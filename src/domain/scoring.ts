@@ -124,17 +124,23 @@ export function robustSuccessRate(items: readonly { rate: number; weight: number
 }
 
 /**
- * Combines sources so that none dominates: each source is reduced to its own estimates (success
- * rate, mean latency) and a weight that saturates at its cap; the estimates are then combined
+ * Combines sources (any age; decayed here to `now`) so that none dominates: each source is
+ * reduced to its own estimates (success rate, mean latency) and a weight that saturates at its
+ * cap (decayed from its last report); the estimates are then combined
  * with robust weighted statistics (robustSuccessRate, weightedMedian).
  */
-export function combineSources(decayed: readonly SourceAccumulator[]): CombinedEvidence {
+export function combineSources(sources: readonly SourceAccumulator[], now: Date): CombinedEvidence {
+  // The cap decays from the source's last report like the evidence itself, so a source that
+  // stopped reporting fades with the half-life however much it once sent.
+  const capOf = (s: SourceAccumulator) => sourceCap(s.source) * decayFactor(now.getTime() - s.updated_at.getTime());
+  const caps = new Map(sources.map((s) => [s.source, capOf(s)]));
+  const decayed = decayTo(sources, now);
   // Sorted by source key so floating-point sums are identical whatever order rows arrive in.
   const live = decayed
     .filter((s) => s.weight > 1e-9)
     .sort((a, b) => (a.source < b.source ? -1 : a.source > b.source ? 1 : 0))
     .map((s) => {
-      const weight = Math.min(s.weight, sourceCap(s.source));
+      const weight = Math.min(s.weight, caps.get(s.source)!);
       return { source: s.source, raw: s.weight, weight, rate: s.successes / s.weight, latency: s.latency_sum / s.weight };
     });
   const weight = live.reduce((s, x) => s + x.weight, 0);
@@ -197,7 +203,7 @@ const r3 = (x: number) => Math.round(x * 1000) / 1000;
  * source alone never exceeds c = 12 / 22 (18 / 28 with a registered key).
  */
 export function computeTrustScore(input: ScoreInput): ScoreResult {
-  const ev = combineSources(decayTo(input.sources, input.now));
+  const ev = combineSources(input.sources, input.now);
   const confidence = ev.weight / (ev.weight + PRIOR_WEIGHT);
   const successRate = ev.success_rate;
   const reliability = reliabilityCurve(successRate);
