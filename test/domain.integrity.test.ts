@@ -17,6 +17,7 @@ import {
   type SourceAccumulator,
 } from '../src/domain/scoring.js';
 import { verdictFor } from '../src/domain/verdict.js';
+import { sourceAddressPrefix } from '../src/domain/access.js';
 
 const NOW = new Date('2026-03-01T12:30:00Z');
 const src = (source: string, n: number, p: number, latency = 50, at = NOW): SourceAccumulator => ({
@@ -201,5 +202,17 @@ describe('source-robust category baseline', () => {
   it('a category of one-source servers still has a baseline', () => {
     const solo = robustServerFigures([src('addr:a', 10, 1, 80)], hist(80, 10), NOW);
     expect(robustCategoryBaseline('weather', [solo], 1)).toMatchObject({ avg_latency_ms: 80, avg_success_rate: 1, server_count: 1 });
+  });
+});
+
+describe('source address prefix', () => {
+  it('keeps IPv4, unmaps IPv4-mapped IPv6 and groups IPv6 by /64', () => {
+    expect(sourceAddressPrefix('203.0.113.7')).toBe('203.0.113.7');
+    expect(sourceAddressPrefix('::ffff:203.0.113.7')).toBe('203.0.113.7');
+    expect(sourceAddressPrefix('2001:db8:1:2::1')).toBe('2001:db8:1:2::/64');
+    expect(sourceAddressPrefix('2001:0db8:0001:0002:ffff:1:2:3')).toBe('2001:db8:1:2::/64');
+    expect(sourceAddressPrefix('2001:db8::1')).toBe('2001:db8:0:0::/64');
+    expect(sourceAddressPrefix('::1')).toBe('0:0:0:0::/64');
+    expect(sourceAddressPrefix('fe80::1%eth0')).toBe('fe80:0:0:0::/64');
   });
 });

@@ -123,6 +123,12 @@ describe(`evidence integrity over HTTP (${backend})`, () => {
     expect(b.evidence_weight).toBeCloseTo(18 + 6, 3);
   }, 20_000);
 
+  it('IPv6 reporters count per /64: a subscriber cannot pose as many sources from one prefix', async () => {
+    const url = 'https://v6.example.com/mcp';
+    for (const a of ['2001:db8:1:2::10', '2001:db8:1:2::20', '2001:db8:1:2:ffff::1', '2001:db8:1:3::1']) await report(url, true, a);
+    expect((await trust(url)).score_breakdown.independent_sources).toBe(2);
+  }, 20_000);
+
   it('pre-flight and gate traffic never count as evidence', async (ctx) => {
     const url = 'https://vetted.example.com/mcp';
     await reporters(url, 6, 3, 2, true);

@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto';
 import type { Queryable } from '../db/index.js';
-import { bearerToken, hashApiKey } from '../domain/access.js';
+import { bearerToken, hashApiKey, sourceAddressPrefix } from '../domain/access.js';
 import { apiKeyStore } from '../store/api-keys.js';
 import { sourceSecretStore } from '../store/source-secrets.js';
 import { clientAddressKey, type CallContext } from './context.js';
@@ -11,7 +11,7 @@ export const LOCAL_SOURCE = 'local';
 /**
  * The source of a telemetry report (DECISIONS.md): `key:` + a hash of the Bearer API key when
  * the report carries a key registered through /agent/auth, else `addr:` + HMAC(daily secret,
- * client address). A Bearer string that is not a registered key is ignored (the report counts
+ * client address; an IPv6 address by its /64). A Bearer string that is not a registered key is ignored (the report counts
  * as its address), so made-up tokens cannot mint sources (docs/integrity.md). Both are one-way;
  * the address itself is never stored or logged, and the daily secret makes hashes unlinkable
  * across days.
@@ -41,6 +41,6 @@ export function reportSourceResolver(db: Queryable) {
     const address = ctx?.values.get(clientAddressKey);
     if (!address) return LOCAL_SOURCE;
     const day = now.toISOString().slice(0, 10);
-    return `addr:${createHmac('sha256', await secretFor(day)).update(address).digest('hex').slice(0, 32)}`;
+    return `addr:${createHmac('sha256', await secretFor(day)).update(sourceAddressPrefix(address)).digest('hex').slice(0, 32)}`;
   };
 }
