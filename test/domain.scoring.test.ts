@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { detectAnomalies, HOUR_MS, poissonCdf, type HourRollup } from '../src/domain/anomaly.js';
 import { categoryBaseline } from '../src/domain/baseline.js';
 import { emptyHistogram, histogramQuantile, latencyBin } from '../src/domain/latency-histogram.js';
-import { combineSources, computeTrustScore, reliabilityCurve, decayFactor, HALF_LIFE_HOURS, type SourceAccumulator } from '../src/domain/scoring.js';
+import { combineSources, computeTrustScore, SOURCE_CAP, reliabilityCurve, decayFactor, HALF_LIFE_HOURS, type SourceAccumulator } from '../src/domain/scoring.js';
 import { groupDeltas, isDeltaWindow, reliabilityTrend } from '../src/domain/trend.js';
 import { gradeFor, slaTierFor, verdictFor } from '../src/domain/verdict.js';
 
@@ -95,11 +95,11 @@ describe('scoring model properties', () => {
     expect(score(ev)).toEqual(score([...ev].reverse()));
   });
 
-  it('bounds a single source: a flood weighs at most max(15, half the others)', () => {
-    const flood = combineSources([src('x', 2000, 1, 100), src('y', 4, 0, 100), src('z', 4, 0, 100)]);
-    expect(flood.weight).toBeCloseTo(15 + 8);
+  it('bounds a single source: a flood saturates at the source cap', () => {
+    const flood = combineSources([src('x', 2000, 1, 100), src('y', 4, 0, 100), src('z', 4, 0, 100)], NOW);
+    expect(flood.weight).toBeCloseTo(SOURCE_CAP + 8);
     expect(flood.sources).toBe(3);
-    expect(flood.capped_weight).toBeCloseTo(1985);
+    expect(flood.capped_weight).toBeCloseTo(2000 - SOURCE_CAP);
   });
 });
 

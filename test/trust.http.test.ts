@@ -77,7 +77,7 @@ describe(`trust reads over HTTP (${backend})`, () => {
     expect(good.category_baseline.p95_latency_ms).toBeGreaterThan(0);
     expect(good.anomaly).toEqual({ is_anomalous: false, anomaly_flags: [] });
     const b = good.score_breakdown;
-    expect(b.model).toBe('decayed-shrunk-v1');
+    expect(b.model).toBe('source-robust-v2');
     expect(b.evidence_reports).toBe(72 * 20);
     expect(b.independent_sources).toBe(4);
     expect(b.prior_points + b.success_points + b.latency_points - b.anomaly_penalty).toBeCloseTo(good.server.trust_score, 0);

@@ -56,3 +56,20 @@ export function bearerToken(header: string | null): string | null | 'malformed' 
   if (!m || !looksLikeApiKey(m[1]!)) return 'malformed';
   return m[1]!;
 }
+
+/**
+ * The part of a client address that identifies a report source (docs/integrity.md): an IPv4
+ * address as is (IPv4-mapped IPv6 too), an IPv6 address by its /64 prefix, because one
+ * subscriber is routinely given a whole /64 and could otherwise pose as 2^64 sources.
+ */
+export function sourceAddressPrefix(address: string): string {
+  const a = address.trim().toLowerCase().replace(/%.*$/, '');
+  const mapped = /^(?:0{0,4}:){0,5}ffff:(\d+\.\d+\.\d+\.\d+)$|^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(a);
+  if (mapped) return mapped[1] ?? mapped[2]!;
+  if (!a.includes(':')) return a;
+  const [head, tail] = a.split('::') as [string, string | undefined];
+  const h = head ? head.split(':') : [];
+  const tl = tail !== undefined && tail !== '' ? tail.split(':') : [];
+  const groups = tail === undefined ? h : [...h, ...Array<string>(Math.max(0, 8 - h.length - tl.length)).fill('0'), ...tl];
+  return `${groups.slice(0, 4).map((g) => (parseInt(g, 16) || 0).toString(16)).join(':')}::/64`;
+}

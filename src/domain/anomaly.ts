@@ -151,3 +151,59 @@ export function detectAnomalies(hours: readonly HourRollup[], now: Date): Anomal
   }
   return { flags, details };
 }
+
+/** One source's hourly rollup (telemetry_hourly row). */
+export interface SourceHourRollup extends HourRollup {
+  source: string;
+}
+
+/** Sums per-source hourly rollups into one rollup per hour. */
+export function sumBySource(rows: readonly SourceHourRollup[]): HourRollup[] {
+  const by = new Map<number, HourRollup>();
+  for (const r of rows) {
+    const k = r.bucket.getTime();
+    const h = by.get(k) ?? { bucket: new Date(k), n: 0, successes: 0, latency_sum: 0, n_5xx: 0 };
+    h.n += Number(r.n);
+    h.successes += Number(r.successes);
+    h.latency_sum += Number(r.latency_sum);
+    h.n_5xx += Number(r.n_5xx);
+    by.set(k, h);
+  }
+  return [...by.values()].sort((a, b) => a.bucket.getTime() - b.bucket.getTime());
+}
+
+/**
+ * Source-robust anomaly detection (docs/integrity.md): a flag stands only when it also fires
+ * without the most active source of the recent window and without the most active source of the
+ * history. So no single source can raise a flag alone, neither by flooding the recent hours (a
+ * fake error spike) nor by flooding the history and stopping (a fake volume drop); one reporter
+ * alone never raises any flag.
+ */
+export function detectAnomaliesRobust(rows: readonly SourceHourRollup[], now: Date): AnomalyResult {
+  const all = detectAnomalies(sumBySource(rows), now);
+  const recentStart = hourStart(now) - (RECENT_HOURS - 1) * HOUR_MS;
+  const historyStart = recentStart - HISTORY_HOURS * HOUR_MS;
+  const top = (from: number, to: number): string | undefined => {
+    const per = new Map<string, number>();
+    for (const r of rows) {
+      const t = r.bucket.getTime();
+      if (t >= from && t < to) per.set(r.source, (per.get(r.source) ?? 0) + Number(r.n));
+    }
+    let best: string | undefined;
+    let bestN = -1;
+    for (const [s, n] of [...per.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1))) if (n > bestN) [best, bestN] = [s, n];
+    return best;
+  };
+  const sources = new Set(rows.map((r) => r.source)).size;
+  const details: AnomalyResult['details'] = { ...all.details, sources };
+  if (all.flags.length === 0) return { flags: [], details };
+  let flags = all.flags;
+  const candidates = new Set([top(recentStart, hourStart(now) + HOUR_MS), top(historyStart, recentStart)].filter((s): s is string => s !== undefined));
+  for (const s of candidates) {
+    const without = detectAnomalies(sumBySource(rows.filter((r) => r.source !== s)), now);
+    flags = flags.filter((f) => without.flags.includes(f));
+  }
+  const dropped = all.flags.filter((f) => !flags.includes(f));
+  if (dropped.length > 0) details.uncorroborated_flags = dropped.join(',');
+  return { flags, details };
+}

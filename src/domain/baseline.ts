@@ -1,5 +1,9 @@
 // Category baselines (SPEC 2.1 category_baseline; docs/scoring.md "Category baselines").
 import { addHistograms, emptyHistogram, histogramQuantile } from './latency-histogram.js';
+import { combineSources, type SourceAccumulator } from './scoring.js';
+
+/** Servers need this many independent sources to shape their category's baseline (docs/integrity.md). */
+export const BASELINE_MIN_SOURCES = 2;
 
 /** Plain observed totals of one server (from its rollups). */
 export interface ServerTotals {
@@ -17,8 +21,44 @@ export interface CategoryBaselineValue {
   server_count: number;
 }
 
+/** One server's source-robust figures (combineSources) plus its latency histogram. */
+export interface RobustServerFigures {
+  sources: number;
+  success_rate: number;
+  mean_latency: number;
+  hist: readonly number[];
+}
+
+/** A server's figures from its per-source evidence, as the scoring model sees them at `now`. */
+export function robustServerFigures(evidence: readonly SourceAccumulator[], hist: readonly number[], now: Date): RobustServerFigures {
+  const ev = combineSources(evidence, now);
+  return { sources: ev.sources, success_rate: ev.success_rate, mean_latency: ev.mean_latency, hist };
+}
+
 /**
- * Mean of the servers' mean latencies and success rates (each server counts once, however busy),
+ * The baseline from source-robust evidence: each server counts once with its source-robust
+ * success rate and latency, and only servers with at least BASELINE_MIN_SOURCES independent
+ * sources count (all servers with evidence when none has that many), so one reporter flooding a
+ * server of its own cannot move the bar every other server of the category is measured against.
+ */
+export function robustCategoryBaseline(category: string, servers: readonly RobustServerFigures[], serverCount: number): CategoryBaselineValue {
+  const withEvidence = servers.filter((s) => s.sources > 0);
+  const corroborated = withEvidence.filter((s) => s.sources >= BASELINE_MIN_SOURCES);
+  const use = corroborated.length > 0 ? corroborated : withEvidence;
+  if (use.length === 0) return { category, avg_latency_ms: 0, p95_latency_ms: 0, avg_success_rate: 0, server_count: serverCount };
+  const k = use.length;
+  const hist = use.reduce<number[]>((h, x) => addHistograms(h, x.hist), emptyHistogram());
+  return {
+    category,
+    avg_latency_ms: Math.round((use.reduce((s, x) => s + x.mean_latency, 0) / k) * 10) / 10,
+    p95_latency_ms: histogramQuantile(hist, 0.95) ?? 0,
+    avg_success_rate: Math.round((use.reduce((s, x) => s + x.success_rate, 0) / k) * 10000) / 10000,
+    server_count: serverCount,
+  };
+}
+
+/**
+ * Plain (not source-robust) baseline from all-time totals. Mean of the servers' mean latencies and success rates (each server counts once, however busy),
  * p95 over all the category's reports (merged histograms). `serverCount` counts every tracked
  * server of the category, including ones without evidence.
  */

@@ -1,4 +1,4 @@
-// The trust score model "decayed-shrunk-v1" (docs/scoring.md). Pure: evidence, baseline,
+// The trust score model "source-robust-v2" (docs/scoring.md). Pure: evidence, baseline,
 // anomaly flags and the clock in; score and an additive breakdown out. Same inputs, same output.
 import { roundScore } from './verdict.js';
 
@@ -14,11 +14,22 @@ export const LATENCY_POINTS = 20;
 /** Every doubling of latency above the category mean costs this share of the latency points. */
 export const LATENCY_LOSS_PER_DOUBLING = 0.25;
 /**
- * Per-source saturation: one source's decayed weight counts at most
- * max(SOURCE_FLOOR, SOURCE_SHARE x the weight of all other sources together).
+ * Per-source saturation: one source's decayed weight counts at most SOURCE_CAP pseudo-reports
+ * (an address source) or KEYED_SOURCE_CAP (a registered API key, 1.5x: a key is one stable
+ * identity across days, while an address becomes a new source every day; docs/integrity.md).
  */
-export const SOURCE_FLOOR = 15;
-export const SOURCE_SHARE = 0.5;
+export const SOURCE_CAP = 12;
+export const KEYED_SOURCE_CAP = 18;
+/**
+ * Robust combination of per-source success rates (a Huber-type M-estimate around the weighted
+ * median): a source's rate is clipped to centre +/- (HUBER_K x sqrt(v / weight) + CLIP_SLACK),
+ * v = max(VARIANCE_FLOOR, centre x (1 - centre)), and the clipped rates are averaged, by weight,
+ * ROBUST_ITERATIONS times. A source whose rate its own sample size explains is never clipped.
+ */
+export const HUBER_K = 2;
+export const CLIP_SLACK = 0.05;
+export const VARIANCE_FLOOR = 0.05;
+export const ROBUST_ITERATIONS = 8;
 /** Points an active anomaly flag costs. */
 export const ANOMALY_PENALTIES: Readonly<Record<string, number>> = {
   latency_spike: 8,
@@ -52,45 +63,96 @@ export function decayTo(acc: readonly SourceAccumulator[], now: Date): SourceAcc
 }
 
 export interface CombinedEvidence {
-  /** Decayed, source-bounded weight of the evidence (pseudo-report count). */
+  /** Sum of the saturated per-source weights (pseudo-report count). */
   weight: number;
-  successes: number;
-  latency_sum: number;
+  /** Source-robust success rate (PRIOR_SUCCESS_RATE without evidence). */
+  success_rate: number;
+  /** Weighted median of the per-source mean latencies (0 without evidence). */
+  mean_latency: number;
   /** Raw reports behind the accumulators. */
   reports: number;
-  /** Sources with any weight left. */
+  /** Independent sources with any weight left. */
   sources: number;
+  /** Of which registered API keys. */
+  keyed_sources: number;
   /** Weight removed by the per-source saturation. */
   capped_weight: number;
+  /** Largest share of the combined weight held by one source (0..1). */
+  max_source_share: number;
+}
+
+/** A source is keyed when it is a registered API key (src/services/report-source.ts). */
+export const isKeyedSource = (source: string) => source.startsWith('key:');
+export const sourceCap = (source: string) => (isKeyedSource(source) ? KEYED_SOURCE_CAP : SOURCE_CAP);
+
+/** Weighted median: the smallest value at which the cumulative weight reaches half (mean of the two at an exact tie). */
+export function weightedMedian(items: readonly { value: number; weight: number }[]): number {
+  const xs = items.filter((x) => x.weight > 0).sort((a, b) => a.value - b.value);
+  const total = xs.reduce((s, x) => s + x.weight, 0);
+  if (total <= 0) return 0;
+  let acc = 0;
+  for (let i = 0; i < xs.length; i++) {
+    acc += xs[i]!.weight;
+    if (Math.abs(acc - total / 2) < 1e-9 * total && i + 1 < xs.length) return (xs[i]!.value + xs[i + 1]!.value) / 2;
+    if (acc > total / 2) return xs[i]!.value;
+  }
+  return xs[xs.length - 1]!.value;
 }
 
 /**
- * Combines sources so that none dominates: each source keeps its own success rate and mean
- * latency, but its weight saturates at max(SOURCE_FLOOR, SOURCE_SHARE x others' weight).
+ * Source-robust success rate: start at the weighted median of the per-source rates, then
+ * iterate a weighted mean in which every rate is clipped to what its own weight makes
+ * plausible around the current centre. Honest sources that agree within sampling noise are
+ * averaged as they are; a source far from the others is pulled to the edge of that band, so
+ * its influence is at most weight x band / (weight of the others) (docs/integrity.md).
  */
-export function combineSources(decayed: readonly SourceAccumulator[]): CombinedEvidence {
-  const live = decayed.filter((s) => s.weight > 1e-9);
-  const total = live.reduce((s, x) => s + x.weight, 0);
-  let weight = 0;
-  let successes = 0;
-  let latency = 0;
-  let capped = 0;
-  // Sorted by source key so floating-point sums are identical whatever order rows arrive in.
-  for (const s of [...live].sort((a, b) => (a.source < b.source ? -1 : a.source > b.source ? 1 : 0))) {
-    const cap = Math.max(SOURCE_FLOOR, SOURCE_SHARE * (total - s.weight));
-    const scale = s.weight > cap ? cap / s.weight : 1;
-    weight += s.weight * scale;
-    successes += s.successes * scale;
-    latency += s.latency_sum * scale;
-    capped += s.weight * (1 - scale);
+export function robustSuccessRate(items: readonly { rate: number; weight: number }[]): number {
+  const xs = items.filter((x) => x.weight > 0);
+  const total = xs.reduce((s, x) => s + x.weight, 0);
+  if (total <= 0) return PRIOR_SUCCESS_RATE;
+  let m = weightedMedian(xs.map((x) => ({ value: x.rate, weight: x.weight })));
+  for (let it = 0; it < ROBUST_ITERATIONS; it++) {
+    const v = Math.max(VARIANCE_FLOOR, m * (1 - m));
+    let sum = 0;
+    for (const x of xs) {
+      const band = HUBER_K * Math.sqrt(v / x.weight) + CLIP_SLACK;
+      sum += x.weight * Math.min(m + band, Math.max(m - band, x.rate));
+    }
+    m = sum / total;
   }
+  return Math.min(1, Math.max(0, m));
+}
+
+/**
+ * Combines sources (any age; decayed here to `now`) so that none dominates: each source is
+ * reduced to its own estimates (success rate, mean latency) and a weight that saturates at its
+ * cap (decayed from its last report); the estimates are then combined
+ * with robust weighted statistics (robustSuccessRate, weightedMedian).
+ */
+export function combineSources(sources: readonly SourceAccumulator[], now: Date): CombinedEvidence {
+  // The cap decays from the source's last report like the evidence itself, so a source that
+  // stopped reporting fades with the half-life however much it once sent.
+  const capOf = (s: SourceAccumulator) => sourceCap(s.source) * decayFactor(now.getTime() - s.updated_at.getTime());
+  const caps = new Map(sources.map((s) => [s.source, capOf(s)]));
+  const decayed = decayTo(sources, now);
+  // Sorted by source key so floating-point sums are identical whatever order rows arrive in.
+  const live = decayed
+    .filter((s) => s.weight > 1e-9)
+    .sort((a, b) => (a.source < b.source ? -1 : a.source > b.source ? 1 : 0))
+    .map((s) => {
+      const weight = Math.min(s.weight, caps.get(s.source)!);
+      return { source: s.source, raw: s.weight, weight, rate: s.successes / s.weight, latency: s.latency_sum / s.weight };
+    });
+  const weight = live.reduce((s, x) => s + x.weight, 0);
   return {
     weight,
-    successes,
-    latency_sum: latency,
+    success_rate: robustSuccessRate(live),
+    mean_latency: weightedMedian(live.map((x) => ({ value: x.latency, weight: x.weight }))),
     reports: decayed.reduce((s, x) => s + x.reports, 0),
     sources: live.length,
-    capped_weight: capped,
+    keyed_sources: live.filter((x) => isKeyedSource(x.source)).length,
+    capped_weight: live.reduce((s, x) => s + (x.raw - x.weight), 0),
+    max_source_share: weight > 0 ? Math.max(...live.map((x) => x.weight)) / weight : 0,
   };
 }
 
@@ -136,14 +198,16 @@ const r3 = (x: number) => Math.round(x * 1000) / 1000;
 
 /**
  * score = 50 x (1 - c) + c x (80 x reliability + 20 x latency quality) - anomaly penalties,
- * with confidence c = W / (W + PRIOR_WEIGHT) for the decayed, source-bounded evidence weight W.
+ * with confidence c = W / (W + PRIOR_WEIGHT) for the sum W of the saturated per-source weights:
+ * W <= cap x (independent sources), so confidence grows with the number of sources, and one
+ * source alone never exceeds c = 12 / 22 (18 / 28 with a registered key).
  */
 export function computeTrustScore(input: ScoreInput): ScoreResult {
-  const ev = combineSources(decayTo(input.sources, input.now));
+  const ev = combineSources(input.sources, input.now);
   const confidence = ev.weight / (ev.weight + PRIOR_WEIGHT);
-  const successRate = ev.weight > 0 ? ev.successes / ev.weight : PRIOR_SUCCESS_RATE;
+  const successRate = ev.success_rate;
   const reliability = reliabilityCurve(successRate);
-  const meanLatency = ev.weight > 0 ? ev.latency_sum / ev.weight : 0;
+  const meanLatency = ev.mean_latency;
   const quality = ev.weight > 0 ? latencyQuality(meanLatency, input.baselineLatencyMs) : 0.5;
   const priorPoints = 50 * (1 - confidence);
   const successPoints = SUCCESS_POINTS * reliability * confidence;
@@ -154,7 +218,7 @@ export function computeTrustScore(input: ScoreInput): ScoreResult {
   return {
     trust_score: roundScore(raw),
     breakdown: {
-      model: 'decayed-shrunk-v1',
+      model: 'source-robust-v2',
       prior_points: r3(priorPoints),
       success_points: r3(successPoints),
       latency_points: r3(latencyPoints),
@@ -170,6 +234,10 @@ export function computeTrustScore(input: ScoreInput): ScoreResult {
       evidence_weight: r3(ev.weight),
       evidence_capped_weight: r3(ev.capped_weight),
       independent_sources: ev.sources,
+      keyed_sources: ev.keyed_sources,
+      max_source_share: r3(ev.max_source_share),
+      source_cap: SOURCE_CAP,
+      keyed_source_cap: KEYED_SOURCE_CAP,
       half_life_hours: HALF_LIFE_HOURS,
       prior_weight: PRIOR_WEIGHT,
     },

@@ -1,8 +1,8 @@
 // The trust engine: gathers a server's rollups, runs the pure model (src/domain) and keeps the
 // score cache and hourly snapshots up to date. Every read of a score goes through here.
 import type { Queryable } from '../db/index.js';
-import { detectAnomalies, hourStart, HISTORY_HOURS, HOUR_MS, RECENT_HOURS, type AnomalyResult } from '../domain/anomaly.js';
-import { categoryBaseline, type CategoryBaselineValue } from '../domain/baseline.js';
+import { detectAnomaliesRobust, hourStart, HISTORY_HOURS, HOUR_MS, RECENT_HOURS, type AnomalyResult } from '../domain/anomaly.js';
+import { robustCategoryBaseline, robustServerFigures, type CategoryBaselineValue } from '../domain/baseline.js';
 import { computeTrustScore, type Breakdown } from '../domain/scoring.js';
 import { verdictFor, type PreflightVerdict } from '../domain/verdict.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
@@ -37,11 +37,13 @@ export function createTrustEngine(db: Queryable) {
   const telemetry = telemetryStore(db);
   const scores = scoreStore(db);
 
-  async function baselines(categories: Iterable<string>): Promise<Map<string, CategoryBaselineValue>> {
+  /** Category baselines from source-robust per-server figures as of `at` (docs/integrity.md). */
+  async function baselines(categories: Iterable<string>, at: Date): Promise<Map<string, CategoryBaselineValue>> {
     const out = new Map<string, CategoryBaselineValue>();
     for (const c of new Set(categories)) {
-      const { servers, serverCount } = await telemetry.categoryTotals(c);
-      out.set(c, categoryBaseline(c, servers, serverCount));
+      const [{ servers, serverCount }, evidence] = await Promise.all([telemetry.categoryTotals(c), telemetry.categoryEvidence(c)]);
+      const figures = servers.map((t) => robustServerFigures(evidence.get(t.server_id) ?? [], t.hist, at));
+      out.set(c, robustCategoryBaseline(c, figures, serverCount));
     }
     return out;
   }
@@ -53,14 +55,14 @@ export function createTrustEngine(db: Queryable) {
     const [totals, evidence, hourly, base] = await Promise.all([
       telemetry.totals(ids),
       telemetry.evidence(ids),
-      telemetry.hourly(ids, from, at),
-      baselines(servers.map((s) => s.category)),
+      telemetry.hourlyBySource(ids, from, at),
+      baselines(servers.map((s) => s.category), at),
     ]);
     const out = new Map<number, ComputedScore>();
     for (const server of servers) {
       const t = totals.get(server.id) ?? null;
       const baseline = base.get(server.category)!;
-      const anomaly = detectAnomalies(hourly.get(server.id) ?? [], at);
+      const anomaly = detectAnomaliesRobust(hourly.get(server.id) ?? [], at);
       const { trust_score, breakdown } = computeTrustScore({
         sources: evidence.get(server.id) ?? [],
         baselineLatencyMs: baseline.avg_latency_ms,

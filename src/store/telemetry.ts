@@ -1,7 +1,7 @@
 import type { Db, Queryable } from '../db/index.js';
 import { emptyHistogram, latencyBin } from '../domain/latency-histogram.js';
 import { decayFactor, HALF_LIFE_HOURS, type SourceAccumulator } from '../domain/scoring.js';
-import { HOUR_MS, type HourRollup } from '../domain/anomaly.js';
+import { HOUR_MS, type HourRollup, type SourceHourRollup } from '../domain/anomaly.js';
 import type { ServerTotals } from '../domain/baseline.js';
 
 /** A validated telemetry report: exactly the five fields of SPEC 2.2. */
@@ -225,6 +225,40 @@ export function telemetryStore(db: Queryable) {
       for (const { server_id, ...h } of rows) {
         const list = out.get(server_id) ?? [];
         list.push(h);
+        out.set(server_id, list);
+      }
+      return out;
+    },
+
+    /** Hourly rollups per source of the given servers with from <= bucket <= to (source-robust anomaly tests). */
+    async hourlyBySource(serverIds: readonly number[], from: Date, to: Date): Promise<Map<number, SourceHourRollup[]>> {
+      const out = new Map<number, SourceHourRollup[]>();
+      if (serverIds.length === 0) return out;
+      const rows = await db.query<SourceHourRollup & { server_id: number }>(
+        `SELECT server_id, bucket, source, n, successes, latency_sum, n_5xx
+           FROM telemetry_hourly WHERE server_id = ANY($1::int8[]) AND bucket >= $2 AND bucket <= $3
+          ORDER BY server_id, bucket, source`,
+        [serverIds, from.toISOString(), to.toISOString()],
+      );
+      for (const { server_id, ...h } of rows) {
+        const list = out.get(server_id) ?? [];
+        list.push({ ...h, n: Number(h.n), successes: Number(h.successes), latency_sum: Number(h.latency_sum), n_5xx: Number(h.n_5xx) });
+        out.set(server_id, list);
+      }
+      return out;
+    },
+
+    /** Per-source evidence of every server of a category (its source-robust baseline). */
+    async categoryEvidence(category: string): Promise<Map<number, SourceAccumulator[]>> {
+      const rows = await db.query<SourceAccumulator & { server_id: number }>(
+        `SELECT e.server_id, e.source, e.weight, e.successes, e.latency_sum, e.reports, e.updated_at
+           FROM trust_evidence e JOIN servers s ON s.id = e.server_id WHERE s.category = $1`,
+        [category],
+      );
+      const out = new Map<number, SourceAccumulator[]>();
+      for (const { server_id, ...acc } of rows) {
+        const list = out.get(server_id) ?? [];
+        list.push(acc);
         out.set(server_id, list);
       }
       return out;
