@@ -11,6 +11,7 @@ import { createMetrics } from './http/metrics.js';
 import { installProblemHandlers, sendProblem, trackRoutes } from './http/problem.js';
 import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
+import { installRateLimits, ratePolicies } from './http/rate-limit.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
 import { openKeyRing } from './signing/keyring.js';
 import { createReceiptIssuer } from './signing/receipts.js';
@@ -94,6 +95,9 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     reply.header('x-request-id', req.id);
     reply.header('x-interface-version', INTERFACE_VERSION);
   });
+
+  // After the request-id hook (a 429 carries it) and before any route handler runs.
+  installRateLimits(app, ratePolicies(config));
 
   const metrics = createMetrics(db);
   metrics.install(app);
