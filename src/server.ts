@@ -8,7 +8,7 @@ import { INTERFACE_VERSION, type Config } from './config.js';
 import { openDatabase, type Db } from './db/index.js';
 import { createDualProtocolServer } from './http/listener.js';
 import { createMetrics } from './http/metrics.js';
-import { installProblemHandlers, sendProblem, trackRoutes } from './http/problem.js';
+import { installProblemHandlers, problemBody, sendProblem, trackRoutes } from './http/problem.js';
 import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
 import { installRateLimits, ratePolicies } from './http/rate-limit.js';
@@ -62,6 +62,13 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
       if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') return sendProblem(reply, 'invalid_argument', 'a path parameter is longer than this service accepts');
       if (err.code === 'FST_ERR_BAD_URL') return sendProblem(reply, 'invalid_argument', 'the request URL is malformed');
       return sendProblem(reply, 'invalid_argument', 'the request is malformed');
+    },
+    // Requests node's HTTP parser rejects (unknown methods such as FOO, malformed headers) never
+    // reach a route: answer them in problem+json too, then close the connection.
+    clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
+      if (!socket.writable) return socket.destroy();
+      const body = JSON.stringify(problemBody('invalid_argument', `the request is malformed (rejected by the HTTP parser: ${err.code ?? 'parse error'})`, randomUUID()));
+      socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
     },
     ajv: { customOptions: { coerceTypes: false, removeAdditional: true, allErrors: false } },
     logger:
