@@ -32,6 +32,8 @@ export interface ObservatoryOptions {
   db?: Db;
   /** Logger settings override (tests pass false). */
   logger?: boolean;
+  /** Where log lines go (default stdout); tests capture them. */
+  logStream?: { write(line: string): void };
   /** The clock, injectable for tests. */
   now?: () => Date;
 }
@@ -76,6 +78,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
         ? false
         : {
             level: config.logLevel,
+            ...(opts.logStream ? { stream: opts.logStream } : {}),
             // Never log client addresses (DECISIONS.md "Telemetry privacy"): only method, path, id.
             serializers: {
               req: (req) => ({ method: req.method, url: req.url, id: req.id }),

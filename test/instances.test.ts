@@ -3,6 +3,7 @@ import { migrate, listMigrations } from '../src/db/migrate.js';
 import { openPostgres } from '../src/db/postgres.js';
 import { jobRunStore } from '../src/store/job-runs.js';
 import { SNAPSHOT_INTERVAL_MS } from '../src/services/trust.js';
+import { periodicJob } from '../src/services/jobs.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 
@@ -10,6 +11,26 @@ import { backend, createTestDatabase, type TestDatabase } from './support/db.js'
 // its own connection pool, exactly like two processes behind a load balancer.
 
 const T0 = new Date('2026-11-25T12:00:00Z');
+
+describe(`periodic jobs (${backend})`, () => {
+  it('run once per period per database, whichever instance ticks', async () => {
+    const tdb = await createTestDatabase();
+    try {
+      const ran: string[] = [];
+      const job = (instance: string) => periodicJob(tdb.db, 'trust-score-refresh', 60_000, () => T0, async (at) => void ran.push(`${instance}@${at.toISOString()}`), { instance });
+      const [x, y] = [job('x'), job('y')];
+      x.stop();
+      y.stop();
+      expect(await x.tick(new Date('2026-11-25T12:00:10Z'))).toBe(true);
+      expect(await y.tick(new Date('2026-11-25T12:00:50Z'))).toBe(false);
+      expect(await y.tick(new Date('2026-11-25T12:01:00Z'))).toBe(true);
+      expect(ran).toEqual(['x@2026-11-25T12:00:10.000Z', 'y@2026-11-25T12:01:00.000Z']);
+      expect((await jobRunStore(tdb.db).runs('trust-score-refresh')).map((r) => r.instance)).toEqual(['x', 'y']);
+    } finally {
+      await tdb.drop();
+    }
+  });
+});
 
 describe.skipIf(backend !== 'postgres')('two instances on one PostgreSQL database', () => {
   let tdb: TestDatabase;
