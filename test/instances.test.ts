@@ -29,7 +29,7 @@ describe(`periodic jobs (${backend})`, () => {
     } finally {
       await tdb.drop();
     }
-  });
+  }, 120_000);
 });
 
 describe.skipIf(backend !== 'postgres')('two instances on one PostgreSQL database', () => {
