@@ -25,6 +25,10 @@ export interface Config {
   signingKeyJwk: string | null;
   /** Gateway gate (/v1/gate, Envoy ext_authz): policy, verdict cache and optional route table. */
   gate: GateConfig;
+  /** Probe requests (drift, agent-readiness, agency-checklist, compliance) per client address per minute, per instance; 0 = unlimited. */
+  rateLimitProbesPerMinute: number;
+  /** Pre-flight requests per client address per minute, per instance; 0 = unlimited. */
+  rateLimitPreflightPerMinute: number;
 }
 
 export interface GateConfig {
@@ -156,5 +160,7 @@ export function loadConfig(env: Env = process.env): Config {
       cacheSeconds: int(env, 'GATE_CACHE_SECONDS', 5, 0, 3600),
       routes: gateRoutes(env),
     },
+    rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),
+    rateLimitPreflightPerMinute: int(env, 'RATE_LIMIT_PREFLIGHT_PER_MINUTE', 600, 0, 1_000_000),
   };
 }

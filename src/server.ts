@@ -8,9 +8,10 @@ import { INTERFACE_VERSION, type Config } from './config.js';
 import { openDatabase, type Db } from './db/index.js';
 import { createDualProtocolServer } from './http/listener.js';
 import { createMetrics } from './http/metrics.js';
-import { installProblemHandlers, sendProblem, trackRoutes } from './http/problem.js';
+import { installProblemHandlers, problemBody, sendProblem, trackRoutes } from './http/problem.js';
 import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
+import { installRateLimits, ratePolicies } from './http/rate-limit.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
 import { openKeyRing } from './signing/keyring.js';
 import { createReceiptIssuer } from './signing/receipts.js';
@@ -31,6 +32,8 @@ export interface ObservatoryOptions {
   db?: Db;
   /** Logger settings override (tests pass false). */
   logger?: boolean;
+  /** Where log lines go (default stdout); tests capture them. */
+  logStream?: { write(line: string): void };
   /** The clock, injectable for tests. */
   now?: () => Date;
 }
@@ -62,12 +65,20 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
       if (err.code === 'FST_ERR_BAD_URL') return sendProblem(reply, 'invalid_argument', 'the request URL is malformed');
       return sendProblem(reply, 'invalid_argument', 'the request is malformed');
     },
+    // Requests node's HTTP parser rejects (unknown methods such as FOO, malformed headers) never
+    // reach a route: answer them in problem+json too, then close the connection.
+    clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
+      if (!socket.writable) return socket.destroy();
+      const body = JSON.stringify(problemBody('invalid_argument', `the request is malformed (rejected by the HTTP parser: ${err.code ?? 'parse error'})`, randomUUID()));
+      socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    },
     ajv: { customOptions: { coerceTypes: false, removeAdditional: true, allErrors: false } },
     logger:
       opts.logger === false
         ? false
         : {
             level: config.logLevel,
+            ...(opts.logStream ? { stream: opts.logStream } : {}),
             // Never log client addresses (DECISIONS.md "Telemetry privacy"): only method, path, id.
             serializers: {
               req: (req) => ({ method: req.method, url: req.url, id: req.id }),
@@ -94,6 +105,9 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     reply.header('x-request-id', req.id);
     reply.header('x-interface-version', INTERFACE_VERSION);
   });
+
+  // After the request-id hook (a 429 carries it) and before any route handler runs.
+  installRateLimits(app, ratePolicies(config));
 
   const metrics = createMetrics(db);
   metrics.install(app);

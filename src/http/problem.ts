@@ -59,6 +59,10 @@ export function problemFromError(err: unknown): { code: ProblemCode; detail: str
     const code = problemForConnectCode(err.code);
     return { code, detail: code === 'internal' ? 'internal error' : err.rawMessage };
   }
+  // Text PostgreSQL cannot store (NUL, invalid encoding) that slipped past a service's checks is
+  // the client's input, not our failure.
+  const pgCode = (err as { code?: unknown } | null)?.code;
+  if (pgCode === '22021' || pgCode === '22P05') return { code: 'invalid_argument', detail: 'the request contains characters that cannot be stored (e.g. NUL)' };
   if (isConnectionError(err)) return { code: 'unavailable', detail: 'the database is unavailable; retry shortly', headers: { 'retry-after': '2' } };
   return { code: 'internal', detail: 'internal error' };
 }

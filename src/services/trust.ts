@@ -27,6 +27,7 @@ import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { toolManifestDriftFlags } from './drift.js';
 import { createTrustEngine, type ScoreSummary } from './trust-engine.js';
+import { periodicJob } from './jobs.js';
 
 const DAY_MS = 86_400_000;
 export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
@@ -80,18 +81,19 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
   const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
 
-  // Keeps the hourly score history (deltas, trends) complete even when nobody reads scores.
-  const snapshotTimer = setInterval(() => {
-    engine.refresh(now()).catch(() => {});
-  }, SNAPSHOT_INTERVAL_MS);
-  snapshotTimer.unref();
+  // Keeps the hourly score history (deltas, trends) complete even when nobody reads scores. With
+  // several instances on one database, one of them refreshes per period (advisory lock, jobs.ts).
+  const snapshotJob = periodicJob(db, 'trust-score-refresh', SNAPSHOT_INTERVAL_MS, now, (at) => engine.refresh(at));
 
   return {
     engine,
 
+    /** The periodic score refresh (tick it directly with a fixed clock in tests). */
+    snapshotJob,
+
     /** Stops the snapshot timer. */
     close(): void {
-      clearInterval(snapshotTimer);
+      snapshotJob.stop();
     },
 
     /** Current score, verdict and anomaly flags of a tracked server; cheap (cached, refreshed when stale). */

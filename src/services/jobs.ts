@@ -1,0 +1,49 @@
+import { randomUUID } from 'node:crypto';
+import type { Db } from '../db/index.js';
+import { jobRunStore } from '../store/job-runs.js';
+
+// Periodic background work shared by N instances on one database: every instance keeps a timer,
+// and at each tick claims the current period (advisory lock + job_runs row, see store/job-runs).
+// Exactly one instance runs a job per period; the others skip until the next period.
+
+/** This process's name in job_runs.instance (random, identifies no host or person). */
+export const INSTANCE_ID = randomUUID();
+
+/** Advisory lock keys of the periodic jobs (distinct from migrations 72_620_001, keyring 72_620_002). */
+export const JOB_LOCKS = {
+  'trust-score-refresh': 72_620_101,
+} as const;
+export type JobName = keyof typeof JOB_LOCKS;
+
+export interface PeriodicJob {
+  /** Runs the job for the period containing `at` when no instance has yet; true when this one ran it. */
+  tick(at: Date): Promise<boolean>;
+  stop(): void;
+}
+
+/**
+ * A job that runs at most once per `periodMs` across every instance sharing the database. The
+ * timer fires every period; `tick` is also callable directly (tests, fixed clocks).
+ */
+export function periodicJob(
+  db: Db,
+  name: JobName,
+  periodMs: number,
+  now: () => Date,
+  run: (at: Date) => Promise<unknown>,
+  opts: { instance?: string; onError?: (err: unknown) => void } = {},
+): PeriodicJob {
+  const store = jobRunStore(db);
+  const instance = opts.instance ?? INSTANCE_ID;
+  async function tick(at: Date): Promise<boolean> {
+    const periodStart = new Date(Math.floor(at.getTime() / periodMs) * periodMs);
+    if (!(await store.claim(name, JOB_LOCKS[name], periodStart, instance))) return false;
+    await run(at);
+    return true;
+  }
+  const timer = setInterval(() => {
+    tick(now()).catch((err) => opts.onError?.(err));
+  }, periodMs);
+  timer.unref();
+  return { tick, stop: () => clearInterval(timer) };
+}
