@@ -41,7 +41,15 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   const now = opts.now ?? (() => new Date());
   const keyring = await openKeyRing(db, { signingKeyJwk: config.signingKeyJwk, now });
   const receipts = createReceiptIssuer({ db, keyring, issuer: config.publicBaseUrl, now });
-  const services = createServices({ db, config, now, keyring, receipts });
+  const metrics = createMetrics(db);
+  const services = createServices({
+    db,
+    config,
+    now,
+    keyring,
+    receipts,
+    observe: { ingestBatch: (n) => metrics.ingestBatch.observe(n), receiptBatch: (n) => metrics.receiptBatch.observe(n) },
+  });
 
   const app = Fastify({
     serverFactory: createDualProtocolServer as unknown as FastifyServerFactory<http.Server>,
@@ -95,7 +103,6 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     reply.header('x-interface-version', INTERFACE_VERSION);
   });
 
-  const metrics = createMetrics(db);
   metrics.install(app);
 
   await app.register(fastifyConnectPlugin, { routes: connectRoutes(services), contextValues: connectContextValues });

@@ -4,18 +4,23 @@ import { classifyCategory } from '../domain/category.js';
 import { canonicalServerUrl, InvalidServerUrl, serverNameFromUrl, slugify } from '../domain/server-identity.js';
 import { validateReport } from '../domain/telemetry.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
-import { serverStore } from '../store/servers.js';
-import { telemetryStore } from '../store/telemetry.js';
+import { ingestBatcher } from '../store/ingest-batcher.js';
+import { serverCache } from '../store/server-cache.js';
+import type { IngestRow } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { reportSourceResolver } from './report-source.js';
 
+/** Reports of one stream written per group-commit submission. */
+const STREAM_CHUNK = 500;
+
 /** TelemetryService: THE implementation of POST /api/report and its RPCs. */
-export function createTelemetryService({ db, now }: ServiceDeps) {
-  const servers = serverStore(db);
-  const telemetry = telemetryStore(db);
+export function createTelemetryService({ db, now, observe }: ServiceDeps) {
+  const servers = serverCache(db);
+  const ingest = ingestBatcher(db, { onBatch: observe?.ingestBatch });
   const sourceOf = reportSourceResolver(db);
 
-  async function record(input: Partial<ReportRequest>, ctx: CallContext | undefined): Promise<string> {
+  /** Validates one report and resolves its server; the row is not written yet. */
+  async function prepare(input: Partial<ReportRequest>, ctx: CallContext | undefined): Promise<IngestRow> {
     const problem = validateReport({
       server_url: input.serverUrl,
       success: input.success,
@@ -38,21 +43,22 @@ export function createTelemetryService({ db, now }: ServiceDeps) {
     // Reported tool names refine a category the URL alone could not tell.
     if (server.category === 'general' && toolName) {
       const refined = classifyCategory([server.name, toolName]);
-      if (refined !== 'general') await servers.setCategory(server.id, refined);
+      if (refined !== 'general') await servers.setCategory(server, refined);
     }
-    await telemetry.insert(
-      server.id,
-      { server_url: url, success: input.success!, latency_ms: input.latencyMs!, tool_name: toolName, http_status: input.httpStatus ?? null },
+    return {
+      serverId: server.id,
+      report: { server_url: url, success: input.success!, latency_ms: input.latencyMs!, tool_name: toolName, http_status: input.httpStatus ?? null },
       at,
-      await sourceOf(ctx, at),
-    );
-    return url;
+      source: await sourceOf(ctx, at),
+    };
   }
 
   return {
     async report(req: Partial<ReportRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof ReportResponseSchema>> {
-      const serverUrl = await record(req, ctx);
-      return { recorded: true, serverUrl };
+      const row = await prepare(req, ctx);
+      // Resolves after the group-commit transaction carrying this row committed.
+      await ingest.submit([row]);
+      return { recorded: true, serverUrl: row.report.server_url };
     },
 
     async reportStream(reqs: AsyncIterable<ReportStreamRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof ReportStreamResponseSchema>> {
@@ -60,10 +66,24 @@ export function createTelemetryService({ db, now }: ServiceDeps) {
       let rejected = 0;
       const rejections: { index: number; serverUrl: string; code: string; detail: string }[] = [];
       let index = 0;
+      // A stream's reports travel in chunks of up to STREAM_CHUNK rows through the same group
+      // commit; the response is sent only after every accepted row committed.
+      let chunk: IngestRow[] = [];
+      let writing: Promise<void> = Promise.resolve();
+      const flush = async () => {
+        const rows = chunk;
+        chunk = [];
+        await writing;
+        writing = ingest.submit(rows);
+        // Awaited at the next flush or at the end; marked handled so a failure in between is
+        // not an unhandled rejection.
+        writing.catch(() => {});
+      };
       for await (const item of reqs) {
         try {
-          await record(item.report ?? {}, ctx);
+          chunk.push(await prepare(item.report ?? {}, ctx));
           accepted++;
+          if (chunk.length >= STREAM_CHUNK) await flush();
         } catch (err) {
           if (!(err instanceof ObservatoryError) || err.status >= 500) throw err;
           rejected++;
@@ -71,6 +91,8 @@ export function createTelemetryService({ db, now }: ServiceDeps) {
         }
         index++;
       }
+      await flush();
+      await writing;
       return { accepted, rejected, rejections };
     },
   };

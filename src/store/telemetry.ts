@@ -58,6 +58,24 @@ function addTo(s: Sums, r: TelemetryReport) {
 }
 const newSums = (): Sums => ({ n: 0, successes: 0, latency_sum: 0, n_5xx: 0, hist: emptyHistogram() });
 
+// In-process listeners told which servers got new telemetry, after the commit (score caches).
+const committedListeners = new WeakMap<object, Set<(serverIds: number[]) => void>>();
+
+/** Calls `fn` with the server ids of every telemetry write committed through `db` in this process. */
+export function onTelemetryCommitted(db: Queryable, fn: (serverIds: number[]) => void): () => void {
+  let set = committedListeners.get(db);
+  if (!set) committedListeners.set(db, (set = new Set()));
+  set.add(fn);
+  return () => set.delete(fn);
+}
+
+function notifyCommitted(db: Queryable, rows: readonly IngestRow[]): void {
+  const set = committedListeners.get(db);
+  if (!set || set.size === 0) return;
+  const ids = [...new Set(rows.map((r) => r.serverId))];
+  for (const fn of set) fn(ids);
+}
+
 export function telemetryStore(db: Queryable) {
   /** Raw rows plus every rollup, aggregated in memory first so each rollup row is written once. */
   async function write(q: Queryable, rows: readonly IngestRow[]): Promise<void> {
@@ -96,7 +114,8 @@ export function telemetryStore(db: Queryable) {
       e.at = Math.max(e.at, t);
     }
 
-    const tv = [...totals.entries()];
+    // Rollup rows are written in key order so concurrent writers lock them in the same order (no deadlocks).
+    const tv = [...totals.entries()].sort((a, b) => a[0] - b[0]);
     await q.query(
       `INSERT INTO server_totals AS e (server_id, n, successes, latency_sum, n_5xx, hist, first_at, last_at)
        SELECT u.id, u.n, u.s, u.l, u.f, u.h::int8[], u.a, u.b
@@ -118,7 +137,7 @@ export function telemetryStore(db: Queryable) {
       ],
     );
 
-    const hv = [...hourly.values()];
+    const hv = [...hourly.values()].sort((a, b) => a.serverId - b.serverId || a.bucket - b.bucket || (a.source < b.source ? -1 : a.source > b.source ? 1 : 0));
     await q.query(
       `INSERT INTO telemetry_hourly AS e (server_id, bucket, source, n, successes, latency_sum, n_5xx, hist)
        SELECT u.id, u.b, u.src, u.n, u.s, u.l, u.f, u.h::int8[]
@@ -151,7 +170,7 @@ export function telemetryStore(db: Queryable) {
         l += f * r.report.latency_ms;
       }
       return { ...e, w, s, l };
-    });
+    }).sort((a, b) => a.serverId - b.serverId || (a.source < b.source ? -1 : a.source > b.source ? 1 : 0));
     await q.query(
       `INSERT INTO trust_evidence AS e (server_id, source, weight, successes, latency_sum, reports, updated_at)
        SELECT * FROM unnest($1::int8[], $2::text[], $3::float8[], $4::float8[], $5::float8[], $6::int8[], $7::timestamptz[])
@@ -180,6 +199,7 @@ export function telemetryStore(db: Queryable) {
       const d = db as Partial<Db>;
       if (typeof d.transaction === 'function') await d.transaction((tx) => write(tx, rows));
       else await write(db, rows);
+      notifyCommitted(db, rows);
     },
 
     async insert(serverId: number, r: TelemetryReport, receivedAt: Date, source: string): Promise<void> {
