@@ -25,7 +25,7 @@ import { scoreStore } from '../store/scores.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
-import { createTrustEngine, type ScoreSummary } from './trust-engine.js';
+import { createTrustEngine, SCORE_CACHE_MS, type ComputedScore, type ScoreSummary } from './trust-engine.js';
 
 const DAY_MS = 86_400_000;
 export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
@@ -77,6 +77,21 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     return server;
   }
 
+  // GetTrust hot path: server rows by URL (hits only, SCORE_CACHE_MS like the scores) and the
+  // response built once per computation. Responses are shared: callers must not mutate them.
+  const serverByUrl = new Map<string, { row: ServerRow; mono: number }>();
+  const trustResponses = new WeakMap<ComputedScore, MessageInitShape<typeof GetTrustResponseSchema>>();
+  async function trackedByUrl(url: string): Promise<ServerRow | null> {
+    const hit = serverByUrl.get(url);
+    if (hit && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.row;
+    const row = await servers.byUrl(url);
+    if (row) {
+      if (serverByUrl.size >= 100_000) serverByUrl.clear();
+      serverByUrl.set(url, { row, mono: performance.now() });
+    }
+    return row;
+  }
+
   const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
 
   // Keeps the hourly score history (deltas, trends) complete even when nobody reads scores.
@@ -100,11 +115,14 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
     async getTrust(req: Partial<GetTrustRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustResponseSchema>> {
       const url = requireServerUrl(req.url, 'url');
-      const server = await servers.byUrl(url);
-      if (!server) throw notTracked(url);
-      const c = (await engine.compute([server], now())).get(server.id)!;
+      const tracked = await trackedByUrl(url);
+      if (!tracked) throw notTracked(url);
+      const c = await engine.current(tracked, now());
+      const server = c.server;
+      const known = trustResponses.get(c);
+      if (known) return known;
       const n = c.totals?.n ?? 0;
-      return {
+      const res: MessageInitShape<typeof GetTrustResponseSchema> = {
         server: {
           name: server.name,
           url: server.url,
@@ -129,6 +147,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         scoreBreakdown: { ...c.breakdown, anomaly_details: c.anomaly.details, computed_at: c.computed_at.toISOString() },
         verdict: c.verdict,
       };
+      trustResponses.set(c, res);
+      return res;
     },
 
     async getLeaderboard(req: Partial<GetLeaderboardRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetLeaderboardResponseSchema>> {
