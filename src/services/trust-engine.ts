@@ -61,7 +61,12 @@ export function createTrustEngine(db: Queryable) {
   const memo = new Map<number, MemoEntry>();
   const generation = new Map<number, number>();
   const pending = new Map<number, { gen: number; at: number; p: Promise<ComputedScore> }>();
+  // Ranked lists (leaderboard, stats, tiers) per category, same bound; any commit drops them all.
+  const rankedMemo = new Map<string, { rows: RankedServer[]; at: number; mono: number }>();
+  let rankedGen = 0;
   onTelemetryCommitted(db, (ids) => {
+    rankedMemo.clear();
+    rankedGen++;
     for (const id of ids) {
       memo.delete(id);
       generation.set(id, (generation.get(id) ?? 0) + 1);
@@ -173,10 +178,17 @@ export function createTrustEngine(db: Queryable) {
       return rows.length;
     },
 
-    /** Fresh ranked list: refreshes stale scores, then reads the cache. */
+    /** Fresh ranked list: refreshes stale scores, then reads the cache (kept SCORE_CACHE_MS in memory). */
     async ranked(category: string | null, at: Date): Promise<RankedServer[]> {
+      const key = category ?? '\u0000all';
+      const hit = rankedMemo.get(key);
+      const age = hit ? at.getTime() - hit.at : -1;
+      if (hit && age >= 0 && age < SCORE_CACHE_MS && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.rows;
+      const gen = rankedGen;
       await this.refresh(at);
-      return scores.ranked(category);
+      const rows = await scores.ranked(category);
+      if (gen === rankedGen) rankedMemo.set(key, { rows, at: at.getTime(), mono: performance.now() });
+      return rows;
     },
 
     /** A server's current score and verdict, from the cache when it is fresh. */
