@@ -43,6 +43,7 @@ export function groupCommit<T>(opts: GroupCommitOptions<T>): GroupCommit<T> {
   const queue: Pending<T>[] = [];
   let inFlight = 0;
   let idle: (() => void)[] = [];
+  let scheduled = false;
 
   async function writeBatch(batch: Pending<T>[]): Promise<void> {
     const items = batch.length === 1 ? batch[0]!.items : batch.flatMap((p) => p.items);
@@ -68,6 +69,18 @@ export function groupCommit<T>(opts: GroupCommitOptions<T>): GroupCommit<T> {
     }
   }
 
+  // A write starts on setImmediate, after the current I/O phase: every request the event loop
+  // already read in this turn joins the batch (matters for PGlite, whose queries run on this
+  // thread), at the cost of one loop turn of latency.
+  function schedule(): void {
+    if (scheduled) return;
+    scheduled = true;
+    setImmediate(() => {
+      scheduled = false;
+      pump();
+    });
+  }
+
   function pump(): void {
     while (inFlight < concurrency && queue.length > 0) {
       const batch: Pending<T>[] = [];
@@ -81,7 +94,7 @@ export function groupCommit<T>(opts: GroupCommitOptions<T>): GroupCommit<T> {
       inFlight++;
       void writeBatch(batch).finally(() => {
         inFlight--;
-        pump();
+        schedule();
       });
     }
     if (inFlight === 0 && queue.length === 0 && idle.length > 0) {
@@ -96,7 +109,7 @@ export function groupCommit<T>(opts: GroupCommitOptions<T>): GroupCommit<T> {
       if (items.length === 0) return Promise.resolve();
       return new Promise<void>((resolve, reject) => {
         queue.push({ items, resolve, reject });
-        pump();
+        schedule();
       });
     },
     drain() {
