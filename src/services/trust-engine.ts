@@ -13,12 +13,12 @@ import { onTelemetryCommitted, telemetryStore, type StoredTotals } from '../stor
 export const SCORE_MAX_AGE_MS = 5 * 60_000;
 
 /**
- * Computed scores are kept in memory this long (wall time and service clock both). New evidence
+ * Computed scores are kept in memory at most this long (wall time and service clock both). New evidence
  * for a server committed by this process drops its entry at once; what this bound covers is
  * evidence written by another process (several instances on one PostgreSQL) and the category
  * baseline, which moves with the other servers of the category.
  */
-export const SCORE_CACHE_MS = 1000;
+export const SCORE_CACHE_MS = 2000;
 const SCORE_CACHE_MAX_ENTRIES = 100_000;
 
 export interface ComputedScore {
