@@ -40,7 +40,7 @@ const trust = (url: string) => json(fetch(`${t.base}/api/trust?url=${encodeURICo
 
 beforeAll(async () => {
   t = await startTestApp({ TRUST_PROXY: '1' }, { now: () => clock });
-}, 60_000);
+}, 120_000);
 afterAll(async () => {
   await t?.close();
 });
@@ -64,7 +64,7 @@ describe(`evidence integrity over HTTP (${backend})`, () => {
     // One source alone stays within 50 +/- 50 x 12/22 (docs/integrity.md).
     expect(a.server.trust_score).toBeLessThanOrEqual(50 + (50 * 12) / 22 + 0.05);
     expect(b.server.trust_score).toBeGreaterThanOrEqual(50 - (50 * 12) / 22 - 0.05);
-  }, 20_000);
+  }, 60_000);
 
   it('property 2: 5 sources x 4 failures plus one source flooding 2,000 successes does not reach PASS', async () => {
     const url = 'https://bought.example.com/mcp';
@@ -78,7 +78,7 @@ describe(`evidence integrity over HTTP (${backend})`, () => {
     expect(after.verdict).not.toBe('PASS');
     expect(after.server.trust_score).toBeLessThan(40);
     expect(after.score_breakdown.evidence_capped_weight).toBeGreaterThan(1900);
-  }, 20_000);
+  }, 60_000);
 
   it('property 3: 10 sources x 5 successes stay PASS when one source floods 2,000 failures', async () => {
     const url = 'https://sabotaged.example.com/mcp';
@@ -95,7 +95,7 @@ describe(`evidence integrity over HTTP (${backend})`, () => {
     const band = 2 * Math.sqrt(0.25 / 12) + 0.05;
     expect(1 - after.score_breakdown.decayed_success_rate).toBeLessThanOrEqual((12 * band) / 50 + 0.001);
     expect(after.anomaly.anomaly_flags).toEqual([]);
-  }, 20_000);
+  }, 60_000);
 
   it('property 4: failures from 30 independent sources x 10 take a PASS server below PASS', async () => {
     const url = 'https://really-broken.example.com/mcp';
@@ -105,7 +105,7 @@ describe(`evidence integrity over HTTP (${backend})`, () => {
     const after = await trust(url);
     expect(after.score_breakdown.independent_sources).toBe(40);
     expect(after.verdict).not.toBe('PASS');
-  }, 20_000);
+  }, 60_000);
 
   it('a registered key weighs 1.5x an address; a made-up Bearer token counts as its address', async () => {
     const res = await postJson(`${t.base}/agent/auth`, { type: 'anonymous', requested_credential_type: 'api_key' }, { 'x-forwarded-for': '192.0.2.200' });
@@ -121,13 +121,13 @@ describe(`evidence integrity over HTTP (${backend})`, () => {
     b = (await trust(url)).score_breakdown;
     expect(b).toMatchObject({ independent_sources: 2, keyed_sources: 1 });
     expect(b.evidence_weight).toBeCloseTo(18 + 6, 3);
-  }, 20_000);
+  }, 60_000);
 
   it('IPv6 reporters count per /64: a subscriber cannot pose as many sources from one prefix', async () => {
     const url = 'https://v6.example.com/mcp';
     for (const a of ['2001:db8:1:2::10', '2001:db8:1:2::20', '2001:db8:1:2:ffff::1', '2001:db8:1:3::1']) await report(url, true, a);
     expect((await trust(url)).score_breakdown.independent_sources).toBe(2);
-  }, 20_000);
+  }, 60_000);
 
   it('pre-flight and gate traffic never count as evidence', async (ctx) => {
     const url = 'https://vetted.example.com/mcp';
@@ -151,7 +151,7 @@ describe(`evidence integrity over HTTP (${backend})`, () => {
     expect(after.score_breakdown.independent_sources).toBe(3);
     expect(after.server.trust_score).toBe(before.server.trust_score);
     expect(await t.obs.db.query('SELECT source, reports FROM trust_evidence ORDER BY server_id, source')).toEqual(rowsBefore);
-  }, 20_000);
+  }, 60_000);
 
   it('a flood cannot fake an anomaly on someone else\'s server, nor move its category baseline', async () => {
     const honest = 'https://weather-honest.example.com/mcp';
@@ -184,5 +184,5 @@ describe(`evidence integrity over HTTP (${backend})`, () => {
     await reporters(honest, 9, 12, 5, false);
     const incident = await trust(honest);
     expect(incident.anomaly.anomaly_flags).toContain('error_rate_spike');
-  }, 30_000);
+  }, 90_000);
 });
