@@ -44,7 +44,15 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   const now = opts.now ?? (() => new Date());
   const keyring = await openKeyRing(db, { signingKeyJwk: config.signingKeyJwk, now });
   const receipts = createReceiptIssuer({ db, keyring, issuer: config.publicBaseUrl, now });
-  const services = createServices({ db, config, now, keyring, receipts });
+  const metrics = createMetrics(db);
+  const services = createServices({
+    db,
+    config,
+    now,
+    keyring,
+    receipts,
+    observe: { ingestBatch: (n) => metrics.ingestBatch.observe(n), receiptBatch: (n) => metrics.receiptBatch.observe(n) },
+  });
 
   const app = Fastify({
     serverFactory: createDualProtocolServer as unknown as FastifyServerFactory<http.Server>,
@@ -109,7 +117,6 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   // After the request-id hook (a 429 carries it) and before any route handler runs.
   installRateLimits(app, ratePolicies(config));
 
-  const metrics = createMetrics(db);
   metrics.install(app);
 
   await app.register(fastifyConnectPlugin, { routes: connectRoutes(services), contextValues: connectContextValues });

@@ -28,6 +28,12 @@ export function createMetrics(db: Db) {
     buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
     registers: [registry],
   });
+  const receiptBatch = new Histogram({
+    name: 'observatory_receipt_batch_size',
+    help: 'Pre-flight receipts (with their demand rows) written per database transaction',
+    buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500],
+    registers: [registry],
+  });
   new Gauge({
     name: 'observatory_db_pool_connections',
     help: 'Database pool connections by state (postgres backend only)',
@@ -44,6 +50,7 @@ export function createMetrics(db: Db) {
   return {
     registry,
     ingestBatch,
+    receiptBatch,
     install(app: FastifyInstance) {
       app.addHook('onResponse', async (req, reply) => {
         const route = req.routeOptions.url ?? 'unmatched';

@@ -115,3 +115,18 @@ function compile(desc: DescMessage): (msg: Record<string, unknown>) => Record<st
 export function restJson(desc: DescMessage, msg: object): Record<string, Json> {
   return compile(desc)(msg as Record<string, unknown>);
 }
+
+const texts = new WeakMap<object, string>();
+
+/**
+ * The REST JSON body as text, serialised once per response object: services that hand out the
+ * same (cached, never mutated) response for repeated reads skip conversion and JSON.stringify.
+ */
+export function restJsonText(desc: DescMessage, msg: object): string {
+  let text = texts.get(msg);
+  if (text === undefined) {
+    text = JSON.stringify(restJson(desc, msg));
+    texts.set(msg, text);
+  }
+  return text;
+}

@@ -13,6 +13,15 @@ export interface ServiceDeps {
   keyring: KeyRing;
   /** Issues, stores and verifies signed receipts. */
   receipts: ReceiptIssuer;
+  /** Optional observation hooks (Prometheus metrics in the server; absent in scripts). */
+  observe?: ServiceObservers;
+}
+
+export interface ServiceObservers {
+  /** Size of each committed telemetry batch (group commit). */
+  ingestBatch?(size: number): void;
+  /** Size of each committed receipt + demand batch (pre-flight). */
+  receiptBatch?(size: number): void;
 }
 
 /**

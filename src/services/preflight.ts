@@ -5,7 +5,9 @@ import { RECOMMENDATIONS, type PreflightVerdict } from '../domain/verdict.js';
 import { invalidArgument } from '../errors.js';
 import type { ReceiptKind } from '../signing/receipts.js';
 import { demandStore, type VerdictCounts } from '../store/demand.js';
+import { receiptBatcher } from '../store/receipt-batcher.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
+import { SCORE_CACHE_MS } from './trust-engine.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import type { TrustService } from './trust.js';
 
@@ -61,6 +63,19 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   const { db, now, receipts } = deps;
   const servers = serverStore(db);
   const demand = demandStore(db);
+  const store = receiptBatcher(db, { onBatch: deps.observe?.receiptBatch });
+  // Resolved targets (hits only) for SCORE_CACHE_MS: a server row only ever changes its category.
+  const resolved = new Map<string, { row: ServerRow; mono: number }>();
+  async function resolve(target: string): Promise<ServerRow | null> {
+    const hit = resolved.get(target);
+    if (hit && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.row;
+    const row = await servers.resolve(target);
+    if (row) {
+      if (resolved.size >= 100_000) resolved.clear();
+      resolved.set(target, { row, mono: performance.now() });
+    }
+    return row;
+  }
 
   /**
    * The lookup half of a pre-flight: what the observatory knows about `target` right now. The
@@ -78,7 +93,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       }
     }
 
-    const server = await servers.resolve(target);
+    const server = await resolve(target);
     let verdict: PreflightVerdict = 'UNRATED';
     let trustScore: number | undefined;
     let totalInteractions = 0;
@@ -123,21 +138,18 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       checked_at: checkedAt.toISOString(),
     };
     const kind = opts.kind ?? 'preflight';
-    const receipt = await db.transaction(async (tx) => {
-      const r = await receipts.issue(kind, serverUrl ?? target, claim, { db: tx });
-      if (opts.recordDemand !== false) {
-        await demandStore(tx).insert({
-          checked_at: checkedAt,
-          target: serverUrl ?? target,
-          server_url: serverUrl,
-          name: server?.name ?? null,
-          verdict,
-          kind,
-          receipt_id: r.receiptId,
-        });
-      }
-      return r;
-    });
+    // Signed here, stored by the group commit with other concurrent checks; answered only after
+    // the transaction holding the receipt and its demand row committed.
+    const receipt = await receipts.issue(kind, serverUrl ?? target, claim, { persist: false });
+    await store.submit([
+      {
+        receipt: { receipt_id: receipt.receiptId, kind, sub: serverUrl ?? target, issued_at: receipt.issuedAt, kid: receipt.kid, claim: receipt.payload, jws: receipt.jws },
+        demand:
+          opts.recordDemand === false
+            ? null
+            : { checked_at: checkedAt, target: serverUrl ?? target, server_url: serverUrl, name: server?.name ?? null, verdict, kind, receipt_id: receipt.receiptId },
+      },
+    ]);
 
     return {
       target,

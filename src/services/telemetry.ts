@@ -4,22 +4,23 @@ import { classifyCategory } from '../domain/category.js';
 import { canonicalServerUrl, InvalidServerUrl, serverNameFromUrl, slugify } from '../domain/server-identity.js';
 import { validateReport } from '../domain/telemetry.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
-import { serverStore } from '../store/servers.js';
-import { telemetryStore, type IngestRow, type TelemetryReport } from '../store/telemetry.js';
+import { ingestBatcher } from '../store/ingest-batcher.js';
+import { serverCache } from '../store/server-cache.js';
+import type { IngestRow } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { reportSourceResolver } from './report-source.js';
 
-/** Reports of one client stream stored per transaction. */
-export const STREAM_BATCH = 500;
+/** Reports of one stream written per group-commit submission. */
+const STREAM_CHUNK = 500;
 
 /** TelemetryService: THE implementation of POST /api/report and its RPCs. */
-export function createTelemetryService({ db, now }: ServiceDeps) {
-  const servers = serverStore(db);
-  const telemetry = telemetryStore(db);
+export function createTelemetryService({ db, now, observe }: ServiceDeps) {
+  const servers = serverCache(db);
+  const ingest = ingestBatcher(db, { onBatch: observe?.ingestBatch });
   const sourceOf = reportSourceResolver(db);
 
-  /** Validates one report and resolves its server (created on first report); nothing is stored yet. */
-  async function prepare(input: Partial<ReportRequest>, at: Date, known?: Map<string, number>): Promise<{ serverId: number; report: TelemetryReport }> {
+  /** Validates one report and resolves its server; the row is not written yet. */
+  async function prepare(input: Partial<ReportRequest>, ctx: CallContext | undefined): Promise<IngestRow> {
     const problem = validateReport({
       server_url: input.serverUrl,
       success: input.success,
@@ -35,63 +36,54 @@ export function createTelemetryService({ db, now }: ServiceDeps) {
       if (err instanceof InvalidServerUrl) throw invalidArgument(`server_url: ${err.message}`);
       throw err;
     }
+    const at = now();
     const toolName = input.toolName ?? null;
-    const report = { server_url: url, success: input.success!, latency_ms: input.latencyMs!, tool_name: toolName, http_status: input.httpStatus ?? null };
-    // Within one stream, a server already resolved needs no lookup unless a tool name may refine it.
-    const cachedId = toolName ? undefined : known?.get(url);
-    if (cachedId !== undefined) return { serverId: cachedId, report };
     const name = serverNameFromUrl(url);
     const server = await servers.ensure({ url, name, slug: slugify(name), category: classifyCategory([name, toolName ?? '']) }, at);
     // Reported tool names refine a category the URL alone could not tell.
     if (server.category === 'general' && toolName) {
       const refined = classifyCategory([server.name, toolName]);
-      if (refined !== 'general') await servers.setCategory(server.id, refined);
+      if (refined !== 'general') await servers.setCategory(server, refined);
     }
-    known?.set(url, server.id);
-    return { serverId: server.id, report };
-  }
-
-  async function record(input: Partial<ReportRequest>, ctx: CallContext | undefined): Promise<string> {
-    const at = now();
-    const { serverId, report } = await prepare(input, at);
-    await telemetry.insert(serverId, report, at, await sourceOf(ctx, at));
-    return report.server_url;
+    return {
+      serverId: server.id,
+      report: { server_url: url, success: input.success!, latency_ms: input.latencyMs!, tool_name: toolName, http_status: input.httpStatus ?? null },
+      at,
+      source: await sourceOf(ctx, at),
+    };
   }
 
   return {
     async report(req: Partial<ReportRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof ReportResponseSchema>> {
-      const serverUrl = await record(req, ctx);
-      return { recorded: true, serverUrl };
+      const row = await prepare(req, ctx);
+      // Resolves after the group-commit transaction carrying this row committed.
+      await ingest.submit([row]);
+      return { recorded: true, serverUrl: row.report.server_url };
     },
 
-    /**
-     * Client stream of reports from one caller (one source). Valid reports are stored in batches
-     * of STREAM_BATCH, each batch in one transaction; `accepted` counts committed reports.
-     */
     async reportStream(reqs: AsyncIterable<ReportStreamRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof ReportStreamResponseSchema>> {
       let accepted = 0;
       let rejected = 0;
       const rejections: { index: number; serverUrl: string; code: string; detail: string }[] = [];
       let index = 0;
-      let batch: IngestRow[] = [];
-      const known = new Map<string, number>();
-      let sourceDay = '';
-      let sourceKey = '';
+      // A stream's reports travel in chunks of up to STREAM_CHUNK rows through the same group
+      // commit; the response is sent only after every accepted row committed.
+      let chunk: IngestRow[] = [];
+      let writing: Promise<void> = Promise.resolve();
       const flush = async () => {
-        if (batch.length === 0) return;
-        await telemetry.insertMany(batch);
-        accepted += batch.length;
-        batch = [];
+        const rows = chunk;
+        chunk = [];
+        await writing;
+        writing = ingest.submit(rows);
+        // Awaited at the next flush or at the end; marked handled so a failure in between is
+        // not an unhandled rejection.
+        writing.catch(() => {});
       };
       for await (const item of reqs) {
         try {
-          const at = now();
-          const { serverId, report } = await prepare(item.report ?? {}, at, known);
-          const day = at.toISOString().slice(0, 10);
-          // One caller, one source; its address hash changes with the UTC day.
-          if (sourceDay !== day) [sourceDay, sourceKey] = [day, await sourceOf(ctx, at)];
-          batch.push({ serverId, report, at, source: sourceKey });
-          if (batch.length >= STREAM_BATCH) await flush();
+          chunk.push(await prepare(item.report ?? {}, ctx));
+          accepted++;
+          if (chunk.length >= STREAM_CHUNK) await flush();
         } catch (err) {
           if (!(err instanceof ObservatoryError) || err.status >= 500) throw err;
           rejected++;
@@ -100,6 +92,7 @@ export function createTelemetryService({ db, now }: ServiceDeps) {
         index++;
       }
       await flush();
+      await writing;
       return { accepted, rejected, rejections };
     },
   };

@@ -7,10 +7,19 @@ import { computeTrustScore, type Breakdown } from '../domain/scoring.js';
 import { verdictFor, type PreflightVerdict } from '../domain/verdict.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
 import type { ServerRow } from '../store/servers.js';
-import { telemetryStore, type StoredTotals } from '../store/telemetry.js';
+import { onTelemetryCommitted, telemetryStore, type StoredTotals } from '../store/telemetry.js';
 
 /** A cached score older than this is recomputed on the next read even without new reports. */
 export const SCORE_MAX_AGE_MS = 5 * 60_000;
+
+/**
+ * Computed scores are kept in memory at most this long (wall time and service clock both). New evidence
+ * for a server committed by this process drops its entry at once; what this bound covers is
+ * evidence written by another process (several instances on one PostgreSQL) and the category
+ * baseline, which moves with the other servers of the category.
+ */
+export const SCORE_CACHE_MS = 2000;
+const SCORE_CACHE_MAX_ENTRIES = 100_000;
 
 export interface ComputedScore {
   server: ServerRow;
@@ -33,9 +42,59 @@ export interface ScoreSummary {
   computed_at: Date;
 }
 
+interface MemoEntry {
+  summary: ScoreSummary;
+  /** The full computation when this entry came from one (getTrust needs it). */
+  full: ComputedScore | null;
+  category: string;
+  /** Service clock and monotonic time of the entry. */
+  at: number;
+  mono: number;
+}
+
 export function createTrustEngine(db: Queryable) {
   const telemetry = telemetryStore(db);
   const scores = scoreStore(db);
+
+  // In-memory score cache (see SCORE_CACHE_MS). `generation` counts invalidations per server so a
+  // computation that started before new evidence committed is never cached as current.
+  const memo = new Map<number, MemoEntry>();
+  const generation = new Map<number, number>();
+  const pending = new Map<number, { gen: number; at: number; p: Promise<ComputedScore> }>();
+  // Ranked lists (leaderboard, stats, tiers) per category, same bound; any commit drops them all.
+  const rankedMemo = new Map<string, { rows: RankedServer[]; at: number; mono: number }>();
+  let rankedGen = 0;
+  onTelemetryCommitted(db, (ids) => {
+    rankedMemo.clear();
+    rankedGen++;
+    for (const id of ids) {
+      memo.delete(id);
+      generation.set(id, (generation.get(id) ?? 0) + 1);
+    }
+  });
+  const genOf = (id: number) => generation.get(id) ?? 0;
+
+  function memoHit(server: ServerRow, at: Date): MemoEntry | null {
+    const e = memo.get(server.id);
+    if (!e || e.category !== server.category) return null;
+    const age = at.getTime() - e.at;
+    if (age < 0 || age >= SCORE_CACHE_MS || performance.now() - e.mono >= SCORE_CACHE_MS) return null;
+    return e;
+  }
+
+  function remember(server: ServerRow, gen: number, at: Date, summary: ScoreSummary, full: ComputedScore | null): void {
+    if (genOf(server.id) !== gen) return;
+    if (memo.size >= SCORE_CACHE_MAX_ENTRIES) memo.clear();
+    memo.set(server.id, { summary, full, category: server.category, at: at.getTime(), mono: performance.now() });
+  }
+
+  const summaryOf = (s: ComputedScore): ScoreSummary => ({
+    trust_score: s.trust_score,
+    verdict: s.verdict,
+    total_interactions: s.totals?.n ?? 0,
+    anomaly_flags: s.anomaly.flags,
+    computed_at: s.computed_at,
+  });
 
   /** Category baselines from source-robust per-server figures as of `at` (docs/integrity.md). */
   async function baselines(categories: Iterable<string>, at: Date): Promise<Map<string, CategoryBaselineValue>> {
@@ -86,9 +145,30 @@ export function createTrustEngine(db: Queryable) {
     return out;
   }
 
+  /** A full, current computation of one server: from memory when fresh, computed once for concurrent callers otherwise. */
+  function current(server: ServerRow, at: Date): Promise<ComputedScore> {
+    const hit = memoHit(server, at);
+    if (hit?.full) return Promise.resolve(hit.full);
+    const gen = genOf(server.id);
+    const inflight = pending.get(server.id);
+    if (inflight && inflight.gen === gen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) return inflight.p;
+    const p = compute([server], at)
+      .then((m) => {
+        const c = m.get(server.id)!;
+        remember(server, gen, c.computed_at, summaryOf(c), c);
+        return c;
+      })
+      .finally(() => {
+        if (pending.get(server.id)?.p === p) pending.delete(server.id);
+      });
+    pending.set(server.id, { gen, at: at.getTime(), p });
+    return p;
+  }
+
   return {
     compute,
     baselines,
+    current,
 
     /** Recomputes every stale cached score (new reports, or older than SCORE_MAX_AGE_MS). */
     async refresh(at: Date): Promise<number> {
@@ -100,23 +180,34 @@ export function createTrustEngine(db: Queryable) {
       return rows.length;
     },
 
-    /** Fresh ranked list: refreshes stale scores, then reads the cache. */
+    /** Fresh ranked list: refreshes stale scores, then reads the cache (kept SCORE_CACHE_MS in memory). */
     async ranked(category: string | null, at: Date): Promise<RankedServer[]> {
+      const key = category ?? '\u0000all';
+      const hit = rankedMemo.get(key);
+      const age = hit ? at.getTime() - hit.at : -1;
+      if (hit && age >= 0 && age < SCORE_CACHE_MS && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.rows;
+      const gen = rankedGen;
       await this.refresh(at);
-      return scores.ranked(category);
+      const rows = await scores.ranked(category);
+      if (gen === rankedGen) rankedMemo.set(key, { rows, at: at.getTime(), mono: performance.now() });
+      return rows;
     },
 
     /** A server's current score and verdict, from the cache when it is fresh. */
     async scoreFor(server: ServerRow, at: Date): Promise<ScoreSummary> {
+      const hit = memoHit(server, at);
+      if (hit) return hit.summary;
+      const gen = genOf(server.id);
       const [cached, totals] = await Promise.all([scores.current([server.id]), telemetry.totals([server.id])]);
       const c = cached.get(server.id);
       const t = totals.get(server.id);
       const fresh = c && c.computed_at.getTime() >= at.getTime() - SCORE_MAX_AGE_MS && c.evidence_reports === (t?.n ?? 0);
       if (c && fresh) {
-        return { trust_score: c.trust_score, verdict: c.verdict as PreflightVerdict, total_interactions: t?.n ?? 0, anomaly_flags: c.anomaly_flags, computed_at: c.computed_at };
+        const summary: ScoreSummary = { trust_score: c.trust_score, verdict: c.verdict as PreflightVerdict, total_interactions: t?.n ?? 0, anomaly_flags: c.anomaly_flags, computed_at: c.computed_at };
+        remember(server, gen, at, summary, null);
+        return summary;
       }
-      const s = (await compute([server], at)).get(server.id)!;
-      return { trust_score: s.trust_score, verdict: s.verdict, total_interactions: s.totals?.n ?? 0, anomaly_flags: s.anomaly.flags, computed_at: at };
+      return summaryOf(await current(server, at));
     },
   };
 }

@@ -26,8 +26,8 @@ import { serverStore, type ServerRow } from '../store/servers.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { toolManifestDriftFlags } from './drift.js';
-import { createTrustEngine, type ScoreSummary } from './trust-engine.js';
 import { periodicJob } from './jobs.js';
+import { createTrustEngine, SCORE_CACHE_MS, type ComputedScore, type ScoreSummary } from './trust-engine.js';
 
 const DAY_MS = 86_400_000;
 export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
@@ -79,6 +79,21 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     return server;
   }
 
+  // GetTrust hot path: server rows by URL (hits only, SCORE_CACHE_MS like the scores) and the
+  // response built once per computation. Responses are shared: callers must not mutate them.
+  const serverByUrl = new Map<string, { row: ServerRow; mono: number }>();
+  const trustResponses = new WeakMap<ComputedScore, MessageInitShape<typeof GetTrustResponseSchema>>();
+  async function trackedByUrl(url: string): Promise<ServerRow | null> {
+    const hit = serverByUrl.get(url);
+    if (hit && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.row;
+    const row = await servers.byUrl(url);
+    if (row) {
+      if (serverByUrl.size >= 100_000) serverByUrl.clear();
+      serverByUrl.set(url, { row, mono: performance.now() });
+    }
+    return row;
+  }
+
   const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
 
   // Keeps the hourly score history (deltas, trends) complete even when nobody reads scores. With
@@ -105,14 +120,18 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
     async getTrust(req: Partial<GetTrustRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustResponseSchema>> {
       const url = requireServerUrl(req.url, 'url');
-      const server = await servers.byUrl(url);
-      if (!server) throw notTracked(url);
+      const tracked = await trackedByUrl(url);
+      if (!tracked) throw notTracked(url);
       const at = now();
-      const [computed, driftFlags] = await Promise.all([engine.compute([server], at), toolManifestDriftFlags(db, server.id, at)]);
-      const c = computed.get(server.id)!;
+      // Drift flags change with manifests, not telemetry, so they are read each time; the cached
+      // response is only reused while no drift flag is active.
+      const [c, driftFlags] = await Promise.all([engine.current(tracked, at), toolManifestDriftFlags(db, tracked.id, at)]);
+      const server = c.server;
+      const known = driftFlags.length === 0 ? trustResponses.get(c) : undefined;
+      if (known) return known;
       const flags = [...c.anomaly.flags, ...driftFlags];
       const n = c.totals?.n ?? 0;
-      return {
+      const res: MessageInitShape<typeof GetTrustResponseSchema> = {
         server: {
           name: server.name,
           url: server.url,
@@ -137,6 +156,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         scoreBreakdown: { ...c.breakdown, anomaly_details: c.anomaly.details, computed_at: c.computed_at.toISOString() },
         verdict: c.verdict,
       };
+      if (driftFlags.length === 0) trustResponses.set(c, res);
+      return res;
     },
 
     async getLeaderboard(req: Partial<GetLeaderboardRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetLeaderboardResponseSchema>> {

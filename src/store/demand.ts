@@ -55,6 +55,24 @@ export function demandStore(db: Queryable) {
       );
     },
 
+    /** Several demand rows in one statement (pre-flight group commit). */
+    async insertMany(rows: readonly DemandRow[]): Promise<void> {
+      if (rows.length === 0) return;
+      await db.query(
+        `INSERT INTO preflight_demand (checked_at, target, server_url, name, verdict, kind, receipt_id)
+         SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])`,
+        [
+          rows.map((r) => r.checked_at.toISOString()),
+          rows.map((r) => r.target),
+          rows.map((r) => r.server_url),
+          rows.map((r) => r.name),
+          rows.map((r) => r.verdict),
+          rows.map((r) => r.kind),
+          rows.map((r) => r.receipt_id),
+        ],
+      );
+    },
+
     /** Totals since a time (null: all time). */
     async totals(since: Date | null): Promise<DemandTotals> {
       const rows = await db.query<{ n: number; u: number; pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }>(

@@ -23,6 +23,24 @@ export function receiptStore(db: Queryable) {
         r.jws,
       ]);
     },
+    /** Several receipts in one statement (pre-flight group commit). */
+    async insertMany(rows: readonly ReceiptRow[]): Promise<void> {
+      if (rows.length === 0) return;
+      await db.query(
+        `INSERT INTO receipts (receipt_id, kind, sub, issued_at, kid, claim, jws)
+         SELECT u.id, u.k, u.s, u.t, u.kid, u.c::jsonb, u.j
+           FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::text[], $7::text[]) AS u(id, k, s, t, kid, c, j)`,
+        [
+          rows.map((r) => r.receipt_id),
+          rows.map((r) => r.kind),
+          rows.map((r) => r.sub),
+          rows.map((r) => r.issued_at.toISOString()),
+          rows.map((r) => r.kid),
+          rows.map((r) => JSON.stringify(r.claim)),
+          rows.map((r) => r.jws),
+        ],
+      );
+    },
     async get(receiptId: string): Promise<ReceiptRow | null> {
       const rows = await db.query<ReceiptRow>('SELECT receipt_id, kind, sub, issued_at, kid, claim, jws FROM receipts WHERE receipt_id = $1', [receiptId]);
       return rows[0] ?? null;

@@ -1,4 +1,4 @@
-import type { Db, Queryable } from '../db/index.js';
+import type { Queryable } from '../db/index.js';
 import { emptyHistogram, latencyBin } from '../domain/latency-histogram.js';
 import { decayFactor, HALF_LIFE_HOURS, type SourceAccumulator } from '../domain/scoring.js';
 import { HOUR_MS, type HourRollup, type SourceHourRollup } from '../domain/anomaly.js';
@@ -58,10 +58,33 @@ function addTo(s: Sums, r: TelemetryReport) {
 }
 const newSums = (): Sums => ({ n: 0, successes: 0, latency_sum: 0, n_5xx: 0, hist: emptyHistogram() });
 
+// In-process listeners told which servers got new telemetry, after the commit (score caches).
+const committedListeners = new WeakMap<object, Set<(serverIds: number[]) => void>>();
+
+/** Calls `fn` with the server ids of every telemetry write committed through `db` in this process. */
+export function onTelemetryCommitted(db: Queryable, fn: (serverIds: number[]) => void): () => void {
+  let set = committedListeners.get(db);
+  if (!set) committedListeners.set(db, (set = new Set()));
+  set.add(fn);
+  return () => set.delete(fn);
+}
+
+function notifyCommitted(db: Queryable, rows: readonly IngestRow[]): void {
+  const set = committedListeners.get(db);
+  if (!set || set.size === 0) return;
+  const ids = [...new Set(rows.map((r) => r.serverId))];
+  for (const fn of set) fn(ids);
+}
+
 export function telemetryStore(db: Queryable) {
-  /** Raw rows plus every rollup, aggregated in memory first so each rollup row is written once. */
+  /**
+   * Raw rows plus every rollup (aggregated in memory first, so each rollup row is written once)
+   * in ONE statement (writable CTEs): atomic without BEGIN/COMMIT and
+   * one round trip per batch instead of six, which is what group commit pays per transaction.
+   */
   async function write(q: Queryable, rows: readonly IngestRow[]): Promise<void> {
-    await q.query(
+    const stmts: [sql: string, params: unknown[]][] = [];
+    stmts.push([
       `INSERT INTO telemetry (server_id, received_at, success, latency_ms, tool_name, http_status)
        SELECT * FROM unnest($1::int8[], $2::timestamptz[], $3::bool[], $4::float8[], $5::text[], $6::int4[])`,
       [
@@ -72,7 +95,7 @@ export function telemetryStore(db: Queryable) {
         rows.map((r) => r.report.tool_name),
         rows.map((r) => r.report.http_status),
       ],
-    );
+    ]);
 
     const totals = new Map<number, Sums & { first: number; last: number }>();
     const hourly = new Map<string, Sums & { serverId: number; bucket: number; source: string }>();
@@ -96,8 +119,9 @@ export function telemetryStore(db: Queryable) {
       e.at = Math.max(e.at, t);
     }
 
-    const tv = [...totals.entries()];
-    await q.query(
+    // Rollup rows are written in key order so concurrent writers lock them in the same order (no deadlocks).
+    const tv = [...totals.entries()].sort((a, b) => a[0] - b[0]);
+    stmts.push([
       `INSERT INTO server_totals AS e (server_id, n, successes, latency_sum, n_5xx, hist, first_at, last_at)
        SELECT u.id, u.n, u.s, u.l, u.f, u.h::int8[], u.a, u.b
          FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::float8[], $5::int8[], $6::text[], $7::timestamptz[], $8::timestamptz[])
@@ -116,10 +140,10 @@ export function telemetryStore(db: Queryable) {
         tv.map(([, s]) => new Date(s.first).toISOString()),
         tv.map(([, s]) => new Date(s.last).toISOString()),
       ],
-    );
+    ]);
 
-    const hv = [...hourly.values()];
-    await q.query(
+    const hv = [...hourly.values()].sort((a, b) => a.serverId - b.serverId || a.bucket - b.bucket || (a.source < b.source ? -1 : a.source > b.source ? 1 : 0));
+    stmts.push([
       `INSERT INTO telemetry_hourly AS e (server_id, bucket, source, n, successes, latency_sum, n_5xx, hist)
        SELECT u.id, u.b, u.src, u.n, u.s, u.l, u.f, u.h::int8[]
          FROM unnest($1::int8[], $2::timestamptz[], $3::text[], $4::int8[], $5::int8[], $6::float8[], $7::int8[], $8::text[])
@@ -137,7 +161,7 @@ export function telemetryStore(db: Queryable) {
         hv.map((h) => h.n_5xx),
         hv.map((h) => pgArray(h.hist)),
       ],
-    );
+    ]);
 
     // Each group is decayed to its newest report, then merged with the stored accumulator.
     const ev = [...evidence.values()].map((e) => {
@@ -151,8 +175,8 @@ export function telemetryStore(db: Queryable) {
         l += f * r.report.latency_ms;
       }
       return { ...e, w, s, l };
-    });
-    await q.query(
+    }).sort((a, b) => a.serverId - b.serverId || (a.source < b.source ? -1 : a.source > b.source ? 1 : 0));
+    stmts.push([
       `INSERT INTO trust_evidence AS e (server_id, source, weight, successes, latency_sum, reports, updated_at)
        SELECT * FROM unnest($1::int8[], $2::text[], $3::float8[], $4::float8[], $5::float8[], $6::int8[], $7::timestamptz[])
        ON CONFLICT (server_id, source) DO UPDATE SET
@@ -167,19 +191,26 @@ export function telemetryStore(db: Queryable) {
         ev.map((e) => e.items.length),
         ev.map((e) => new Date(e.at).toISOString()),
       ],
-    );
+    ]);
+    const params: unknown[] = [];
+    const parts = stmts.map(([sql, ps]) => {
+      const offset = params.length;
+      params.push(...ps);
+      return sql.replace(/\$(\d+)/g, (_m, d: string) => `$${Number(d) + offset}`);
+    });
+    const last = parts.pop()!;
+    await q.query(`WITH ${parts.map((sql, i) => `w${i} AS (${sql})`).join(',\n')}\n${last}`, params);
   }
 
   return {
     /**
-     * Stores accepted reports and updates every rollup in one transaction (when given a Db).
+     * Stores accepted reports and updates every rollup in one atomic statement.
      * Ingestion passes one row; the demo loader passes thousands (bulk statements either way).
      */
     async insertMany(rows: readonly IngestRow[]): Promise<void> {
       if (rows.length === 0) return;
-      const d = db as Partial<Db>;
-      if (typeof d.transaction === 'function') await d.transaction((tx) => write(tx, rows));
-      else await write(db, rows);
+      await write(db, rows);
+      notifyCommitted(db, rows);
     },
 
     async insert(serverId: number, r: TelemetryReport, receivedAt: Date, source: string): Promise<void> {

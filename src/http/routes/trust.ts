@@ -9,7 +9,7 @@ import {
 } from '../../../gen/observatory/v1/trust_pb.js';
 import { invalidArgument } from '../../errors.js';
 import type { RouteDeps } from '../routes.js';
-import { restJson } from '../rest-json.js';
+import { restJson, restJsonText } from '../rest-json.js';
 
 // Query values arrive as strings (ajv does not coerce here); each adapter passes them on and
 // the service validates, so REST and Connect reject the same inputs.
@@ -31,8 +31,10 @@ function parseLimit(raw: string | undefined): number | undefined {
 export function trustRoutes(app: FastifyInstance, { services }: RouteDeps) {
   const trust = services.trust;
 
-  app.get<{ Querystring: { url?: string } }>('/api/trust', { schema: { querystring: stringQuery('url') } }, async (req) =>
-    restJson(GetTrustResponseSchema, await trust.getTrust({ url: req.query.url })),
+  // getTrust hands out one response object per computation (cached for SCORE_CACHE_MS), so its
+  // JSON text is built once per computation too.
+  app.get<{ Querystring: { url?: string } }>('/api/trust', { schema: { querystring: stringQuery('url') } }, async (req, reply) =>
+    reply.type('application/json; charset=utf-8').send(restJsonText(GetTrustResponseSchema, await trust.getTrust({ url: req.query.url }))),
   );
 
   app.get<{ Querystring: { category?: string; limit?: string } }>(

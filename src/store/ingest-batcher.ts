@@ -1,0 +1,26 @@
+import { isConnectionError, type Db } from '../db/index.js';
+import { groupCommit, type GroupCommit } from './group-commit.js';
+import { telemetryStore, type IngestRow } from './telemetry.js';
+
+/** Largest number of reports written in one transaction. */
+export const INGEST_MAX_BATCH = 1000;
+
+/**
+ * Group commit for telemetry ingestion: concurrent reports (REST, Connect, gRPC streams) share
+ * one transaction (one multi-row INSERT and one update of each rollup row per server and batch).
+ * `submit` resolves only after the transaction carrying the rows committed, so a 200 still
+ * means "stored". A batch that fails for a reason other than a lost connection is retried
+ * caller by caller, so one rejected row cannot fail the reports it happened to travel with.
+ */
+export function ingestBatcher(db: Db, opts: { onBatch?: (size: number) => void } = {}): GroupCommit<IngestRow> {
+  const store = telemetryStore(db);
+  return groupCommit<IngestRow>({
+    write: (rows) => store.insertMany(rows),
+    maxItems: INGEST_MAX_BATCH,
+    // PGlite runs one statement at a time anyway; PostgreSQL overlaps two transactions (the
+    // rollup rows are written in key order, so they cannot deadlock each other).
+    concurrency: db.kind === 'postgres' ? 2 : 1,
+    onBatch: opts.onBatch,
+    isolateOnError: (err) => !isConnectionError(err),
+  });
+}
