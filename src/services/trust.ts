@@ -94,6 +94,11 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     return row;
   }
 
+  async function tiersOf(category: string | null, at: Date): Promise<Map<string, SlaTier>> {
+    const [all, counts] = await Promise.all([engine.ranked(category, at), telemetry.countsSince(new Date(at.getTime() - 30 * DAY_MS))]);
+    return new Map(all.map((r) => [r.url, r.n > 0 && r.trust_score !== null ? slaTierFor(r.trust_score, counts.get(r.id) ?? 0) : 'Unrated']));
+  }
+
   const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
 
   // Keeps the hourly score history (deltas, trends) complete even when nobody reads scores. With
@@ -281,13 +286,14 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
           interactions30d: w30.n,
         };
       }
-      const [all, counts] = await Promise.all([engine.ranked(null, at), telemetry.countsSince(since30)]);
       const distribution: Record<SlaTier, number> = { Platinum: 0, Gold: 0, Silver: 0, Bronze: 0, Unrated: 0 };
-      for (const r of all) {
-        const tier = r.n > 0 && r.trust_score !== null ? slaTierFor(r.trust_score, counts.get(r.id) ?? 0) : 'Unrated';
-        distribution[tier]++;
-      }
+      for (const tier of (await tiersOf(null, at)).values()) distribution[tier]++;
       return { schema: SLA_SCHEMA, generatedAt: at.toISOString(), distribution, criteria: SLA_CRITERIA };
+    },
+
+    /** The SLA tier of every server of a category (null: all), keyed by canonical URL. */
+    getSlaTiers(category: string | null): Promise<Map<string, SlaTier>> {
+      return tiersOf(category, now());
     },
 
     async getTrustDelta(req: Partial<GetTrustDeltaRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustDeltaResponseSchema>> {
