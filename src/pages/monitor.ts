@@ -186,7 +186,7 @@ ${
 }
 
 <h2>Badge for your README</h2>
-<p><img src="${badgeUrl}" alt="MCP trust badge of ${bench.name}"></p>
+<p><img src="/api/badge?url=${encodeURIComponent(url)}" alt="MCP trust badge of ${bench.name}"></p>
 <p class="small">Markdown</p><pre class="badge-md">${markdown}</pre>
 <p class="small">HTML</p><pre class="badge-html">${htmlSnippet}</pre>
 <p class="small muted">JSON: <a href="/api/trust?url=${encodeURIComponent(url)}">/api/trust</a> · <a href="/benchmark/${encodeURIComponent(bench.serverSlug!)}">/benchmark</a> · <a href="/api/sla-tier?server=${encodeURIComponent(url)}">/api/sla-tier</a></p>
