@@ -94,7 +94,7 @@ describe.skipIf(!haveChromium)('pages in Chromium', () => {
     const p = await ctx.newPage();
     await p.setViewportSize({ width: 390, height: 844 });
     await open(p, '/monitor');
-    const { scroll, width } = await p.evaluate(() => ({ scroll: document.documentElement.scrollWidth, width: window.innerWidth }));
+    const { scroll, width } = await p.evaluate<{ scroll: number; width: number }>('({ scroll: document.documentElement.scrollWidth, width: window.innerWidth })');
     expect(scroll).toBeLessThanOrEqual(width);
     await shot(p, 'monitor-phone');
     await p.close();

@@ -114,6 +114,27 @@ describe('pages over HTTP', () => {
     expect(text).toContain('not tracked');
   });
 
+  it('serves /drift and shows a refused or unknown target as a readable message, never a 500', async () => {
+    const empty = await page('/drift');
+    expect(empty.res.status).toBe(200);
+    expect(empty.res.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(empty.text).toContain('<form class="inline" method="get" action="/drift">');
+    // A tracked server on loopback: this app runs with the default policy, so the probe is refused.
+    expect((await postJson(`${t.base}/api/report`, { server_url: 'http://127.0.0.1:9/mcp', success: true, latency_ms: 5 })).status).toBe(200);
+    const refused = await page(`/drift?server=${encodeURIComponent('http://127.0.0.1:9/mcp')}`);
+    expect(refused.res.status).toBe(400);
+    expect(refused.res.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(refused.text).toContain('Target refused.');
+    expect(refused.text).toContain('value="http://127.0.0.1:9/mcp"');
+    const unknown = await page(`/drift?server=${encodeURIComponent('<b>no-such</b>')}`);
+    expect(unknown.res.status).toBe(404);
+    expect(unknown.text).toContain('Server not tracked.');
+    expect(unknown.text).not.toContain('<b>no-such');
+    const blank = await page('/drift?server=');
+    expect(blank.res.status).toBe(400);
+    expect(blank.text).toContain('server is required');
+  });
+
   it('refuses other methods on the pages', async () => {
     const res = await fetch(`${t.base}/monitor`, { method: 'POST' });
     expect(res.status).toBeGreaterThanOrEqual(400);
