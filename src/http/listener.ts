@@ -30,14 +30,20 @@ export function createDualProtocolServer(handler: Handler): http.Server {
   });
   const h1Listeners = h1.listeners('connection') as ((socket: Socket) => void)[];
   h1.removeAllListeners('connection');
+  // Connections that have not sent a byte yet (browsers pre-connect speculatively) belong to
+  // neither server, so neither would close them: they are tracked here and dropped on close.
+  const undecided = new Set<Socket>();
   h1.on('connection', (socket: Socket) => {
     let buffered = Buffer.alloc(0);
+    undecided.add(socket);
+    socket.once('close', () => undecided.delete(socket));
     const onData = (chunk: Buffer) => {
       buffered = Buffer.concat([buffered, chunk]);
       const n = Math.min(buffered.length, H2_PREFIX.length);
       const isH2Prefix = buffered.subarray(0, n).equals(H2_PREFIX.subarray(0, n));
       if (isH2Prefix && buffered.length < H2_PREFIX.length) return; // need more bytes to decide
       socket.removeListener('data', onData);
+      undecided.delete(socket);
       socket.pause();
       socket.unshift(buffered);
       if (isH2Prefix) h2.emit('connection', socket);
@@ -51,6 +57,8 @@ export function createDualProtocolServer(handler: Handler): http.Server {
   const close = h1.close.bind(h1);
   h1.close = ((cb?: (err?: Error) => void) => {
     for (const s of sessions) s.close();
+    for (const socket of undecided) socket.destroy();
+    undecided.clear();
     return close(cb);
   }) as typeof h1.close;
   return h1;

@@ -16,6 +16,7 @@ import { mcpRoutes } from '../agents/mcp.js';
 import { a2aRoutes } from '../agents/a2a.js';
 import { probeRoutes } from './routes/probes.js';
 import { complianceRoutes } from './routes/compliance.js';
+import { pageRoutes } from '../pages/routes.js';
 
 export interface RouteDeps {
   services: Services;
@@ -38,5 +39,6 @@ export function registerRestRoutes(app: FastifyInstance, deps: RouteDeps) {
   gateRoutes(app, deps);
   probeRoutes(app, deps);
   complianceRoutes(app, deps);
+  pageRoutes(app, deps);
   pendingRoutes(app, deps);
 }

@@ -98,6 +98,37 @@ export function createDriftService({ db, config, now, receipts }: ServiceDeps) {
       });
     },
 
+    /** Servers whose latest drift is among the newest `limit`, with per-tool part hashes before and after (the /drift page). */
+    async listDrifts(limit = 50) {
+      const rows = await driftStore(db).recentDrifts(Math.min(Math.max(1, limit), 200));
+      return rows.map((r) => {
+        const before = new Map((r.prev_tools ?? []).map((t) => [t.name, t]));
+        const after = new Map(r.tools.map((t) => [t.name, t]));
+        return {
+          serverUrl: r.url,
+          name: r.name,
+          slug: r.slug,
+          baselineId: r.baseline_id,
+          baselineAt: r.recorded_at,
+          previousBaselineAt: r.prev_recorded_at,
+          toolCount: r.tool_count,
+          receiptId: r.receipt_id,
+          added: r.changes.added,
+          removed: r.changes.removed,
+          changed: r.changes.changed.map((c) => ({
+            name: c.name,
+            parts: c.changes.map((part) => ({ part, before: before.get(c.name)?.[part] ?? null, after: after.get(c.name)?.[part] ?? null })),
+          })),
+        };
+      });
+    },
+
+    /** Every server's latest baseline, newest first (the /drift page). */
+    async listBaselines(limit = 100) {
+      const rows = await driftStore(db).latestBaselines(Math.min(Math.max(1, limit), 500));
+      return rows.map((r) => ({ serverUrl: r.url, name: r.name, slug: r.slug, baselineAt: r.recorded_at, toolCount: r.tool_count, manifestHash: r.manifest_hash, driftDetected: r.drift_detected, receiptId: r.receipt_id }));
+    },
+
     /** Active drift anomaly flags of a tracked server (see toolManifestDriftFlags). */
     activeFlags(serverId: number): Promise<string[]> {
       return toolManifestDriftFlags(db, serverId, now());

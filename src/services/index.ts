@@ -13,6 +13,7 @@ import { createVerifyReceiptService } from './verify-receipt.js';
 import { createPreflightService } from './preflight.js';
 import { createReceiptService } from './receipt.js';
 import { createGateService, preflightGateSource } from './gate.js';
+import { createCoverageService } from './coverage.js';
 import { Authorization } from '../../gen/envoy/service/auth/v3/external_auth_pb.js';
 import { createDriftService } from './drift.js';
 import { createProbeService } from './probes.js';
@@ -39,6 +40,8 @@ export function createServices(deps: ServiceDeps) {
     drift: createDriftService(deps),
     probes: createProbeService(deps),
     compliance: createComplianceService(deps, { trust }),
+    /** The coverage report (/atlas/report): index coverage next to pre-flight demand. */
+    coverage: createCoverageService(deps, trust),
     /** Stops background work owned by services (flushers, schedulers). */
     async close(): Promise<void> {
       trust.close();

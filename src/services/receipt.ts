@@ -13,6 +13,7 @@ import {
 import { restJson } from '../http/rest-json.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
 import { RECEIPT_ID_PATTERN } from '../signing/receipts.js';
+import { receiptStore } from '../store/receipts.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { requireServerUrl, type TrustService } from './trust.js';
 
@@ -164,7 +165,15 @@ export function createReceiptService(deps: ServiceDeps, trust: Pick<TrustService
     };
   }
 
-  return { getReceipt, verify, getBehavioralEvidence, getErc8004Attestation };
+  const receiptRows = receiptStore(deps.db);
+  /** The newest receipts issued about a server (its canonical URL), newest first. */
+  async function recentReceipts(serverUrl: string, limit = 10): Promise<{ receiptId: string; kind: string; issuedAt: Date; claim: Record<string, unknown> }[]> {
+    const url = requireServerUrl(serverUrl, 'server');
+    const rows = await receiptRows.bySubject(url, Math.min(Math.max(1, limit), 100));
+    return rows.map((r) => ({ receiptId: r.receipt_id, kind: r.kind, issuedAt: r.issued_at, claim: r.claim }));
+  }
+
+  return { getReceipt, verify, getBehavioralEvidence, getErc8004Attestation, recentReceipts };
 }
 
 export type ReceiptService = ReturnType<typeof createReceiptService>;

@@ -94,6 +94,11 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     return row;
   }
 
+  async function tiersOf(category: string | null, at: Date): Promise<Map<string, SlaTier>> {
+    const [all, counts] = await Promise.all([engine.ranked(category, at), telemetry.countsSince(new Date(at.getTime() - 30 * DAY_MS))]);
+    return new Map(all.map((r) => [r.url, r.n > 0 && r.trust_score !== null ? slaTierFor(r.trust_score, counts.get(r.id) ?? 0) : 'Unrated']));
+  }
+
   const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
 
   // Keeps the hourly score history (deltas, trends) complete even when nobody reads scores. With
@@ -281,13 +286,14 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
           interactions30d: w30.n,
         };
       }
-      const [all, counts] = await Promise.all([engine.ranked(null, at), telemetry.countsSince(since30)]);
       const distribution: Record<SlaTier, number> = { Platinum: 0, Gold: 0, Silver: 0, Bronze: 0, Unrated: 0 };
-      for (const r of all) {
-        const tier = r.n > 0 && r.trust_score !== null ? slaTierFor(r.trust_score, counts.get(r.id) ?? 0) : 'Unrated';
-        distribution[tier]++;
-      }
+      for (const tier of (await tiersOf(null, at)).values()) distribution[tier]++;
       return { schema: SLA_SCHEMA, generatedAt: at.toISOString(), distribution, criteria: SLA_CRITERIA };
+    },
+
+    /** The SLA tier of every server of a category (null: all), keyed by canonical URL. */
+    getSlaTiers(category: string | null): Promise<Map<string, SlaTier>> {
+      return tiersOf(category, now());
     },
 
     async getTrustDelta(req: Partial<GetTrustDeltaRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustDeltaResponseSchema>> {
@@ -323,6 +329,56 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         serversImproved: g.servers_improved.map(change),
         serversDegraded: g.servers_degraded.map(change),
         serversAtRisk: g.servers_at_risk.map((s) => ({ url: s.url, name: s.name, trustScore: s.trust_score! })),
+      };
+    },
+
+    /** Trust score history (hourly snapshots) of every server of a category (null: all), keyed by canonical URL. */
+    async getTrustHistory(category: string | null, days: number): Promise<Map<string, { at: Date; trustScore: number }[]>> {
+      const at = now();
+      const all = await engine.ranked(category, at);
+      const hist = await scores.history(
+        all.map((r) => r.id),
+        new Date(at.getTime() - days * DAY_MS),
+        at,
+      );
+      return new Map(all.map((r) => [r.url, (hist.get(r.id) ?? []).map((p) => ({ at: p.bucket, trustScore: p.trust_score }))]));
+    },
+
+    /** Servers whose current score carries anomaly flags, lowest score first. */
+    async getAnomalies(category: string | null): Promise<{ url: string; name: string; slug: string; category: string; trustScore: number; verdict: string; flags: string[] }[]> {
+      const all = await engine.ranked(category, now());
+      return all
+        .filter((r) => r.n > 0 && r.trust_score !== null && (r.anomaly_flags?.length ?? 0) > 0)
+        .sort((a, b) => a.trust_score! - b.trust_score!)
+        .map((r) => ({ url: r.url, name: r.name, slug: r.slug, category: r.category, trustScore: r.trust_score!, verdict: r.verdict!, flags: r.anomaly_flags! }));
+    },
+
+    /**
+     * One server's daily latency and success rate over the last `days` days (UTC days, from the
+     * hourly rollups; days without reports are absent) and its hourly trust score history.
+     */
+    async getServerSeries(target: string, days: number) {
+      const server = await resolveTracked(target, 'server');
+      const at = now();
+      const from = new Date(Math.floor(at.getTime() / DAY_MS) * DAY_MS - (days - 1) * DAY_MS);
+      const [hourly, hist] = await Promise.all([telemetry.hourly([server.id], from, at), scores.history([server.id], from, at)]);
+      const byDay = new Map<number, { n: number; successes: number; latency_sum: number }>();
+      for (const h of hourly.get(server.id) ?? []) {
+        const d = Math.floor(h.bucket.getTime() / DAY_MS) * DAY_MS;
+        const acc = byDay.get(d) ?? { n: 0, successes: 0, latency_sum: 0 };
+        acc.n += Number(h.n);
+        acc.successes += Number(h.successes);
+        acc.latency_sum += Number(h.latency_sum);
+        byDay.set(d, acc);
+      }
+      return {
+        server,
+        from,
+        to: at,
+        daily: [...byDay.entries()]
+          .sort((a, b) => a[0] - b[0])
+          .map(([d, v]) => ({ day: new Date(d), interactions: v.n, successRate: rate(v.successes, v.n)!, avgLatencyMs: ms(v.latency_sum, v.n)! })),
+        trustHistory: (hist.get(server.id) ?? []).map((p) => ({ at: p.bucket, trustScore: p.trust_score })),
       };
     },
 

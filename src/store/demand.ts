@@ -107,6 +107,15 @@ export function demandStore(db: Queryable) {
       );
       return rows.map((r) => ({ ...r, ...mix(r) }));
     },
+
+    /** Pre-flight checks per category of the tracked server they named (category null: targets not tracked). */
+    async checksByCategory(since: Date | null): Promise<{ category: string | null; checks: number }[]> {
+      return db.query<{ category: string | null; checks: number }>(
+        `SELECT s.category, count(*)::int8 AS checks FROM preflight_demand d LEFT JOIN servers s ON s.url = d.server_url
+          WHERE $1::timestamptz IS NULL OR d.checked_at >= $1::timestamptz GROUP BY s.category ORDER BY checks DESC`,
+        [since],
+      );
+    },
   };
 }
 

@@ -51,6 +51,34 @@ export function driftStore(db: Queryable) {
         [serverId, from, to],
       );
     },
+
+    /**
+     * The newest baselines that detected drift (at most one per server: its latest drift), with
+     * the previous baseline's tool hashes and time, newest first; plus the server's identity.
+     */
+    async recentDrifts(limit: number): Promise<(DriftBaselineRow & { url: string; name: string; slug: string; prev_tools: ToolHashes[] | null; prev_recorded_at: Date | null })[]> {
+      return db.query(
+        `SELECT * FROM (
+           SELECT DISTINCT ON (d.server_id) ${COLUMNS.split(', ').map((c) => `d.${c}`).join(', ')}, s.url, s.name, s.slug,
+                  p.tools AS prev_tools, p.recorded_at AS prev_recorded_at
+             FROM drift_baselines d JOIN servers s ON s.id = d.server_id
+             LEFT JOIN drift_baselines p ON p.baseline_id = d.previous_baseline_id
+            WHERE d.drift_detected ORDER BY d.server_id, d.recorded_at DESC, d.baseline_id DESC) x
+          ORDER BY recorded_at DESC LIMIT $1`,
+        [limit],
+      );
+    },
+
+    /** Every server's latest baseline (drifted or not), newest first, with the server's identity. */
+    async latestBaselines(limit: number): Promise<(DriftBaselineRow & { url: string; name: string; slug: string })[]> {
+      return db.query(
+        `SELECT * FROM (
+           SELECT DISTINCT ON (d.server_id) ${COLUMNS.split(', ').map((c) => `d.${c}`).join(', ')}, s.url, s.name, s.slug
+             FROM drift_baselines d JOIN servers s ON s.id = d.server_id ORDER BY d.server_id, d.recorded_at DESC, d.baseline_id DESC) x
+          ORDER BY recorded_at DESC LIMIT $1`,
+        [limit],
+      );
+    },
   };
 }
 

@@ -45,6 +45,13 @@ export function receiptStore(db: Queryable) {
       const rows = await db.query<ReceiptRow>('SELECT receipt_id, kind, sub, issued_at, kid, claim, jws FROM receipts WHERE receipt_id = $1', [receiptId]);
       return rows[0] ?? null;
     },
+    /** The newest receipts about one subject (server canonical URL or skill id), newest first. */
+    async bySubject(sub: string, limit: number): Promise<ReceiptRow[]> {
+      return db.query<ReceiptRow>(
+        'SELECT receipt_id, kind, sub, issued_at, kid, claim, jws FROM receipts WHERE sub = $1 ORDER BY issued_at DESC, receipt_id LIMIT $2',
+        [sub, limit],
+      );
+    },
   };
 }
 

@@ -21,6 +21,7 @@ export interface RankedServer {
   trust_score: number | null;
   verdict: string | null;
   computed_at: Date | null;
+  anomaly_flags: string[] | null;
   n: number;
   successes: number;
   latency_sum: number;
@@ -88,7 +89,7 @@ export function scoreStore(db: Queryable) {
     /** Every tracked server (optionally of one category) with its cached score and totals. */
     async ranked(category: string | null): Promise<RankedServer[]> {
       return db.query<RankedServer>(
-        `SELECT s.id, s.url, s.name, s.slug, s.category, s.registered_at, c.trust_score, c.verdict, c.computed_at,
+        `SELECT s.id, s.url, s.name, s.slug, s.category, s.registered_at, c.trust_score, c.verdict, c.computed_at, c.anomaly_flags,
                 coalesce(t.n, 0)::int8 AS n, coalesce(t.successes, 0)::int8 AS successes, coalesce(t.latency_sum, 0)::float8 AS latency_sum,
                 t.last_at
            FROM servers s LEFT JOIN server_scores c ON c.server_id = s.id LEFT JOIN server_totals t ON t.server_id = s.id
@@ -96,6 +97,23 @@ export function scoreStore(db: Queryable) {
           ORDER BY c.trust_score DESC NULLS LAST, coalesce(t.n, 0) DESC, s.url`,
         [category],
       );
+    },
+
+    /** Hourly score snapshots of the given servers with from <= bucket <= to, oldest first. */
+    async history(serverIds: readonly number[], from: Date, to: Date): Promise<Map<number, { bucket: Date; trust_score: number }[]>> {
+      const out = new Map<number, { bucket: Date; trust_score: number }[]>();
+      if (serverIds.length === 0) return out;
+      const rows = await db.query<{ server_id: number; bucket: Date; trust_score: number }>(
+        `SELECT server_id, bucket, trust_score FROM score_snapshots
+          WHERE server_id = ANY($1::int8[]) AND bucket >= $2 AND bucket <= $3 ORDER BY server_id, bucket`,
+        [serverIds, from.toISOString(), to.toISOString()],
+      );
+      for (const { server_id, ...p } of rows) {
+        const list = out.get(server_id) ?? [];
+        list.push(p);
+        out.set(server_id, list);
+      }
+      return out;
     },
 
     /** The last snapshot (within 30 days) of each server taken at or before `at`: the score at a window's start. */

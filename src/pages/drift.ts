@@ -1,0 +1,86 @@
+// /drift: servers whose tool manifests changed (from the drift service's signed baselines) and a
+// form that checks a server now through the same GetDrift the API answers /api/drift with.
+import { ObservatoryError, PROBLEMS } from '../errors.js';
+import type { Services } from '../services/index.js';
+import { fmtInt, fmtTime } from './format.js';
+import { html, type SafeHtml } from './html.js';
+import { page } from './layout.js';
+import { serverHref } from './monitor.js';
+
+const PART_WORDS: Record<string, string> = { description: 'description', input_schema: 'input schema', output_schema: 'output schema', annotations: 'annotations' };
+const shortHash = (h: string | null) => (h ? h.slice(0, 12) : 'absent');
+
+/** Renders /drift; `server` (the form's field) runs a live check first. Returns the HTTP status too. */
+export async function driftPage(services: Services, q: { server?: string }): Promise<{ status: number; body: SafeHtml }> {
+  let check: SafeHtml = html``;
+  let status = 200;
+  const target = q.server?.trim();
+  if (q.server !== undefined) {
+    try {
+      const r = await services.drift.getDrift({ server: q.server });
+      const changed = r.toolsChanged ?? [];
+      check = html`<section class="notice ${r.driftDetected ? 'err' : 'ok'}" id="check-result">
+<b>${r.name}</b>: ${
+        r.previousBaselineAt === undefined
+          ? html`first baseline recorded (${fmtInt(r.toolCount)} tools); later checks compare against it.`
+          : r.driftDetected
+            ? html`<b>the tool manifest changed</b> since the baseline of ${fmtTime(r.previousBaselineAt)}.`
+            : html`no change since the baseline of ${fmtTime(r.previousBaselineAt)} (${fmtInt(r.toolCount)} tools).`
+      }
+${
+  r.driftDetected
+    ? html`<ul class="diff">${(r.toolsAdded ?? []).map((n) => html`<li><ins>+ ${n}</ins> added</li>`)}${(r.toolsRemoved ?? []).map((n) => html`<li><del>− ${n}</del> removed</li>`)}${changed.map(
+        (c) => html`<li><b>${c.name}</b>: ${(c.changes ?? []).map((p) => PART_WORDS[p] ?? p).join(', ')} changed</li>`,
+      )}</ul>`
+    : ''
+}
+<p class="small">Baseline ${fmtTime(r.baselineAt)} · manifest <code>${shortHash(r.manifestHash ?? null)}</code> · signed receipt <a href="/v1/receipt/${r.receiptId}"><code>${r.receiptId}</code></a></p>
+</section>`;
+    } catch (err) {
+      if (!(err instanceof ObservatoryError)) throw err;
+      status = err.status;
+      check = html`<section class="notice err" id="check-result" role="alert"><b>${PROBLEMS[err.problem].title}.</b> ${err.rawMessage}</section>`;
+    }
+  }
+  const [drifts, baselines] = await Promise.all([services.drift.listDrifts(50), services.drift.listBaselines(100)]);
+  const body = html`
+<h1>Tool manifest drift</h1>
+<p class="muted">A server's tool descriptions and schemas are what an agent relies on. Each check records a signed baseline of them; a later check that finds them changed is drift (and raises the <span class="flag">tool_manifest_drift</span> flag for 7 days).</p>
+<form class="inline" method="get" action="/drift">
+  <label for="server">Check a tracked server now</label>
+  <input id="server" name="server" type="text" required placeholder="https://example.com/mcp or its name" value="${target ?? ''}">
+  <button type="submit">Check</button>
+</form>
+${check}
+
+<h2>Servers whose manifest changed</h2>
+${
+  drifts.length === 0
+    ? html`<p class="muted">No drift detected yet.</p>`
+    : drifts.map(
+        (d) => html`<article class="drift" data-server="${d.serverUrl}"><h3><a href="${serverHref(d.slug)}">${d.name}</a></h3>
+<p class="small muted">Changed between the baseline of ${fmtTime(d.previousBaselineAt)} and the baseline of ${fmtTime(d.baselineAt)} · ${fmtInt(d.toolCount)} tools now · receipt <a href="/v1/receipt/${d.receiptId}"><code>${d.receiptId}</code></a></p>
+<div class="table-wrap"><table class="diff"><thead><tr><th>Tool</th><th>Change</th><th class="hide-sm">Before (sha-256)</th><th class="hide-sm">After (sha-256)</th></tr></thead><tbody>
+${d.added.map((n) => html`<tr><td><ins>${n}</ins></td><td>tool added</td><td class="hide-sm">–</td><td class="hide-sm">–</td></tr>`)}
+${d.removed.map((n) => html`<tr><td><del>${n}</del></td><td>tool removed</td><td class="hide-sm">–</td><td class="hide-sm">–</td></tr>`)}
+${d.changed.map((c) =>
+  c.parts.map(
+    (p) => html`<tr><td><b>${c.name}</b></td><td>${PART_WORDS[p.part] ?? p.part} changed</td><td class="hide-sm"><code><del>${shortHash(p.before)}</del></code></td><td class="hide-sm"><code><ins>${shortHash(p.after)}</ins></code></td></tr>`,
+  ),
+)}
+</tbody></table></div></article>`,
+      )
+}
+
+<h2>Latest baselines</h2>
+${
+  baselines.length === 0
+    ? html`<p class="muted">No baselines yet: check a server above.</p>`
+    : html`<div class="table-wrap"><table class="baselines"><thead><tr><th>Server</th><th>Baseline</th><th class="num">Tools</th><th>Drift</th><th class="hide-sm">Manifest</th></tr></thead><tbody>${baselines.map(
+        (b) => html`<tr><td><a href="${serverHref(b.slug)}">${b.name}</a></td><td>${fmtTime(b.baselineAt)}</td><td class="num">${fmtInt(b.toolCount)}</td><td>${b.driftDetected ? html`<span class="flag">changed</span>` : 'unchanged'}</td><td class="hide-sm"><code>${shortHash(b.manifestHash)}</code></td></tr>`,
+      )}</tbody></table></div>`
+}
+<p class="small muted">Baselines keep hashes (RFC 8785 canonical JSON, SHA-256) of each tool's description, input and output schema and annotations, so a diff says which part of which tool changed. JSON: <a href="/api/drift?server=">/api/drift?server=…</a></p>
+`;
+  return { status, body: page('Drift', 'drift', body) };
+}

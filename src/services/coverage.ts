@@ -1,0 +1,79 @@
+// The coverage report behind /atlas/report: what the index covers (servers per category, evidence,
+// rated vs unrated) next to what agents ask about (pre-flight demand). Reads only; the scores come
+// from the trust engine, the demand from the pre-flight demand table.
+import { demandStore } from '../store/demand.js';
+import type { ServiceDeps } from './context.js';
+import type { TrustService } from './trust.js';
+
+/** How many of the most-checked targets the report lists. */
+export const COVERAGE_TOP_TARGETS = 20;
+
+export type TargetCoverage = 'rated' | 'unrated' | 'untracked';
+
+export function createCoverageService({ db, now }: ServiceDeps, trust: Pick<TrustService, 'engine'>) {
+  const demand = demandStore(db);
+
+  async function getCoverageReport() {
+    const at = now();
+    const [ranked, byCategory, top, totals] = await Promise.all([
+      trust.engine.ranked(null, at),
+      demand.checksByCategory(null),
+      demand.topTargets(null, COVERAGE_TOP_TARGETS),
+      demand.totals(null),
+    ]);
+    const byUrl = new Map(ranked.map((r) => [r.url, r]));
+    const cats = new Map<string, { category: string; servers: number; rated: number; unrated: number; interactions: number; preflightChecks: number }>();
+    const cat = (name: string) => {
+      let c = cats.get(name);
+      if (!c) cats.set(name, (c = { category: name, servers: 0, rated: 0, unrated: 0, interactions: 0, preflightChecks: 0 }));
+      return c;
+    };
+    for (const r of ranked) {
+      const c = cat(r.category);
+      c.servers++;
+      c.interactions += Number(r.n);
+      if (r.n > 0 && r.trust_score !== null) c.rated++;
+      else c.unrated++;
+    }
+    let untrackedChecks = 0;
+    for (const d of byCategory) {
+      if (d.category === null) untrackedChecks += Number(d.checks);
+      else cat(d.category).preflightChecks += Number(d.checks);
+    }
+    const categories = [...cats.values()].sort((a, b) => b.servers - a.servers || b.preflightChecks - a.preflightChecks || (a.category < b.category ? -1 : 1));
+    const sum = (k: 'servers' | 'rated' | 'unrated' | 'interactions' | 'preflightChecks') => categories.reduce((s, c) => s + c[k], 0);
+    const targets = top.map((t) => {
+      const server = t.server_url ? byUrl.get(t.server_url) : undefined;
+      const coverage: TargetCoverage = !server ? 'untracked' : server.n > 0 && server.trust_score !== null ? 'rated' : 'unrated';
+      return {
+        target: t.target,
+        name: server?.name ?? t.name ?? t.target,
+        slug: server?.slug,
+        category: server?.category,
+        checks: Number(t.checks),
+        lastCheckedAt: t.last_checked_at,
+        coverage,
+        trustScore: coverage === 'rated' ? server!.trust_score! : undefined,
+        verdict: coverage === 'rated' ? server!.verdict! : 'UNRATED',
+      };
+    });
+    return {
+      generatedAt: at,
+      totals: {
+        servers: sum('servers'),
+        rated: sum('rated'),
+        unrated: sum('unrated'),
+        interactions: sum('interactions'),
+        preflightChecks: Number(totals.total),
+        preflightChecksUntracked: untrackedChecks,
+        uniqueTargets: Number(totals.unique_targets),
+      },
+      categories,
+      targets,
+    };
+  }
+
+  return { getCoverageReport };
+}
+
+export type CoverageService = ReturnType<typeof createCoverageService>;
