@@ -164,6 +164,7 @@ beforeAll(async () => {
       const method = m.toUpperCase();
       const allowed = new Set<number>();
       if (op.responses?.['502']) allowed.add(502);
+      if (op.responses?.['504']) allowed.add(504);
       if (pending.has(`${method} ${path}`)) allowed.add(501);
       ops.push({ method, path, params: op.parameters ?? [], body: op.requestBody !== undefined, allowed });
     }
