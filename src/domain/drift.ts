@@ -30,7 +30,7 @@ export interface ToolHashes {
 }
 
 export type ToolPart = 'description' | 'input_schema' | 'output_schema' | 'annotations';
-const PARTS: ToolPart[] = ['description', 'input_schema', 'output_schema', 'annotations'];
+export const TOOL_PARTS: readonly ToolPart[] = ['description', 'input_schema', 'output_schema', 'annotations'];
 
 export function sha256Hex(s: string): string {
   return createHash('sha256').update(s, 'utf8').digest('hex');
@@ -43,26 +43,41 @@ export function jcs(value: unknown): string {
   return out;
 }
 
-export function hashTool(t: ManifestTool): ToolHashes {
+/** The canonical text (RFC 8785) of each part of a tool, keyed by the SHA-256 that ToolHashes stores. */
+export type PartTexts = Map<string, string>;
+
+/** Hashes one tool; when `texts` is given, each part's canonical text is added under its hash. */
+export function hashTool(t: ManifestTool, texts?: PartTexts): ToolHashes {
   const whole: Record<string, unknown> = { name: t.name };
   if (t.description !== undefined) whole.description = t.description;
   if (t.inputSchema !== undefined) whole.inputSchema = t.inputSchema;
   if (t.outputSchema !== undefined) whole.outputSchema = t.outputSchema;
   if (t.annotations !== undefined) whole.annotations = t.annotations;
+  const part = (v: unknown) => {
+    const canonical = jcs(v);
+    const hash = sha256Hex(canonical);
+    texts?.set(hash, canonical);
+    return hash;
+  };
   return {
     name: t.name,
     hash: sha256Hex(jcs(whole)),
-    description: sha256Hex(jcs(t.description)),
-    input_schema: sha256Hex(jcs(t.inputSchema)),
-    output_schema: sha256Hex(jcs(t.outputSchema)),
-    annotations: sha256Hex(jcs(t.annotations)),
+    description: part(t.description),
+    input_schema: part(t.inputSchema),
+    output_schema: part(t.outputSchema),
+    annotations: part(t.annotations),
   };
 }
 
-/** Hashes a whole manifest: tools sorted by name, manifest hash over the (name, hash) list. */
-export function hashManifest(tools: ManifestTool[]): { manifest_hash: string; tools: ToolHashes[] } {
-  const hashed = tools.map(hashTool).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-  return { manifest_hash: sha256Hex(jcs(hashed.map((t) => ({ name: t.name, hash: t.hash })))), tools: hashed };
+/**
+ * Hashes a whole manifest: tools sorted by name, manifest hash over the (name, hash) list; `texts`
+ * holds the canonical text of every part by its hash (content-addressed, so the /drift page can
+ * show what a changed part said before and after).
+ */
+export function hashManifest(tools: ManifestTool[]): { manifest_hash: string; tools: ToolHashes[]; texts: PartTexts } {
+  const texts: PartTexts = new Map();
+  const hashed = tools.map((t) => hashTool(t, texts)).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return { manifest_hash: sha256Hex(jcs(hashed.map((t) => ({ name: t.name, hash: t.hash })))), tools: hashed, texts };
 }
 
 export interface ManifestDiff {
@@ -81,7 +96,7 @@ export function diffManifests(prev: ToolHashes[], next: ToolHashes[]): ManifestD
   for (const [name, t] of [...after].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
     const p = before.get(name);
     if (!p || p.hash === t.hash) continue;
-    const parts = PARTS.filter((k) => p[k] !== t[k]);
+    const parts = TOOL_PARTS.filter((k) => p[k] !== t[k]);
     changed.push({ name, changes: parts.length > 0 ? parts : ['description'] });
   }
   return { added, removed, changed };

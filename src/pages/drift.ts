@@ -6,9 +6,31 @@ import { fmtInt, fmtTime } from './format.js';
 import { html, type SafeHtml } from './html.js';
 import { page } from './layout.js';
 import { serverHref } from './monitor.js';
+import type { DiffGap, DiffLine } from '../domain/text-diff.js';
 
 const PART_WORDS: Record<string, string> = { description: 'description', input_schema: 'input schema', output_schema: 'output schema', annotations: 'annotations' };
 const shortHash = (h: string | null) => (h ? h.slice(0, 12) : 'absent');
+
+/** A line diff as a block people read: removed lines red with "−", added green with "+", long unchanged runs folded. */
+function textDiff(lines: (DiffLine | DiffGap)[]): SafeHtml {
+  const row = (l: DiffLine | DiffGap) =>
+    l.op === '…'
+      ? html`<span class="gap">… ${fmtInt(l.count)} unchanged line${l.count === 1 ? '' : 's'}</span>`
+      : l.op === '-'
+        ? html`<del>− ${l.text}</del>`
+        : l.op === '+'
+          ? html`<ins>+ ${l.text}</ins>`
+          : html`<span>  ${l.text}</span>`;
+  return html`<pre class="textdiff">${lines.map(row)}</pre>`;
+}
+
+/** A whole added or removed tool: the text of each of its parts. */
+function toolText(kind: 'added' | 'removed', t: { name: string; parts: { part: string; text: string | null }[] }): SafeHtml {
+  const known = t.parts.filter((p) => p.text !== null);
+  return html`<details class="tooldiff" data-tool="${t.name}" data-change="${kind}"><summary>${kind === 'added' ? html`<ins>+ ${t.name}</ins> added` : html`<del>− ${t.name}</del> removed`}</summary>
+${known.length === 0 ? html`<p class="small muted">Its text was not kept by that baseline (recorded before texts were stored).</p>` : known.map((p) => html`<h4>${PART_WORDS[p.part] ?? p.part}</h4>${textDiff((p.text ?? '').split('\n').map((text) => ({ op: kind === 'added' ? '+' : '-', text })))}`)}
+</details>`;
+}
 
 /** Renders /drift; `server` (the form's field) runs a live check first. Returns the HTTP status too. */
 export async function driftPage(services: Services, q: { server?: string }): Promise<{ status: number; body: SafeHtml }> {
@@ -34,6 +56,7 @@ ${
       )}</ul>`
     : ''
 }
+${r.driftDetected ? html`<p><a href="#drift-${r.baselineId}">Read the text diff of each changed tool below.</a></p>` : ''}
 <p class="small">Baseline ${fmtTime(r.baselineAt)} · manifest <code>${shortHash(r.manifestHash ?? null)}</code> · signed receipt <a href="/v1/receipt/${r.receiptId}"><code>${r.receiptId}</code></a></p>
 </section>`;
     } catch (err) {
@@ -58,17 +81,26 @@ ${
   drifts.length === 0
     ? html`<p class="muted">No drift detected yet.</p>`
     : drifts.map(
-        (d) => html`<article class="drift" data-server="${d.serverUrl}"><h3><a href="${serverHref(d.slug)}">${d.name}</a></h3>
+        (d) => html`<article class="drift" id="drift-${d.baselineId}" data-server="${d.serverUrl}"><h3><a href="${serverHref(d.slug)}">${d.name}</a></h3>
 <p class="small muted">Changed between the baseline of ${fmtTime(d.previousBaselineAt)} and the baseline of ${fmtTime(d.baselineAt)} · ${fmtInt(d.toolCount)} tools now · receipt <a href="/v1/receipt/${d.receiptId}"><code>${d.receiptId}</code></a></p>
 <div class="table-wrap"><table class="diff"><thead><tr><th>Tool</th><th>Change</th><th class="hide-sm">Before (sha-256)</th><th class="hide-sm">After (sha-256)</th></tr></thead><tbody>
-${d.added.map((n) => html`<tr><td><ins>${n}</ins></td><td>tool added</td><td class="hide-sm">–</td><td class="hide-sm">–</td></tr>`)}
-${d.removed.map((n) => html`<tr><td><del>${n}</del></td><td>tool removed</td><td class="hide-sm">–</td><td class="hide-sm">–</td></tr>`)}
+${d.added.map(({ name: n }) => html`<tr><td><ins>${n}</ins></td><td>tool added</td><td class="hide-sm">–</td><td class="hide-sm">–</td></tr>`)}
+${d.removed.map(({ name: n }) => html`<tr><td><del>${n}</del></td><td>tool removed</td><td class="hide-sm">–</td><td class="hide-sm">–</td></tr>`)}
 ${d.changed.map((c) =>
   c.parts.map(
     (p) => html`<tr><td><b>${c.name}</b></td><td>${PART_WORDS[p.part] ?? p.part} changed</td><td class="hide-sm"><code><del>${shortHash(p.before)}</del></code></td><td class="hide-sm"><code><ins>${shortHash(p.after)}</ins></code></td></tr>`,
   ),
 )}
-</tbody></table></div></article>`,
+</tbody></table></div>
+${d.changed.map((c) =>
+  c.parts.map(
+    (p) => html`<div class="tooldiff" data-tool="${c.name}" data-part="${p.part}"><h4>${c.name} · ${PART_WORDS[p.part] ?? p.part}</h4>${
+      p.diff === null ? html`<p class="small muted">Only the hashes are known: the earlier baseline was recorded before texts were stored.</p>` : textDiff(p.diff)
+    }</div>`,
+  ),
+)}
+${d.added.map((t) => toolText('added', t))}${d.removed.map((t) => toolText('removed', t))}
+</article>`,
       )
 }
 
@@ -80,7 +112,7 @@ ${
         (b) => html`<tr><td><a href="${serverHref(b.slug)}">${b.name}</a></td><td>${fmtTime(b.baselineAt)}</td><td class="num">${fmtInt(b.toolCount)}</td><td>${b.driftDetected ? html`<span class="flag">changed</span>` : 'unchanged'}</td><td class="hide-sm"><code>${shortHash(b.manifestHash)}</code></td></tr>`,
       )}</tbody></table></div>`
 }
-<p class="small muted">Baselines keep hashes (RFC 8785 canonical JSON, SHA-256) of each tool's description, input and output schema and annotations, so a diff says which part of which tool changed. JSON: <a href="/api/drift?server=">/api/drift?server=…</a></p>
+<p class="small muted">Baselines keep hashes (RFC 8785 canonical JSON, SHA-256) of each tool's description, input and output schema and annotations, and the canonical text under each hash, so a diff says which part of which tool changed and how (schemas are shown as JSON with sorted keys). JSON: <a href="/api/drift?server=">/api/drift?server=…</a></p>
 `;
   return { status, body: page('Drift', 'drift', body) };
 }

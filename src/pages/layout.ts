@@ -31,7 +31,8 @@ svg.chart{width:100%;height:auto;background:#fff;border:1px solid var(--line);bo
 svg .line{fill:none;stroke:var(--link);stroke-width:2}svg .pt{fill:var(--link)}svg .ref{stroke:#8250df;stroke-dasharray:5 4}svg .ref-label{font-size:11px;fill:#8250df}
 svg.spark{vertical-align:middle}svg .spark-line{fill:none;stroke:#24292f;stroke-width:1.5}svg .spark-dot{fill:#24292f}svg .th-pass{stroke:var(--pass);stroke-opacity:.35;stroke-dasharray:2 2}svg .th-fail{stroke:var(--fail);stroke-opacity:.35;stroke-dasharray:2 2}
 .diff del{background:var(--fail-bg);color:var(--fail);text-decoration:line-through}.diff ins{background:var(--pass-bg);color:var(--pass);text-decoration:none}
-details{margin:.3rem 0}footer{max-width:1100px;margin:2rem auto 1rem;padding:0 1rem;color:var(--muted);font-size:.8rem}
+pre.textdiff{white-space:pre-wrap;word-break:break-word;padding:.4rem 0}pre.textdiff span{display:block;padding:0 .6rem}pre.textdiff del,pre.textdiff ins{display:block;padding:0 .6rem;text-decoration:none}pre.textdiff del{background:var(--fail-bg);color:var(--fail)}pre.textdiff ins{background:var(--pass-bg);color:var(--pass)}pre.textdiff .gap{color:var(--muted);font-style:italic}
+.tooldiff h4{margin:.8rem 0 .2rem;font-size:.95rem}details{margin:.3rem 0}footer{max-width:1100px;margin:2rem auto 1rem;padding:0 1rem;color:var(--muted);font-size:.8rem}
 @media (max-width:640px){main{padding:.6rem}.hide-sm{display:none}th,td{padding:.3rem .3rem}h1{font-size:1.25rem}}
 `;
 

@@ -84,7 +84,7 @@ ${
         (a) => html`<tr class="r-${a.verdict}"><td><a href="${serverHref(a.slug)}">${a.name}</a></td><td class="num">${fmtScore(a.trustScore)}</td><td>${verdictPill(a.verdict)}</td><td>${a.flags.map((f) => html`<span class="flag">${f}</span>`)}</td></tr>`,
       )}</tbody></table></div>`
 }
-<p class="small muted">Flags: latency_spike (recent latency far above the server's own history), error_rate_spike (failures well above its usual rate), burst_5xx (a burst of 5xx answers), volume_drop (traffic fell sharply). Each active flag costs points.</p>
+<p class="small muted">Flags: latency_spike (recent latency far above the server's own history), error_rate_spike (failures well above its usual rate), burst_5xx (a burst of 5xx answers), volume_drop (traffic fell sharply): each costs points. tool_manifest_drift: the server's tool descriptions or schemas changed in the last 7 days (<a href="/drift">see what changed</a>).</p>
 
 <h2 id="deltas">Latest trust deltas</h2>
 <form class="inline" method="get" action="/monitor">${category ? html`<input type="hidden" name="category" value="${category}">` : ''}

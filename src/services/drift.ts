@@ -2,7 +2,8 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { GetDriftRequest, GetDriftResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
 import { INTERFACE_VERSION } from '../config.js';
 import type { Queryable } from '../db/index.js';
-import { diffManifests, DRIFT_FLAG, driftFlagActive, hashManifest, hasDrift } from '../domain/drift.js';
+import { diffManifests, DRIFT_FLAG, DRIFT_FLAG_WINDOW_MS, driftFlagActive, hashManifest, hasDrift, TOOL_PARTS, type ToolHashes } from '../domain/drift.js';
+import { diffLines, readablePart, splitLines, withContext } from '../domain/text-diff.js';
 import { invalidArgument, notTracked } from '../errors.js';
 import { readToolManifest } from '../probes/mcp-manifest.js';
 import { probeError } from '../probes/probe-errors.js';
@@ -19,6 +20,12 @@ import type { CallContext, ServiceDeps } from './context.js';
  */
 export async function toolManifestDriftFlags(db: Queryable, serverId: number, now: Date): Promise<string[]> {
   return driftFlagActive(await driftStore(db).lastDriftAt(serverId), now) ? [DRIFT_FLAG] : [];
+}
+
+/** Ids of the servers whose tool_manifest_drift flag is raised at `now` (see driftFlagActive). */
+export async function serversWithDriftFlag(db: Queryable, now: Date): Promise<Set<number>> {
+  const drifted = await driftStore(db).driftedSince(new Date(now.getTime() - DRIFT_FLAG_WINDOW_MS));
+  return new Set([...drifted].filter(([, at]) => driftFlagActive(at, now)).map(([id]) => id));
 }
 
 /** GetDrift (GET /api/drift): live manifest -> signed baseline -> per-tool drift report. */
@@ -78,6 +85,7 @@ export function createDriftService({ db, config, now, receipts }: ServiceDeps) {
           changes: diff,
           receipt_id: receipt.receiptId,
         });
+        await store.saveTexts(hashed.texts, recordedAt);
         return {
           serverUrl: server.url,
           name: server.name,
@@ -98,9 +106,29 @@ export function createDriftService({ db, config, now, receipts }: ServiceDeps) {
       });
     },
 
-    /** Servers whose latest drift is among the newest `limit`, with per-tool part hashes before and after (the /drift page). */
+    /**
+     * Servers whose latest drift is among the newest `limit`, newest first (the /drift page): per
+     * changed tool part the hashes before and after and, when both texts are stored, a line diff
+     * of the readable text; added and removed tools with their parts' text.
+     */
     async listDrifts(limit = 50) {
-      const rows = await driftStore(db).recentDrifts(Math.min(Math.max(1, limit), 200));
+      const store = driftStore(db);
+      const rows = await store.recentDrifts(Math.min(Math.max(1, limit), 200));
+      const wanted: string[] = [];
+      for (const r of rows) {
+        const before = new Map((r.prev_tools ?? []).map((t) => [t.name, t]));
+        const after = new Map(r.tools.map((t) => [t.name, t]));
+        for (const c of r.changes.changed) for (const part of c.changes) wanted.push(before.get(c.name)?.[part] ?? '', after.get(c.name)?.[part] ?? '');
+        for (const n of r.changes.added) wanted.push(...TOOL_PARTS.map((p) => after.get(n)?.[p] ?? ''));
+        for (const n of r.changes.removed) wanted.push(...TOOL_PARTS.map((p) => before.get(n)?.[p] ?? ''));
+      }
+      const texts = await store.texts(wanted.filter(Boolean));
+      const readable = (hash: string | null | undefined) => {
+        const canonical = hash ? texts.get(hash) : undefined;
+        return canonical === undefined ? null : readablePart(canonical);
+      };
+      const toolText = (t: ToolHashes | undefined) =>
+        TOOL_PARTS.map((part) => ({ part, text: readable(t?.[part]) })).filter((p) => p.text !== '');
       return rows.map((r) => {
         const before = new Map((r.prev_tools ?? []).map((t) => [t.name, t]));
         const after = new Map(r.tools.map((t) => [t.name, t]));
@@ -113,11 +141,19 @@ export function createDriftService({ db, config, now, receipts }: ServiceDeps) {
           previousBaselineAt: r.prev_recorded_at,
           toolCount: r.tool_count,
           receiptId: r.receipt_id,
-          added: r.changes.added,
-          removed: r.changes.removed,
+          added: r.changes.added.map((name) => ({ name, parts: toolText(after.get(name)) })),
+          removed: r.changes.removed.map((name) => ({ name, parts: toolText(before.get(name)) })),
           changed: r.changes.changed.map((c) => ({
             name: c.name,
-            parts: c.changes.map((part) => ({ part, before: before.get(c.name)?.[part] ?? null, after: after.get(c.name)?.[part] ?? null })),
+            parts: c.changes.map((part) => {
+              const b = before.get(c.name)?.[part] ?? null;
+              const a = after.get(c.name)?.[part] ?? null;
+              const bt = readable(b);
+              const at = readable(a);
+              // null when a baseline predates stored texts: the page then shows the hashes only.
+              const diff = bt === null || at === null ? null : withContext(diffLines(splitLines(bt), splitLines(at)));
+              return { part, before: b, after: a, diff };
+            }),
           })),
         };
       });

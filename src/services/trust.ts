@@ -25,7 +25,8 @@ import { scoreStore } from '../store/scores.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
-import { toolManifestDriftFlags } from './drift.js';
+import { serversWithDriftFlag, toolManifestDriftFlags } from './drift.js';
+import { DRIFT_FLAG } from '../domain/drift.js';
 import { periodicJob } from './jobs.js';
 import { createTrustEngine, SCORE_CACHE_MS, type ComputedScore, type ScoreSummary } from './trust-engine.js';
 
@@ -344,13 +345,22 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       return new Map(all.map((r) => [r.url, (hist.get(r.id) ?? []).map((p) => ({ at: p.bucket, trustScore: p.trust_score }))]));
     },
 
-    /** Servers whose current score carries anomaly flags, lowest score first. */
-    async getAnomalies(category: string | null): Promise<{ url: string; name: string; slug: string; category: string; trustScore: number; verdict: string; flags: string[] }[]> {
-      const all = await engine.ranked(category, now());
+    /**
+     * Servers with an active anomaly flag (runtime anomalies of the current score, and
+     * tool_manifest_drift from the drift baselines), lowest score first; servers without a score
+     * (drift on an unrated server) last.
+     */
+    async getAnomalies(category: string | null): Promise<{ url: string; name: string; slug: string; category: string; trustScore: number | null; verdict: string; flags: string[] }[]> {
+      const at = now();
+      const [all, drifted] = await Promise.all([engine.ranked(category, at), serversWithDriftFlag(db, at)]);
       return all
-        .filter((r) => r.n > 0 && r.trust_score !== null && (r.anomaly_flags?.length ?? 0) > 0)
-        .sort((a, b) => a.trust_score! - b.trust_score!)
-        .map((r) => ({ url: r.url, name: r.name, slug: r.slug, category: r.category, trustScore: r.trust_score!, verdict: r.verdict!, flags: r.anomaly_flags! }));
+        .map((r) => {
+          const rated = r.n > 0 && r.trust_score !== null;
+          const flags = [...(rated ? (r.anomaly_flags ?? []) : []), ...(drifted.has(r.id) ? [DRIFT_FLAG] : [])];
+          return { url: r.url, name: r.name, slug: r.slug, category: r.category, trustScore: rated ? r.trust_score : null, verdict: rated ? r.verdict! : 'UNRATED', flags };
+        })
+        .filter((r) => r.flags.length > 0)
+        .sort((a, b) => (a.trustScore ?? Infinity) - (b.trustScore ?? Infinity));
     },
 
     /**

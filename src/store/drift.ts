@@ -25,7 +25,7 @@ export function driftStore(db: Queryable) {
 
     async latest(serverId: number): Promise<DriftBaselineRow | null> {
       const rows = await db.query<DriftBaselineRow>(
-        `SELECT ${COLUMNS} FROM drift_baselines WHERE server_id = $1 ORDER BY recorded_at DESC, baseline_id DESC LIMIT 1`,
+        `SELECT ${COLUMNS} FROM drift_baselines WHERE server_id = $1 ORDER BY recorded_at DESC, seq DESC LIMIT 1`,
         [serverId],
       );
       return rows[0] ?? null;
@@ -38,10 +38,37 @@ export function driftStore(db: Queryable) {
       );
     },
 
+    /** Stores part texts by hash (ON CONFLICT DO NOTHING: the same hash is always the same text). */
+    async saveTexts(texts: Map<string, string>, at: Date): Promise<void> {
+      if (texts.size === 0) return;
+      const hashes = [...texts.keys()];
+      await db.query(
+        `INSERT INTO drift_part_texts (hash, canonical, first_seen_at)
+         SELECT h, c, $3 FROM unnest($1::text[], $2::text[]) AS t(h, c) ORDER BY h ON CONFLICT (hash) DO NOTHING`,
+        [hashes, hashes.map((h) => texts.get(h)!), at],
+      );
+    },
+
+    /** The stored canonical texts of these part hashes (unknown hashes are absent). */
+    async texts(hashes: string[]): Promise<Map<string, string>> {
+      if (hashes.length === 0) return new Map();
+      const rows = await db.query<{ hash: string; canonical: string }>('SELECT hash, canonical FROM drift_part_texts WHERE hash = ANY($1::text[])', [[...new Set(hashes)]]);
+      return new Map(rows.map((r) => [r.hash, r.canonical]));
+    },
+
     /** Time of the most recent baseline that detected drift, or null. */
     async lastDriftAt(serverId: number): Promise<Date | null> {
       const rows = await db.query<{ at: Date | null }>('SELECT max(recorded_at) AS at FROM drift_baselines WHERE server_id = $1 AND drift_detected', [serverId]);
       return rows[0]?.at ?? null;
+    },
+
+    /** Servers with a drift detected at or after `since`, with the time of their latest one. */
+    async driftedSince(since: Date): Promise<Map<number, Date>> {
+      const rows = await db.query<{ server_id: number; at: Date }>(
+        'SELECT server_id, max(recorded_at) AS at FROM drift_baselines WHERE drift_detected AND recorded_at >= $1 GROUP BY server_id',
+        [since],
+      );
+      return new Map(rows.map((r) => [Number(r.server_id), r.at]));
     },
 
     /** Detected drifts of a server within [from, to) (compliance exports). */
@@ -63,7 +90,7 @@ export function driftStore(db: Queryable) {
                   p.tools AS prev_tools, p.recorded_at AS prev_recorded_at
              FROM drift_baselines d JOIN servers s ON s.id = d.server_id
              LEFT JOIN drift_baselines p ON p.baseline_id = d.previous_baseline_id
-            WHERE d.drift_detected ORDER BY d.server_id, d.recorded_at DESC, d.baseline_id DESC) x
+            WHERE d.drift_detected ORDER BY d.server_id, d.recorded_at DESC, d.seq DESC) x
           ORDER BY recorded_at DESC LIMIT $1`,
         [limit],
       );
@@ -74,7 +101,7 @@ export function driftStore(db: Queryable) {
       return db.query(
         `SELECT * FROM (
            SELECT DISTINCT ON (d.server_id) ${COLUMNS.split(', ').map((c) => `d.${c}`).join(', ')}, s.url, s.name, s.slug
-             FROM drift_baselines d JOIN servers s ON s.id = d.server_id ORDER BY d.server_id, d.recorded_at DESC, d.baseline_id DESC) x
+             FROM drift_baselines d JOIN servers s ON s.id = d.server_id ORDER BY d.server_id, d.recorded_at DESC, d.seq DESC) x
           ORDER BY recorded_at DESC LIMIT $1`,
         [limit],
       );
