@@ -72,3 +72,29 @@ const BY_CONNECT_CODE: Partial<Record<Code, ProblemCode>> = {
 export function problemForConnectCode(code: Code): ProblemCode {
   return BY_CONNECT_CODE[code] ?? 'internal';
 }
+
+// The RFC 9457 problem document every transport answers errors with (REST, the gateway gate).
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+export interface ProblemBody {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: ProblemCode;
+  request_id?: string;
+  [extra: string]: unknown;
+}
+
+export function problemBody(code: ProblemCode, detail: string, requestId?: string, extra: Record<string, unknown> = {}): ProblemBody {
+  const p = PROBLEMS[code];
+  return {
+    ...extra,
+    type: `https://trust-observatory.dev/problems/${code.replace(/_/g, '-')}`,
+    title: p.title,
+    status: p.status,
+    detail,
+    code,
+    ...(requestId ? { request_id: requestId } : {}),
+  };
+}

@@ -1,32 +1,9 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ConnectError } from '@connectrpc/connect';
 import { isConnectionError } from '../db/index.js';
-import { ObservatoryError, PROBLEMS, problemForConnectCode, type ProblemCode } from '../errors.js';
+import { ObservatoryError, PROBLEMS, PROBLEM_CONTENT_TYPE, problemBody, problemForConnectCode, type ProblemCode } from '../errors.js';
 
-export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
-
-export interface ProblemBody {
-  type: string;
-  title: string;
-  status: number;
-  detail: string;
-  code: ProblemCode;
-  request_id?: string;
-  [extra: string]: unknown;
-}
-
-export function problemBody(code: ProblemCode, detail: string, requestId?: string, extra: Record<string, unknown> = {}): ProblemBody {
-  const p = PROBLEMS[code];
-  return {
-    ...extra,
-    type: `https://trust-observatory.dev/problems/${code.replace(/_/g, '-')}`,
-    title: p.title,
-    status: p.status,
-    detail,
-    code,
-    ...(requestId ? { request_id: requestId } : {}),
-  };
-}
+export { PROBLEM_CONTENT_TYPE, problemBody, type ProblemBody } from '../errors.js';
 
 export function sendProblem(reply: FastifyReply, code: ProblemCode, detail: string, opts: { extra?: Record<string, unknown>; headers?: Record<string, string> } = {}) {
   const body = problemBody(code, detail, String(reply.request.id), opts.extra);

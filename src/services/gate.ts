@@ -5,7 +5,7 @@ import { StatusCode } from '../../gen/envoy/type/v3/http_status_pb.js';
 import { decideGate, resolveUpstream, type GateRequestInfo, type UpstreamSource } from '../domain/gate.js';
 import type { PreflightVerdict } from '../domain/verdict.js';
 import { invalidArgument, ObservatoryError } from '../errors.js';
-import { PROBLEM_CONTENT_TYPE, problemBody } from '../http/problem.js';
+import { PROBLEM_CONTENT_TYPE, problemBody } from '../errors.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import type { PreflightAssessment, PreflightService } from './preflight.js';
 
