@@ -50,6 +50,13 @@ describe('pages over HTTP', () => {
     }
     expect(text).toContain('<svg class="spark"');
     expect(text).not.toMatch(/<script/i);
+    // The demo's incident server (healthy for days, failing and slow for the last 3 hours) is
+    // listed among the active anomalies with exactly the flags its trust record carries.
+    const incident = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent('https://deep-crawl.demo.example/mcp')}`));
+    expect(incident.anomaly.anomaly_flags).toEqual(expect.arrayContaining(['latency_spike', 'error_rate_spike']));
+    const anomalies = text.slice(text.indexOf('id="anomalies"'), text.indexOf('id="deltas"'));
+    const row = anomalies.slice(anomalies.indexOf('deep-crawl.demo.example/mcp'));
+    expect(row.slice(0, row.indexOf('</tr>'))).toContain(incident.anomaly.anomaly_flags.map((f: string) => `<span class="flag">${f}</span>`).join(''));
   });
 
   it('filters /monitor by category through a plain GET form', async () => {

@@ -1,5 +1,5 @@
 // The demo data set behind `npm run demo` (and the page tests, with fewer servers and days):
-// realistic telemetry for MCP servers that are healthy, flaky, slow, degrading or brand-new.
+// realistic telemetry for MCP servers that are healthy, flaky, slow, degrading, brand-new or in an incident.
 // Reports go through the ingestion store (telemetryStore.insertMany), so every rollup, the score
 // history and the baselines are filled exactly as live traffic would fill them. Deterministic
 // (seeded random numbers) for the same options and `now`.
@@ -13,14 +13,14 @@ import { telemetryStore, type IngestRow } from '../store/telemetry.js';
 /** Canonical URLs of demo servers all look like this (how `npm run demo` recognises a loaded set). */
 export const DEMO_URL_LIKE = 'https://%.demo.example/mcp';
 
-type Profile = 'healthy' | 'flaky' | 'slow' | 'degrading' | 'new';
+type Profile = 'healthy' | 'flaky' | 'slow' | 'degrading' | 'new' | 'incident';
 const HOUR = 3_600_000;
 export const DEMO_DAYS = 30;
 
 export const DEMO_SERVERS: [host: string, tool: string, profile: Profile][] = [
   ['weather-now', 'get_forecast', 'healthy'], ['open-meteo-bridge', 'current_temperature', 'healthy'], ['stormwatch', 'weather_alerts', 'flaky'],
   ['ledger-pay', 'create_invoice', 'healthy'], ['stock-quotes', 'get_price', 'slow'], ['crypto-ticker', 'exchange_rate', 'degrading'],
-  ['brave-search-proxy', 'web_search', 'healthy'], ['deep-crawl', 'scrape_page', 'slow'], ['serp-lite', 'search', 'flaky'],
+  ['brave-search-proxy', 'web_search', 'healthy'], ['deep-crawl', 'scrape_page', 'incident'], ['serp-lite', 'search', 'flaky'],
   ['slack-relay', 'post_message', 'healthy'], ['mail-agent', 'send_email', 'degrading'], ['sms-gateway', 'send_sms', 'new'],
   ['github-tools', 'create_issue', 'healthy'], ['ci-runner', 'deploy', 'flaky'], ['lint-service', 'lint_code', 'new'],
   ['postgres-query', 'run_sql', 'healthy'], ['warehouse-bi', 'bigquery_job', 'slow'], ['vector-store', 'vector_search', 'healthy'],
@@ -50,9 +50,16 @@ interface Plan {
   startDay: number;
 }
 
-/** Success probability and latency multiplier of a profile on day d (0 = 30 days ago). */
-function behaviour(p: Profile, day: number, hour: number, days: number): { success: number; latency: number } {
+/**
+ * Success probability, latency multiplier and volume multiplier of a profile on day d (0 = 30
+ * days ago), `ageHours` before the end of the data set.
+ */
+function behaviour(p: Profile, day: number, hour: number, days: number, ageHours: number): { success: number; latency: number; volume?: number } {
   switch (p) {
+    case 'incident':
+      // Healthy for weeks, then an incident in the last 3 hours: slow, failing answers and the
+      // clients' retries (the anomaly detector's latency and error-rate spikes, live on /monitor).
+      return ageHours < 3 ? { success: 0.45, latency: 7, volume: 3 } : { success: 0.985, latency: 1 };
     case 'healthy':
       return { success: 0.985, latency: 1 };
     case 'flaky':
@@ -114,9 +121,9 @@ export async function loadDemoData(db: Queryable, opts: DemoOptions = {}): Promi
           server = await servers.ensure({ url: p.url, name, slug: slugify(name), category: classifyCategory([name, p.tool]) }, new Date(t0));
           rows.set(p.url, server);
         }
-        const b = behaviour(p.profile, day, hour, days);
+        const b = behaviour(p.profile, day, hour, days, (now.getTime() - t0) / HOUR);
         // Daily rhythm: busier in the (UTC) afternoon.
-        const volume = Math.max(0, Math.round(p.perHour * (0.6 + 0.8 * Math.sin(((hour - 6) / 24) * Math.PI) ** 2) + gauss()));
+        const volume = Math.max(0, Math.round(p.perHour * (b.volume ?? 1) * (0.6 + 0.8 * Math.sin(((hour - 6) / 24) * Math.PI) ** 2) + gauss()));
         for (let i = 0; i < volume; i++) {
           const ok = rand() < b.success;
           const latency = Math.max(1, Math.round(p.baseLatency * b.latency * Math.exp(0.35 * gauss())));
