@@ -12,7 +12,7 @@ main{max-width:1100px;margin:0 auto;padding:1rem}h1{font-size:1.5rem;margin:.4re
 a{color:var(--link)}.muted{color:var(--muted)}.small{font-size:.85rem}code,pre{font:13px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
 pre{background:var(--card);border:1px solid var(--line);padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
 .cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(150px,1fr));gap:.6rem}
-.card{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:.6rem .8rem}.card .n{font-size:1.5rem;font-weight:700}.card .l{color:var(--muted);font-size:.85rem}
+.card{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:.6rem .8rem}.card .n{font-size:1.5rem;font-weight:700;overflow-wrap:anywhere}.card .l{color:var(--muted);font-size:.85rem}
 .table-wrap{overflow-x:auto}table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.35rem .5rem;border-bottom:1px solid var(--line);vertical-align:middle}
 th{font-size:.8rem;text-transform:uppercase;letter-spacing:.03em;color:var(--muted)}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 .v{display:inline-block;padding:.05rem .45rem;border-radius:999px;font-size:.78rem;font-weight:700;border:1px solid}

@@ -148,7 +148,7 @@ export async function serverPage(services: Services, config: Config, slug: strin
   <div class="card"><div class="n" data-field="success_rate">${fmtPct(rec.metrics?.successRate)}</div><div class="l">success rate (all time)</div></div>
   <div class="card"><div class="n" data-field="avg_latency">${fmtMs(rec.metrics?.avgLatencyMs)}</div><div class="l">average latency</div></div>
   <div class="card"><div class="n">${fmtMs(bench.latency?.p95Ms)}</div><div class="l">p95 latency</div></div>
-  <div class="card"><div class="n">${bench.reliability?.trend}</div><div class="l">7-day trend</div></div>
+  <div class="card"><div class="n">${(bench.reliability?.trend ?? '–').replace(/_/g, ' ')}</div><div class="l">7-day trend</div></div>
 </div>
 ${flags.length ? html`<p>Active anomalies: ${flags.map((f) => html`<span class="flag">${f}</span>`)}</p>` : ''}
 ${legend()}
