@@ -20,7 +20,7 @@ describe('line diff', () => {
         const d = diffLines(before, after);
         expect(d.filter((l) => l.op !== '+').map((l) => l.text)).toEqual(before);
         expect(d.filter((l) => l.op !== '-').map((l) => l.text)).toEqual(after);
-        if (before.join('\n') === after.join('\n')) expect(d.every((l) => l.op === ' ')).toBe(true);
+        if (JSON.stringify(before) === JSON.stringify(after)) expect(d.every((l) => l.op === ' ')).toBe(true);
       }),
     );
   });
