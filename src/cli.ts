@@ -1,7 +1,10 @@
 import { readFile } from 'node:fs/promises';
 import type { KeyObject } from 'node:crypto';
-import { ConfigError, loadConfig } from './config.js';
-import { openDatabase } from './db/index.js';
+import { ConfigError } from './config.js';
+import { DataDirBusyError } from './db/pglite.js';
+import { configOf, EXIT, parseArgs, RUNNING, UsageError, withDatabase, type CliIo, type Command } from './cli/command.js';
+import { CatalogueImportError } from './services/catalogue.js';
+import { demoCommand, importCommand, observeCommand } from './cli/catalogue.js';
 import { publicKeyFromJwk, verifyCompact } from './signing/jws.js';
 import { rotateSigningKey } from './signing/keyring.js';
 import { checkCommand } from './cli/check.js';
@@ -9,45 +12,7 @@ import { checkCommand } from './cli/check.js';
 // The command-line entry: `observatory <command>` (bin/observatory.js) or `npm run observatory --
 // <command>`. Every command is one entry of COMMANDS; adding a command means adding an entry.
 
-export interface CliIo {
-  out(line: string): void;
-  err(line: string): void;
-  env: Record<string, string | undefined>;
-  stdin?: () => Promise<string>;
-}
-
-/** Exit codes: 0 success (or a valid token), 1 failure (an invalid token), 2 usage error. */
-export const EXIT = { ok: 0, invalid: 1, usage: 2 } as const;
-/** Returned by commands that keep running (serve): the process must not exit. */
-export const RUNNING = 'running' as const;
-
-class UsageError extends Error {}
-
-export interface Command {
-  /** One or more words, e.g. "verify" or "keys rotate". */
-  name: string;
-  usage: string;
-  summary: string;
-  run(args: string[], io: CliIo): Promise<number | typeof RUNNING>;
-}
-
-/** Splits `--flag value` / `--flag=value` options from positional arguments; unknown flags are usage errors. */
-function parseArgs(args: string[], flags: string[]): { positional: string[]; options: Record<string, string> } {
-  const positional: string[] = [];
-  const options: Record<string, string> = {};
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    if (a.startsWith('--') && a.length > 2) {
-      const eq = a.indexOf('=');
-      const name = a.slice(2, eq === -1 ? undefined : eq);
-      if (!flags.includes(name)) throw new UsageError(`unknown option --${name}`);
-      const value = eq === -1 ? args[++i] : a.slice(eq + 1);
-      if (value === undefined || value === '') throw new UsageError(`--${name} needs a value`);
-      options[name] = value;
-    } else positional.push(a);
-  }
-  return { positional, options };
-}
+export { EXIT, RUNNING, type CliIo, type Command } from './cli/command.js';
 
 /** Reads a JWKS from a file or an http(s) URL and keeps its Ed25519 keys by kid. */
 async function loadJwks(source: string): Promise<Map<string, KeyObject>> {
@@ -84,23 +49,15 @@ const verifyCommand: Command = {
   name: 'verify',
   usage: 'verify <jws|-> [--jwks <file-or-url>]',
   summary: 'Verify a receipt (compact JWS) offline against a JWKS file, or a JWKS URL (default: $PUBLIC_BASE_URL/.well-known/jwks.json)',
-  async run(args, io) {
-    const { positional, options } = parseArgs(args, ['jwks']);
-    if (positional.length !== 1) throw new UsageError('verify takes exactly one token (or - to read it from stdin)');
-    let token = positional[0]!;
+  options: { jwks: 'value' },
+  positional: { min: 1, max: 1, message: 'verify takes exactly one token (or - to read it from stdin)' },
+  async run({ args, options, io }) {
+    let token = args[0]!;
     if (token === '-') {
       if (!io.stdin) throw new UsageError('no stdin to read the token from');
       token = (await io.stdin()).trim();
     }
-    let source = options.jwks;
-    if (!source) {
-      try {
-        source = `${loadConfig(io.env).publicBaseUrl}/.well-known/jwks.json`;
-      } catch (err) {
-        if (err instanceof ConfigError) throw new UsageError(`configuration error: ${err.message}`);
-        throw err;
-      }
-    }
+    const source = (options.jwks as string | undefined) ?? `${configOf(io).publicBaseUrl}/.well-known/jwks.json`;
     const keys = await loadJwks(source);
     const v = await verifyCompact(token, async (kid) => keys.get(kid) ?? null);
     if (!v.valid) {
@@ -116,20 +73,14 @@ const keysRotateCommand: Command = {
   name: 'keys rotate',
   usage: 'keys rotate',
   summary: 'Make a new Ed25519 signing key active in the configured database; old public keys stay in the JWKS',
-  async run(args, io) {
-    if (args.length > 0) throw new UsageError('keys rotate takes no arguments');
-    const config = loadConfig(io.env);
+  async run({ io }) {
+    const config = configOf(io);
     if (config.signingKeyJwk) {
       throw new UsageError('SIGNING_KEY_JWK is set, so that key signs: rotate by supplying a new key in SIGNING_KEY_JWK (the old public key stays published)');
     }
-    const db = await openDatabase(config);
-    try {
-      const kid = await rotateSigningKey(db);
-      io.out(`new active signing key: ${kid}`);
-      io.out('running instances pick it up within 30 seconds; receipts signed by earlier keys keep verifying');
-    } finally {
-      await db.close();
-    }
+    const kid = await withDatabase(config, (db) => rotateSigningKey(db));
+    io.out(`new active signing key: ${kid}`);
+    io.out('running instances pick it up within 30 seconds; receipts signed by earlier keys keep verifying');
     return EXIT.ok;
   },
 };
@@ -137,11 +88,11 @@ const keysRotateCommand: Command = {
 const serveCommand: Command = {
   name: 'serve',
   usage: 'serve',
-  summary: 'Run the service (same as npm start), configured by environment variables',
-  async run(args, io) {
-    if (args.length > 0) throw new UsageError('serve takes no arguments; configure it with environment variables');
+  summary: 'Run the service (same as npm start), configured by environment variables; it observes tracked servers unless OBSERVE_ENABLED=0',
+  positional: { min: 0, max: 0, message: 'serve takes no arguments; configure it with environment variables' },
+  async run({ io }) {
     const { serve } = await import('./main.js');
-    await serve(loadConfig(io.env));
+    await serve(configOf(io));
     return RUNNING;
   },
 };
@@ -150,11 +101,12 @@ const checkCliCommand: Command = {
   name: 'check',
   usage: 'check <server-url> [--observatory <base-url>] [--json]',
   summary: 'CI gate: print the agency-mcp-2026 compliance attestation and exit with its ci.exit_code (0 PASS, 1 FAIL, 2 PARTIAL, 3 check not made)',
-  run: (args, io) => checkCommand(args, { ...io, fetch: globalThis.fetch }),
+  rawArgs: true,
+  run: ({ args, io }) => checkCommand(args, { ...io, fetch: globalThis.fetch }),
 };
 
 /** Every command, in the order --help lists them. Add new commands here. */
-export const COMMANDS: Command[] = [serveCommand, verifyCommand, keysRotateCommand, checkCliCommand];
+export const COMMANDS: Command[] = [serveCommand, demoCommand, importCommand, observeCommand, checkCliCommand, verifyCommand, keysRotateCommand];
 
 export function helpText(): string {
   const width = Math.max(...COMMANDS.map((c) => c.usage.length));
@@ -164,7 +116,8 @@ export function helpText(): string {
     'commands:',
     ...COMMANDS.map((c) => `  ${c.usage.padEnd(width)}  ${c.summary}`),
     '',
-    'exit codes: 0 success (valid), 1 failure (invalid), 2 usage error; check: its ci.exit_code, 3 when the check could not be made',
+    'exit codes: 0 success (valid), 1 failure (invalid), 2 usage error, 4 the embedded database is in use by a running service;',
+    '            check: its ci.exit_code, 3 when the check could not be made',
   ].join('\n');
 }
 
@@ -191,7 +144,8 @@ export async function runCli(argv: string[], io: CliIo): Promise<number | typeof
     return EXIT.ok;
   }
   try {
-    return await match.run(rest, io);
+    const { positional, options } = match.rawArgs ? { positional: rest, options: {} } : parseArgs(match, rest);
+    return await match.run({ args: positional, options, io });
   } catch (err) {
     if (err instanceof UsageError) {
       io.err(`${err.message}\nusage: observatory ${match.usage}`);
@@ -200,6 +154,14 @@ export async function runCli(argv: string[], io: CliIo): Promise<number | typeof
     if (err instanceof ConfigError) {
       io.err(`configuration error: ${err.message}`);
       return EXIT.usage;
+    }
+    if (err instanceof DataDirBusyError) {
+      io.err(`cannot run ${match.name}: ${err.message}`);
+      return EXIT.busy;
+    }
+    if (err instanceof CatalogueImportError) {
+      io.err(`import failed: ${err.message}`);
+      return EXIT.invalid;
     }
     io.err(`${match.name} failed: ${(err as Error)?.message ?? String(err)}`);
     return EXIT.invalid;
@@ -212,6 +174,12 @@ async function readStdin(): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
+function progressBar(done: number, total: number, items: number): void {
+  const width = 30;
+  const filled = Math.round((done / total) * width);
+  process.stderr.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${Math.round((done / total) * 100)}%  ${done}/${total}  ${items.toLocaleString('en')}${done === total ? '\n' : ''}`);
+}
+
 /** Process entry used by bin/observatory.js and `tsx src/cli.ts`. */
 export async function cliMain(argv: string[] = process.argv.slice(2)): Promise<void> {
   const code = await runCli(argv, {
@@ -219,6 +187,7 @@ export async function cliMain(argv: string[] = process.argv.slice(2)): Promise<v
     err: (l) => console.error(l),
     env: process.env,
     stdin: readStdin,
+    progress: process.stderr.isTTY ? progressBar : undefined,
   });
   if (code !== RUNNING) process.exitCode = code;
 }

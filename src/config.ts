@@ -29,6 +29,21 @@ export interface Config {
   rateLimitProbesPerMinute: number;
   /** Pre-flight requests per client address per minute, per instance; 0 = unlimited. */
   rateLimitPreflightPerMinute: number;
+  /** Active observation: the observatory probes tracked servers itself (docs/observation.md). */
+  observe: ObserveConfig;
+}
+
+export interface ObserveConfig {
+  /** OBSERVE_ENABLED (default on): `serve` runs the observation loop. */
+  enabled: boolean;
+  /** OBSERVE_INTERVAL_SECONDS (default 300): each tracked server is probed once per interval, across all instances. */
+  intervalSeconds: number;
+  /** OBSERVE_CONCURRENCY (default 4): probes in flight at once, per instance. */
+  concurrency: number;
+  /** OBSERVE_RATE_PER_MINUTE (default 60): probes started per minute, across all instances sharing the database. */
+  ratePerMinute: number;
+  /** OBSERVE_TIMEOUT_MS (default 10000): one probe (initialize + tools/list) must finish within this. */
+  timeoutMs: number;
 }
 
 export interface GateConfig {
@@ -162,5 +177,12 @@ export function loadConfig(env: Env = process.env): Config {
     },
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),
     rateLimitPreflightPerMinute: int(env, 'RATE_LIMIT_PREFLIGHT_PER_MINUTE', 600, 0, 1_000_000),
+    observe: {
+      enabled: boolDefault(env, 'OBSERVE_ENABLED', true),
+      intervalSeconds: int(env, 'OBSERVE_INTERVAL_SECONDS', 300, 10, 7 * 86_400),
+      concurrency: int(env, 'OBSERVE_CONCURRENCY', 4, 1, 64),
+      ratePerMinute: int(env, 'OBSERVE_RATE_PER_MINUTE', 60, 1, 100_000),
+      timeoutMs: int(env, 'OBSERVE_TIMEOUT_MS', 10_000, 100, 120_000),
+    },
   };
 }

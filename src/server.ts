@@ -52,6 +52,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     keyring,
     receipts,
     observe: { ingestBatch: (n) => metrics.ingestBatch.observe(n), receiptBatch: (n) => metrics.receiptBatch.observe(n) },
+    onBackgroundError: (err) => app.log.warn({ err: { message: (err as Error)?.message ?? String(err) } }, 'background work failed; it retries on its next tick'),
   });
 
   const app = Fastify({
@@ -130,6 +131,8 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     services,
     async listen() {
       const address = await app.listen({ port: config.port, host: config.host });
+      // Active observation runs wherever the service serves (OBSERVE_ENABLED, docs/observation.md).
+      if (config.observe.enabled) services.observation.start();
       return address;
     },
     close() {

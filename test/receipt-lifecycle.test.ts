@@ -39,7 +39,7 @@ afterAll(async () => {
 });
 
 async function start(): Promise<{ obs: Observatory; base: string }> {
-  const obs = await createObservatory(loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', ...dbEnv }), { logger: false });
+  const obs = await createObservatory(loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', OBSERVE_ENABLED: '0', ...dbEnv }), { logger: false });
   const address = await obs.listen();
   return { obs, base: `http://127.0.0.1:${new URL(address).port}` };
 }

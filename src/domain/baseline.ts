@@ -23,7 +23,10 @@ export interface CategoryBaselineValue {
 
 /** One server's source-robust figures (combineSources) plus its latency histogram. */
 export interface RobustServerFigures {
+  /** Independent sources (agents). */
   sources: number;
+  /** Any evidence at all, the observatory's own probes included (absent: same as sources > 0). */
+  has_evidence?: boolean;
   success_rate: number;
   mean_latency: number;
   hist: readonly number[];
@@ -32,7 +35,7 @@ export interface RobustServerFigures {
 /** A server's figures from its per-source evidence, as the scoring model sees them at `now`. */
 export function robustServerFigures(evidence: readonly SourceAccumulator[], hist: readonly number[], now: Date): RobustServerFigures {
   const ev = combineSources(evidence, now);
-  return { sources: ev.sources, success_rate: ev.success_rate, mean_latency: ev.mean_latency, hist };
+  return { sources: ev.sources, has_evidence: ev.weight > 0, success_rate: ev.success_rate, mean_latency: ev.mean_latency, hist };
 }
 
 /**
@@ -42,7 +45,7 @@ export function robustServerFigures(evidence: readonly SourceAccumulator[], hist
  * server of its own cannot move the bar every other server of the category is measured against.
  */
 export function robustCategoryBaseline(category: string, servers: readonly RobustServerFigures[], serverCount: number): CategoryBaselineValue {
-  const withEvidence = servers.filter((s) => s.sources > 0);
+  const withEvidence = servers.filter((s) => s.has_evidence ?? s.sources > 0);
   const corroborated = withEvidence.filter((s) => s.sources >= BASELINE_MIN_SOURCES);
   const use = corroborated.length > 0 ? corroborated : withEvidence;
   if (use.length === 0) return { category, avg_latency_ms: 0, p95_latency_ms: 0, avg_success_rate: 0, server_count: serverCount };

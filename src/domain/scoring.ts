@@ -21,6 +21,16 @@ export const LATENCY_LOSS_PER_DOUBLING = 0.25;
 export const SOURCE_CAP = 12;
 export const KEYED_SOURCE_CAP = 18;
 /**
+ * The observatory's own probes (active observation, docs/observation.md) are one source,
+ * `observatory:probe`, saturating at half an address source. Whenever independent sources (agents)
+ * have evidence, its weight counts at most OBSERVATORY_SHARE_OF_INDEPENDENT of theirs together,
+ * so it never holds more than a third of the total: the weighted medians that anchor the success
+ * and latency estimates are always decided by the agents, and the probes can never outvote them.
+ */
+export const OBSERVATORY_SOURCE = 'observatory:probe';
+export const OBSERVATORY_SOURCE_CAP = 6;
+export const OBSERVATORY_SHARE_OF_INDEPENDENT = 0.5;
+/**
  * Robust combination of per-source success rates (a Huber-type M-estimate around the weighted
  * median): a source's rate is clipped to centre +/- (HUBER_K x sqrt(v / weight) + CLIP_SLACK),
  * v = max(VARIANCE_FLOOR, centre x (1 - centre)), and the clipped rates are averaged, by weight,
@@ -71,8 +81,10 @@ export interface CombinedEvidence {
   mean_latency: number;
   /** Raw reports behind the accumulators. */
   reports: number;
-  /** Independent sources with any weight left. */
+  /** Independent sources with any weight left (the observatory's own probes are not independent). */
   sources: number;
+  /** Weight the observatory's own probes contribute (after their caps). */
+  observatory_weight: number;
   /** Of which registered API keys. */
   keyed_sources: number;
   /** Weight removed by the per-source saturation. */
@@ -83,7 +95,9 @@ export interface CombinedEvidence {
 
 /** A source is keyed when it is a registered API key (src/services/report-source.ts). */
 export const isKeyedSource = (source: string) => source.startsWith('key:');
-export const sourceCap = (source: string) => (isKeyedSource(source) ? KEYED_SOURCE_CAP : SOURCE_CAP);
+/** A source is the observatory's own when it is one of its probes (never an agent). */
+export const isObservatorySource = (source: string) => source.startsWith('observatory:');
+export const sourceCap = (source: string) => (isKeyedSource(source) ? KEYED_SOURCE_CAP : isObservatorySource(source) ? OBSERVATORY_SOURCE_CAP : SOURCE_CAP);
 
 /** Weighted median: the smallest value at which the cumulative weight reaches half (mean of the two at an exact tie). */
 export function weightedMedian(items: readonly { value: number; weight: number }[]): number {
@@ -136,20 +150,26 @@ export function combineSources(sources: readonly SourceAccumulator[], now: Date)
   const caps = new Map(sources.map((s) => [s.source, capOf(s)]));
   const decayed = decayTo(sources, now);
   // Sorted by source key so floating-point sums are identical whatever order rows arrive in.
-  const live = decayed
+  const saturated = decayed
     .filter((s) => s.weight > 1e-9)
     .sort((a, b) => (a.source < b.source ? -1 : a.source > b.source ? 1 : 0))
     .map((s) => {
       const weight = Math.min(s.weight, caps.get(s.source)!);
       return { source: s.source, raw: s.weight, weight, rate: s.successes / s.weight, latency: s.latency_sum / s.weight };
     });
+  // The observatory's probes never outweigh the agents (OBSERVATORY_SHARE_OF_INDEPENDENT).
+  const independentWeight = saturated.filter((x) => !isObservatorySource(x.source)).reduce((s, x) => s + x.weight, 0);
+  const live = saturated.map((x) =>
+    isObservatorySource(x.source) && independentWeight > 0 ? { ...x, weight: Math.min(x.weight, independentWeight * OBSERVATORY_SHARE_OF_INDEPENDENT) } : x,
+  );
   const weight = live.reduce((s, x) => s + x.weight, 0);
   return {
     weight,
     success_rate: robustSuccessRate(live),
     mean_latency: weightedMedian(live.map((x) => ({ value: x.latency, weight: x.weight }))),
     reports: decayed.reduce((s, x) => s + x.reports, 0),
-    sources: live.length,
+    sources: live.filter((x) => !isObservatorySource(x.source)).length,
+    observatory_weight: live.filter((x) => isObservatorySource(x.source)).reduce((s, x) => s + x.weight, 0),
     keyed_sources: live.filter((x) => isKeyedSource(x.source)).length,
     capped_weight: live.reduce((s, x) => s + (x.raw - x.weight), 0),
     max_source_share: weight > 0 ? Math.max(...live.map((x) => x.weight)) / weight : 0,
@@ -234,10 +254,12 @@ export function computeTrustScore(input: ScoreInput): ScoreResult {
       evidence_weight: r3(ev.weight),
       evidence_capped_weight: r3(ev.capped_weight),
       independent_sources: ev.sources,
+      observatory_weight: r3(ev.observatory_weight),
       keyed_sources: ev.keyed_sources,
       max_source_share: r3(ev.max_source_share),
       source_cap: SOURCE_CAP,
       keyed_source_cap: KEYED_SOURCE_CAP,
+      observatory_source_cap: OBSERVATORY_SOURCE_CAP,
       half_life_hours: HALF_LIFE_HOURS,
       prior_weight: PRIOR_WEIGHT,
     },

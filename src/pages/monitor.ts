@@ -63,7 +63,7 @@ ${mixBar(stats.verdictMix)}
   )}</select>
   <button type="submit">Filter</button>${category ? html` <a href="/monitor">clear</a>` : ''}
 </form>
-<p class="small muted">${fmtInt(board.totalResults)} rated server(s)${category ? html` in ${category}` : ''}. Sparklines: trust score over the last ${MONITOR_DAYS} days (dotted lines at 60 and 40). Servers without evidence are not ranked.</p>
+<p class="small muted">${fmtInt(board.totalResults)} rated server(s)${category ? html` in ${category}` : ''}. Sparklines: trust score over the last ${MONITOR_DAYS} days (dotted lines at 60 and 40). <span data-unrated="${board.unratedCount ?? 0}">${fmtInt(board.unratedCount)} tracked server(s) without runtime evidence (UNRATED) are not ranked</span>; see <a href="/atlas/report">coverage</a>.</p>
 <div class="table-wrap"><table class="leaderboard">
 <thead><tr><th class="num">#</th><th>Server</th><th class="num">Score</th><th>Verdict</th><th>Grade</th><th>Tier</th><th class="hide-sm">Trust, ${MONITOR_DAYS} d</th><th class="num hide-sm">Success</th><th class="num hide-sm">Avg latency</th><th class="num hide-sm">Calls</th></tr></thead>
 <tbody>${servers.map(

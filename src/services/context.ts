@@ -15,6 +15,8 @@ export interface ServiceDeps {
   receipts: ReceiptIssuer;
   /** Optional observation hooks (Prometheus metrics in the server; absent in scripts). */
   observe?: ServiceObservers;
+  /** Where background work (the observation loop) reports failures it survives; the server logs them. */
+  onBackgroundError?: (err: unknown) => void;
 }
 
 export interface ServiceObservers {

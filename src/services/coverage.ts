@@ -3,18 +3,21 @@
 // from the trust engine, the demand from the pre-flight demand table.
 import { demandStore } from '../store/demand.js';
 import type { ServiceDeps } from './context.js';
-import type { TrustService } from './trust.js';
+import { isRated, type TrustService } from './trust.js';
 
 /** How many of the most-checked targets the report lists. */
 export const COVERAGE_TOP_TARGETS = 20;
 
 export type TargetCoverage = 'rated' | 'unrated' | 'untracked';
 
-export function createCoverageService({ db, now }: ServiceDeps, trust: Pick<TrustService, 'engine'>) {
+export function createCoverageService({ db }: ServiceDeps, trust: Pick<TrustService, 'engine' | 'getCoverage'>) {
   const demand = demandStore(db);
 
   async function getCoverageReport() {
-    const at = now();
+    // Tracked / rated / unrated per category come from the trust service's one count (the same
+    // figures /api/stats shows); this report only sets pre-flight demand beside them.
+    const index = await trust.getCoverage(null);
+    const at = index.at;
     const [ranked, byCategory, top, totals] = await Promise.all([
       trust.engine.ranked(null, at),
       demand.checksByCategory(null),
@@ -28,23 +31,16 @@ export function createCoverageService({ db, now }: ServiceDeps, trust: Pick<Trus
       if (!c) cats.set(name, (c = { category: name, servers: 0, rated: 0, unrated: 0, interactions: 0, preflightChecks: 0 }));
       return c;
     };
-    for (const r of ranked) {
-      const c = cat(r.category);
-      c.servers++;
-      c.interactions += Number(r.n);
-      if (r.n > 0 && r.trust_score !== null) c.rated++;
-      else c.unrated++;
-    }
+    for (const c of index.categories) Object.assign(cat(c.name), { servers: c.servers, rated: c.rated, unrated: c.unrated, interactions: c.interactions });
     let untrackedChecks = 0;
     for (const d of byCategory) {
       if (d.category === null) untrackedChecks += Number(d.checks);
       else cat(d.category).preflightChecks += Number(d.checks);
     }
     const categories = [...cats.values()].sort((a, b) => b.servers - a.servers || b.preflightChecks - a.preflightChecks || (a.category < b.category ? -1 : 1));
-    const sum = (k: 'servers' | 'rated' | 'unrated' | 'interactions' | 'preflightChecks') => categories.reduce((s, c) => s + c[k], 0);
     const targets = top.map((t) => {
       const server = t.server_url ? byUrl.get(t.server_url) : undefined;
-      const coverage: TargetCoverage = !server ? 'untracked' : server.n > 0 && server.trust_score !== null ? 'rated' : 'unrated';
+      const coverage: TargetCoverage = !server ? 'untracked' : isRated(server) ? 'rated' : 'unrated';
       return {
         target: t.target,
         name: server?.name ?? t.name ?? t.target,
@@ -60,10 +56,10 @@ export function createCoverageService({ db, now }: ServiceDeps, trust: Pick<Trus
     return {
       generatedAt: at,
       totals: {
-        servers: sum('servers'),
-        rated: sum('rated'),
-        unrated: sum('unrated'),
-        interactions: sum('interactions'),
+        servers: index.totals.servers,
+        rated: index.totals.rated,
+        unrated: index.totals.unrated,
+        interactions: index.totals.interactions,
         preflightChecks: Number(totals.total),
         preflightChecksUntracked: untrackedChecks,
         uniqueTargets: Number(totals.unique_targets),

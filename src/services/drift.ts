@@ -2,14 +2,14 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { GetDriftRequest, GetDriftResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
 import { INTERFACE_VERSION } from '../config.js';
 import type { Queryable } from '../db/index.js';
-import { diffManifests, DRIFT_FLAG, DRIFT_FLAG_WINDOW_MS, driftFlagActive, hashManifest, hasDrift, TOOL_PARTS, type ToolHashes } from '../domain/drift.js';
+import { diffManifests, DRIFT_FLAG, DRIFT_FLAG_WINDOW_MS, driftFlagActive, hashManifest, hasDrift, TOOL_PARTS, type ManifestDiff, type ManifestTool, type ToolHashes } from '../domain/drift.js';
 import { diffLines, readablePart, splitLines, withContext } from '../domain/text-diff.js';
 import { invalidArgument, notTracked } from '../errors.js';
 import { readToolManifest } from '../probes/mcp-manifest.js';
 import { probeError } from '../probes/probe-errors.js';
 import { createSafeFetcher } from '../probes/safe-fetch.js';
 import { newReceiptId } from '../signing/receipts.js';
-import { driftStore } from '../store/drift.js';
+import { driftStore, type DriftBaselineRow } from '../store/drift.js';
 import { serverStore } from '../store/servers.js';
 import type { CallContext, ServiceDeps } from './context.js';
 
@@ -28,10 +28,82 @@ export async function serversWithDriftFlag(db: Queryable, now: Date): Promise<Se
   return new Set([...drifted].filter(([, at]) => driftFlagActive(at, now)).map(([id]) => id));
 }
 
+/** What recordBaseline did. `recorded` false: the manifest was unchanged and its baseline recent (previous, receipt null). */
+export interface BaselineResult {
+  recorded: boolean;
+  baselineId: string;
+  recordedAt: Date;
+  previous: DriftBaselineRow | null;
+  driftDetected: boolean;
+  diff: ManifestDiff;
+  toolCount: number;
+  manifestHash: string;
+  receiptId: string;
+  receipt: string | null;
+}
+
 /** GetDrift (GET /api/drift): live manifest -> signed baseline -> per-tool drift report. */
 export function createDriftService({ db, config, now, receipts }: ServiceDeps) {
   const servers = serverStore(db);
   const fetcher = createSafeFetcher({ allowPrivate: config.allowPrivateTargets });
+
+  /**
+   * Records a signed baseline of a manifest just read from `server` and compares it with the
+   * previous one: THE drift check, used by GET /api/drift and by active observation. With
+   * `refreshAfterMs`, an unchanged manifest whose latest baseline is younger than that is not
+   * recorded again (observation probes often; the baseline only needs re-signing now and then).
+   */
+  async function recordBaseline(server: { id: number; url: string }, tools: ManifestTool[], opts: { refreshAfterMs?: number } = {}): Promise<BaselineResult> {
+    const hashed = hashManifest(tools);
+    return db.transaction(async (tx) => {
+      const store = driftStore(tx);
+      await store.lockServer(server.id);
+      const prev = await store.latest(server.id);
+      const diff = prev ? diffManifests(prev.tools, hashed.tools) : { added: [], removed: [], changed: [] };
+      const drift = prev !== null && hasDrift(diff);
+      const recordedAt = now();
+      if (
+        opts.refreshAfterMs !== undefined &&
+        prev !== null &&
+        !drift &&
+        prev.manifest_hash === hashed.manifest_hash &&
+        recordedAt.getTime() - prev.recorded_at.getTime() < opts.refreshAfterMs
+      ) {
+        return { recorded: false, baselineId: prev.baseline_id, recordedAt: prev.recorded_at, previous: null, driftDetected: false, diff, toolCount: prev.tool_count, manifestHash: prev.manifest_hash, receiptId: prev.receipt_id, receipt: null };
+      }
+      const baselineId = newReceiptId();
+      const receipt = await receipts.issue(
+        'drift_baseline',
+        server.url,
+        {
+          baseline_id: baselineId,
+          manifest_hash: hashed.manifest_hash,
+          tool_count: hashed.tools.length,
+          previous_manifest_hash: prev?.manifest_hash ?? null,
+          drift_detected: drift,
+          tools_added: diff.added.length,
+          tools_removed: diff.removed.length,
+          tools_changed: diff.changed.length,
+          hash_algorithm: 'sha256(RFC 8785 JCS)',
+        },
+        { db: tx },
+      );
+      await store.insert({
+        baseline_id: baselineId,
+        server_id: server.id,
+        recorded_at: recordedAt,
+        manifest_hash: hashed.manifest_hash,
+        tool_count: hashed.tools.length,
+        tools: hashed.tools,
+        previous_baseline_id: prev?.baseline_id ?? null,
+        drift_detected: drift,
+        changes: diff,
+        receipt_id: receipt.receiptId,
+      });
+      await store.saveTexts(hashed.texts, recordedAt);
+      return { recorded: true, baselineId, recordedAt, previous: prev, driftDetected: drift, diff, toolCount: hashed.tools.length, manifestHash: hashed.manifest_hash, receiptId: receipt.receiptId, receipt: receipt.jws };
+    });
+  }
 
   return {
     async getDrift(req: Partial<GetDriftRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetDriftResponseSchema>> {
@@ -43,68 +115,32 @@ export function createDriftService({ db, config, now, receipts }: ServiceDeps) {
 
       let manifest;
       try {
-        manifest = await readToolManifest(fetcher, server.url, INTERFACE_VERSION);
+        const transport = (await servers.catalogue(server.id))?.transport === 'sse' ? 'sse' : 'streamable-http';
+        manifest = await readToolManifest(fetcher, server.url, INTERFACE_VERSION, { transport });
       } catch (err) {
         throw probeError(err);
       }
-      const hashed = hashManifest(manifest.tools);
-
-      return db.transaction(async (tx) => {
-        const store = driftStore(tx);
-        await store.lockServer(server.id);
-        const prev = await store.latest(server.id);
-        const diff = prev ? diffManifests(prev.tools, hashed.tools) : { added: [], removed: [], changed: [] };
-        const drift = prev !== null && hasDrift(diff);
-        const baselineId = newReceiptId();
-        const recordedAt = now();
-        const receipt = await receipts.issue(
-          'drift_baseline',
-          server.url,
-          {
-            baseline_id: baselineId,
-            manifest_hash: hashed.manifest_hash,
-            tool_count: hashed.tools.length,
-            previous_manifest_hash: prev?.manifest_hash ?? null,
-            drift_detected: drift,
-            tools_added: diff.added.length,
-            tools_removed: diff.removed.length,
-            tools_changed: diff.changed.length,
-            hash_algorithm: 'sha256(RFC 8785 JCS)',
-          },
-          { db: tx },
-        );
-        await store.insert({
-          baseline_id: baselineId,
-          server_id: server.id,
-          recorded_at: recordedAt,
-          manifest_hash: hashed.manifest_hash,
-          tool_count: hashed.tools.length,
-          tools: hashed.tools,
-          previous_baseline_id: prev?.baseline_id ?? null,
-          drift_detected: drift,
-          changes: diff,
-          receipt_id: receipt.receiptId,
-        });
-        await store.saveTexts(hashed.texts, recordedAt);
-        return {
-          serverUrl: server.url,
-          name: server.name,
-          baselineId,
-          baselineAt: recordedAt.toISOString(),
-          previousBaselineAt: prev ? prev.recorded_at.toISOString() : undefined,
-          driftDetected: drift,
-          toolsAdded: diff.added,
-          toolsRemoved: diff.removed,
-          toolsChanged: diff.changed.map((c) => ({ name: c.name, changes: c.changes })),
-          toolCount: hashed.tools.length,
-          previousToolCount: prev ? prev.tool_count : undefined,
-          manifestHash: hashed.manifest_hash,
-          previousManifestHash: prev?.manifest_hash,
-          receiptId: receipt.receiptId,
-          receipt: receipt.jws,
-        };
-      });
+      const b = await recordBaseline(server, manifest.tools);
+      return {
+        serverUrl: server.url,
+        name: server.name,
+        baselineId: b.baselineId,
+        baselineAt: b.recordedAt.toISOString(),
+        previousBaselineAt: b.previous ? b.previous.recorded_at.toISOString() : undefined,
+        driftDetected: b.driftDetected,
+        toolsAdded: b.diff.added,
+        toolsRemoved: b.diff.removed,
+        toolsChanged: b.diff.changed.map((c) => ({ name: c.name, changes: c.changes })),
+        toolCount: b.toolCount,
+        previousToolCount: b.previous ? b.previous.tool_count : undefined,
+        manifestHash: b.manifestHash,
+        previousManifestHash: b.previous?.manifest_hash,
+        receiptId: b.receiptId,
+        receipt: b.receipt ?? '',
+      };
     },
+
+    recordBaseline,
 
     /**
      * Servers whose latest drift is among the newest `limit`, newest first (the /drift page): per

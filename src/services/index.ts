@@ -18,16 +18,21 @@ import { Authorization } from '../../gen/envoy/service/auth/v3/external_auth_pb.
 import { createDriftService } from './drift.js';
 import { createProbeService } from './probes.js';
 import { createComplianceService } from './compliance.js';
+import { createCatalogueService } from './catalogue.js';
+import { createObservationService } from './observation.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
   const trust = createTrustService(deps);
   const preflight = createPreflightService(deps, trust);
+  const telemetry = createTelemetryService(deps);
+  const drift = createDriftService(deps);
+  const observation = createObservationService(deps, { telemetry, drift }, { onError: deps.onBackgroundError });
   return {
     keyring: deps.keyring,
     receipts: deps.receipts,
     trust,
-    telemetry: createTelemetryService(deps),
+    telemetry,
     access: createAccessService(deps, { trust, preflight }),
     skillTrust: createSkillTrustService(deps),
     verifyReceipt: createVerifyReceiptService(deps),
@@ -37,13 +42,18 @@ export function createServices(deps: ServiceDeps) {
     gate: createGateService(deps, preflightGateSource(preflight)),
     /** Receipt lookup, verification, behavioral evidence, ERC-8004 attestations (ReceiptService). */
     receipt: createReceiptService(deps, trust),
-    drift: createDriftService(deps),
+    drift,
+    /** Catalogue import from an MCP Registry (the `observatory import` command). */
+    catalogue: createCatalogueService(deps),
+    /** Active observation: the observatory's own scheduled probes (started by `serve` and `observe`). */
+    observation,
     probes: createProbeService(deps),
     compliance: createComplianceService(deps, { trust }),
     /** The coverage report (/atlas/report): index coverage next to pre-flight demand. */
     coverage: createCoverageService(deps, trust),
     /** Stops background work owned by services (flushers, schedulers). */
     async close(): Promise<void> {
+      await observation.stop();
       trust.close();
     },
   };

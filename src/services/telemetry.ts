@@ -2,6 +2,7 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { ReportRequest, ReportResponseSchema, ReportStreamRequest, ReportStreamResponseSchema } from '../../gen/observatory/v1/telemetry_pb.js';
 import { classifyCategory } from '../domain/category.js';
 import { canonicalServerUrl, InvalidServerUrl, serverNameFromUrl, slugify } from '../domain/server-identity.js';
+import { OBSERVATORY_SOURCE } from '../domain/scoring.js';
 import { validateReport } from '../domain/telemetry.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
 import { ingestBatcher } from '../store/ingest-batcher.js';
@@ -59,6 +60,23 @@ export function createTelemetryService({ db, now, observe }: ServiceDeps) {
       // Resolves after the group-commit transaction carrying this row committed.
       await ingest.submit([row]);
       return { recorded: true, serverUrl: row.report.server_url };
+    },
+
+    /**
+     * One probe of the observatory's own (active observation) as telemetry: the same five fields,
+     * the same group-commit ingestion, from the source OBSERVATORY_SOURCE, which the scoring model
+     * weighs below any agent (docs/integrity.md, docs/observation.md).
+     */
+    async recordObservation(o: { serverId: number; serverUrl: string; success: boolean; latencyMs: number; httpStatus: number | null }): Promise<void> {
+      const latency = Math.max(0, Math.round(o.latencyMs * 10) / 10);
+      await ingest.submit([
+        {
+          serverId: o.serverId,
+          report: { server_url: o.serverUrl, success: o.success, latency_ms: latency, tool_name: null, http_status: o.httpStatus },
+          at: now(),
+          source: OBSERVATORY_SOURCE,
+        },
+      ]);
     },
 
     async reportStream(reqs: AsyncIterable<ReportStreamRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof ReportStreamResponseSchema>> {

@@ -21,7 +21,7 @@ import { canonicalServerUrl, InvalidServerUrl } from '../domain/server-identity.
 import { DEFAULT_DELTA_WINDOW, DELTA_WINDOWS, groupDeltas, isDeltaWindow, reliabilityTrend } from '../domain/trend.js';
 import { gradeFor, SLA_MIN_INTERACTIONS_30D, slaTierFor, type PreflightVerdict, type SlaTier } from '../domain/verdict.js';
 import { invalidArgument, notTracked } from '../errors.js';
-import { scoreStore } from '../store/scores.js';
+import { scoreStore, type RankedServer } from '../store/scores.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
@@ -62,6 +62,51 @@ export function requireServerUrl(value: string | undefined, param: string): stri
   }
 }
 
+/** A server is rated when it has runtime evidence (accepted reports) and a computed score. */
+export const isRated = (r: Pick<RankedServer, 'n' | 'trust_score'>) => r.n > 0 && r.trust_score !== null;
+
+export interface CategoryCoverage {
+  name: string;
+  servers: number;
+  rated: number;
+  unrated: number;
+  interactions: number;
+  /** Mean score of the rated servers; undefined when none is rated. */
+  averageTrustScore: number | undefined;
+}
+
+export interface Coverage {
+  at: Date;
+  categories: CategoryCoverage[];
+  totals: Omit<CategoryCoverage, 'name'>;
+}
+
+const mean1 = (sum: number, n: number) => (n > 0 ? Math.round((sum / n) * 10) / 10 : undefined);
+
+/** Tracked / rated / unrated per category (most servers first, then by name) and in total. */
+export function coverageOf(rows: readonly RankedServer[]): Omit<Coverage, 'at'> {
+  const cats = new Map<string, CategoryCoverage & { sum: number }>();
+  const tot = { servers: 0, rated: 0, unrated: 0, interactions: 0, sum: 0 };
+  for (const r of rows) {
+    let c = cats.get(r.category);
+    if (!c) cats.set(r.category, (c = { name: r.category, servers: 0, rated: 0, unrated: 0, interactions: 0, averageTrustScore: undefined, sum: 0 }));
+    const n = Number(r.n);
+    for (const x of [c, tot]) {
+      x.servers++;
+      x.interactions += n;
+      if (isRated(r)) {
+        x.rated++;
+        x.sum += r.trust_score!;
+      } else x.unrated++;
+    }
+  }
+  const categories = [...cats.values()]
+    .sort((a, b) => b.servers - a.servers || (a.name < b.name ? -1 : 1))
+    .map(({ sum, ...c }) => ({ ...c, averageTrustScore: mean1(sum, c.rated) }));
+  const { sum, ...totals } = tot;
+  return { categories, totals: { ...totals, averageTrustScore: mean1(sum, totals.rated) } };
+}
+
 const rate = (s: number, n: number) => (n > 0 ? Math.round((s / n) * 10000) / 10000 : undefined);
 const ms = (sum: number, n: number) => (n > 0 ? Math.round((sum / n) * 10) / 10 : undefined);
 
@@ -75,6 +120,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   async function resolveTracked(target: string | undefined, param: string): Promise<ServerRow> {
     if (target === undefined || target.trim() === '') throw invalidArgument(`${param} is required`);
     if (target.length > 2048) throw invalidArgument(`${param} must be at most 2048 characters`);
+    // eslint-disable-next-line no-control-regex
+    if (/[\u0000-\u001f\u007f]/.test(target)) throw invalidArgument(`${param} must not contain control characters`);
     const server = await servers.resolve(target);
     if (!server) throw notTracked(target);
     return server;
@@ -125,9 +172,16 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     },
 
     async getTrust(req: Partial<GetTrustRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustResponseSchema>> {
-      const url = requireServerUrl(req.url, 'url');
-      const tracked = await trackedByUrl(url);
-      if (!tracked) throw notTracked(url);
+      let tracked: ServerRow | null;
+      // A URL (anything with a scheme) must be a valid http(s) URL; anything else is a server
+      // name, MCP Registry name (io.github.acme/weather) or slug (DECISIONS.md).
+      if (req.url === undefined || !/^[a-z][a-z0-9+.-]*:/i.test(req.url.trim())) {
+        tracked = await resolveTracked(req.url, 'url');
+      } else {
+        const url = requireServerUrl(req.url, 'url');
+        tracked = await trackedByUrl(url);
+        if (!tracked) throw notTracked(url);
+      }
       const at = now();
       // Drift flags change with manifests, not telemetry, so they are read each time; the cached
       // response is only reused while no drift flag is active.
@@ -174,10 +228,13 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       const category = req.category?.trim() ? req.category.trim().toLowerCase() : null;
       if (category !== null && category.length > 100) throw invalidArgument('category must be at most 100 characters');
       const at = now();
-      const rated = (await engine.ranked(category, at)).filter((r) => r.n > 0 && r.trust_score !== null);
+      const all = await engine.ranked(category, at);
+      // Ranks rated servers only; the others are counted (catalogued servers nobody observed yet).
+      const rated = all.filter(isRated);
       return {
         category: category ?? 'all',
         totalResults: rated.length,
+        unratedCount: all.length - rated.length,
         generatedAt: at.toISOString(),
         servers: rated.slice(0, limit).map((r, i) => ({
           rank: i + 1,
@@ -195,37 +252,30 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       };
     },
 
+    /**
+     * Coverage of the index as of now: tracked, rated and unrated servers and interactions per
+     * category (most servers first) and in total. THE count behind /api/stats, the leaderboard's
+     * unrated_count and /atlas/report.
+     */
+    async getCoverage(category: string | null = null): Promise<Coverage> {
+      const at = now();
+      return { at, ...coverageOf(await engine.ranked(category, at)) };
+    },
+
     async getStats(_req: Partial<GetStatsRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetStatsResponseSchema>> {
       const at = now();
       const [all, last24] = await Promise.all([engine.ranked(null, at), telemetry.countsSince(new Date(at.getTime() - DAY_MS))]);
+      const cov = coverageOf(all);
       const mix = { pass: 0, uncertain: 0, fail: 0, unrated: 0 };
-      const cats = new Map<string, { servers: number; sum: number; rated: number }>();
-      let sum = 0;
-      let rated = 0;
-      let interactions = 0;
-      for (const r of all) {
-        interactions += r.n;
-        const isRated = r.n > 0 && r.trust_score !== null;
-        const v = isRated ? r.verdict! : 'UNRATED';
-        mix[v.toLowerCase() as keyof typeof mix]++;
-        const c = cats.get(r.category) ?? { servers: 0, sum: 0, rated: 0 };
-        c.servers++;
-        if (isRated) {
-          c.sum += r.trust_score!;
-          c.rated++;
-          sum += r.trust_score!;
-          rated++;
-        }
-        cats.set(r.category, c);
-      }
+      for (const r of all) mix[(isRated(r) ? r.verdict! : 'UNRATED').toLowerCase() as keyof typeof mix]++;
       return {
-        totalServersTracked: all.length,
-        totalInteractionsRecorded: interactions,
-        averageTrustScore: rated > 0 ? Math.round((sum / rated) * 10) / 10 : undefined,
+        totalServersTracked: cov.totals.servers,
+        totalServersRated: cov.totals.rated,
+        totalServersUnrated: cov.totals.unrated,
+        totalInteractionsRecorded: cov.totals.interactions,
+        averageTrustScore: cov.totals.averageTrustScore,
         interactionsLast24h: [...last24.values()].reduce((s, n) => s + n, 0),
-        categories: [...cats.entries()]
-          .sort((a, b) => b[1].servers - a[1].servers || (a[0] < b[0] ? -1 : 1))
-          .map(([name, c]) => ({ name, servers: c.servers, averageTrustScore: c.rated > 0 ? Math.round((c.sum / c.rated) * 10) / 10 : undefined })),
+        categories: cov.categories.map((c) => ({ name: c.name, servers: c.servers, rated: c.rated, unrated: c.unrated, averageTrustScore: c.averageTrustScore })),
         verdictMix: mix,
         generatedAt: at.toISOString(),
       };

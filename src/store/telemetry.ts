@@ -70,10 +70,14 @@ export function onTelemetryCommitted(db: Queryable, fn: (serverIds: number[]) =>
 }
 
 function notifyCommitted(db: Queryable, rows: readonly IngestRow[]): void {
+  notifyServersChanged(db, [...new Set(rows.map((r) => r.serverId))]);
+}
+
+/** Tells the same listeners that these servers changed otherwise (a catalogue import tracked or re-categorised them). */
+export function notifyServersChanged(db: Queryable, serverIds: number[]): void {
   const set = committedListeners.get(db);
   if (!set || set.size === 0) return;
-  const ids = [...new Set(rows.map((r) => r.serverId))];
-  for (const fn of set) fn(ids);
+  for (const fn of set) fn(serverIds);
 }
 
 export function telemetryStore(db: Queryable) {

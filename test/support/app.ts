@@ -13,7 +13,8 @@ export interface TestApp {
 /** Starts the whole service on a free loopback port over a fresh database of the current backend. */
 export async function startTestApp(env: Record<string, string> = {}, opts: { now?: () => Date; tdb?: TestDatabase; logStream?: { write(line: string): void } } = {}): Promise<TestApp> {
   const tdb = opts.tdb ?? (await createTestDatabase());
-  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', ...env });
+  // Active observation is off unless a test turns it on: tests drive rounds with fixed clocks.
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', OBSERVE_ENABLED: '0', ...env });
   const obs = await createObservatory(config, { db: tdb.db, logger: opts.logStream ? true : false, logStream: opts.logStream, now: opts.now });
   const address = await obs.listen();
   const port = new URL(address).port;

@@ -1,0 +1,79 @@
+// `observatory import` (catalogue import from an MCP Registry) and `observatory observe` (active
+// observation in the foreground). Both call the services the running observatory uses
+// (src/services/catalogue.ts, src/services/observation.ts); docs/observation.md.
+import { createCatalogueService, type ImportSummary } from '../services/catalogue.js';
+import type { RoundSummary } from '../services/observation.js';
+import { configOf, EXIT, RUNNING, withDatabase, type CliIo, type Command } from './command.js';
+
+export { demoCommand } from './demo.js';
+
+function printImport(s: ImportSummary, io: CliIo): void {
+  io.out(`imported ${s.source}: ${s.pages} page${s.pages === 1 ? '' : 's'}, ${s.entries} entries`);
+  io.out(`  remote servers: ${s.added} added, ${s.updated} already tracked (metadata updated); tracked without runtime evidence (UNRATED) until observed or reported`);
+  io.out(`  local-only servers (packages, no remote): ${s.localOnly} counted, not tracked`);
+  io.out(`  skipped: ${s.skippedCount}`);
+  for (const k of s.skipped) io.out(`    - ${k.name}: ${k.reason}`);
+  if (s.skippedCount > s.skipped.length) io.out(`    ... and ${s.skippedCount - s.skipped.length} more`);
+  if (s.stoppedEarly) io.out(`  note: ${s.stoppedEarly}`);
+  for (const x of s.servers) io.out(`  ${x.added ? '+' : '~'} ${x.registryName}  ${x.transport}  ${x.url}  [${x.category}]`);
+}
+
+export const importCommand: Command = {
+  name: 'import',
+  usage: 'import <file-or-url> [--json]',
+  summary:
+    'Track every remote server of an MCP Registry server list (/v0/servers format): a page saved as a file, or a registry URL whose pages are followed (e.g. https://registry.modelcontextprotocol.io/v0/servers)',
+  options: { json: 'flag' },
+  positional: { min: 1, max: 1, message: 'import takes one file path or registry URL' },
+  async run({ args, options, io }) {
+    const config = configOf(io);
+    const summary = await withDatabase(config, (db) => createCatalogueService({ db, config, now: () => new Date() }).import(args[0]!));
+    if (options.json) io.out(JSON.stringify(summary, null, 2));
+    else printImport(summary, io);
+    return EXIT.ok;
+  },
+};
+
+function roundLine(s: RoundSummary): string {
+  const o = s.outcomes;
+  return `observed ${s.probed} server${s.probed === 1 ? '' : 's'}: ${o.ok} ok, ${o.failed} failed, ${o.timeout} timed out, ${o.auth_required} need auth, ${o.unresolved} unresolved, ${o.refused} refused; ${s.driftDetected} manifest drift${s.budgetExhausted ? '; the per-minute budget ran out (OBSERVE_RATE_PER_MINUTE), the rest follow' : ''}`;
+}
+
+export const observeCommand: Command = {
+  name: 'observe',
+  usage: 'observe [--once] [--json]',
+  summary:
+    'Run active observation in the foreground: probe due tracked servers (initialize + tools/list) on the OBSERVE_* schedule; --once does one round, prints a summary and exits',
+  options: { once: 'flag', json: 'flag' },
+  async run({ options, io }) {
+    const config = configOf(io);
+    const { createObservatory } = await import('../server.js');
+    const obs = await createObservatory({ ...config, observe: { ...config.observe, enabled: false } }, { logger: false });
+    if (options.once) {
+      try {
+        const s = await obs.services.observation.runRound();
+        if (options.json) io.out(JSON.stringify(s, null, 2));
+        else {
+          io.out(roundLine(s));
+          for (const r of s.results) {
+            io.out(`  ${r.outcome.padEnd(13)} ${r.name}  ${r.url}  ${Math.round(r.latencyMs)} ms${r.toolCount !== null ? `, ${r.toolCount} tools` : ''}${r.driftDetected ? ', MANIFEST DRIFT' : ''}${r.detail ? `  (${r.detail.slice(0, 160)})` : ''}`);
+          }
+        }
+      } finally {
+        await obs.close();
+      }
+      return EXIT.ok;
+    }
+    io.out(`observing every ${config.observe.intervalSeconds} s (concurrency ${config.observe.concurrency}, at most ${config.observe.ratePerMinute} probes a minute); Ctrl-C stops`);
+    obs.services.observation.start({ onRound: (s) => s.probed > 0 && io.out(`${new Date().toISOString()} ${roundLine(s)}`) });
+    const stop = () => {
+      obs.close().then(
+        () => process.exit(0),
+        () => process.exit(1),
+      );
+    };
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+    return RUNNING;
+  },
+};
