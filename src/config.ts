@@ -29,6 +29,11 @@ export interface Config {
   rateLimitProbesPerMinute: number;
   /** Pre-flight requests per client address per minute, per instance; 0 = unlimited. */
   rateLimitPreflightPerMinute: number;
+  /**
+   * Raw telemetry older than this many days is deleted (whole monthly partitions); 0 keeps it
+   * forever. Scores never read raw telemetry; compliance exports (event logs) do.
+   */
+  telemetryRetentionDays: number;
   /** Active observation: the observatory probes tracked servers itself (docs/observation.md). */
   observe: ObserveConfig;
 }
@@ -45,6 +50,11 @@ export interface ObserveConfig {
   /** OBSERVE_TIMEOUT_MS (default 10000): one probe (initialize + tools/list) must finish within this. */
   timeoutMs: number;
 }
+
+/** Default of TELEMETRY_RETENTION_DAYS: a year and a month (README "Configuration" says why). */
+export const DEFAULT_TELEMETRY_RETENTION_DAYS = 400;
+/** Shortest non-zero retention: the six months the EU AI Act asks logs to be kept (Art. 19(1), 26(6)). */
+export const MIN_TELEMETRY_RETENTION_DAYS = 183;
 
 export interface GateConfig {
   /** GATE_ALLOW_UNCERTAIN (default on): let UNCERTAIN servers through. */
@@ -131,6 +141,17 @@ function trustProxy(env: Env): Config['trustProxy'] {
   return list;
 }
 
+function retentionDays(env: Env): number {
+  const days = int(env, 'TELEMETRY_RETENTION_DAYS', DEFAULT_TELEMETRY_RETENTION_DAYS, 0, 36_500);
+  if (days !== 0 && days < MIN_TELEMETRY_RETENTION_DAYS) {
+    throw new ConfigError(
+      'TELEMETRY_RETENTION_DAYS',
+      `must be 0 (keep forever) or at least ${MIN_TELEMETRY_RETENTION_DAYS} days (compliance exports read raw telemetry; the EU AI Act asks for six months of logs), got ${days}`,
+    );
+  }
+  return days;
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const port = int(env, 'PORT', 8080, 0, 65535);
   const databaseUrl = str(env, 'DATABASE_URL') ?? null;
@@ -177,6 +198,7 @@ export function loadConfig(env: Env = process.env): Config {
     },
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),
     rateLimitPreflightPerMinute: int(env, 'RATE_LIMIT_PREFLIGHT_PER_MINUTE', 600, 0, 1_000_000),
+    telemetryRetentionDays: retentionDays(env),
     observe: {
       enabled: boolDefault(env, 'OBSERVE_ENABLED', true),
       intervalSeconds: int(env, 'OBSERVE_INTERVAL_SECONDS', 300, 10, 7 * 86_400),

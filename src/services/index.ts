@@ -20,6 +20,7 @@ import { createProbeService } from './probes.js';
 import { createComplianceService } from './compliance.js';
 import { createCatalogueService } from './catalogue.js';
 import { createObservationService } from './observation.js';
+import { createTelemetryRetention } from './telemetry-retention.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
@@ -28,6 +29,7 @@ export function createServices(deps: ServiceDeps) {
   const telemetry = createTelemetryService(deps);
   const drift = createDriftService(deps);
   const observation = createObservationService(deps, { telemetry, drift }, { onError: deps.onBackgroundError });
+  const telemetryRetention = createTelemetryRetention(deps, { onError: deps.onBackgroundError });
   return {
     keyring: deps.keyring,
     receipts: deps.receipts,
@@ -51,10 +53,13 @@ export function createServices(deps: ServiceDeps) {
     compliance: createComplianceService(deps, { trust }),
     /** The coverage report (/atlas/report): index coverage next to pre-flight demand. */
     coverage: createCoverageService(deps, trust),
+    /** Monthly telemetry partitions and TELEMETRY_RETENTION_DAYS (periodic job). */
+    telemetryRetention,
     /** Stops background work owned by services (flushers, schedulers). */
     async close(): Promise<void> {
       await observation.stop();
       trust.close();
+      await telemetryRetention.close();
     },
   };
 }

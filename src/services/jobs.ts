@@ -12,6 +12,7 @@ export const INSTANCE_ID = randomUUID();
 /** Advisory lock keys of the periodic jobs (distinct from migrations 72_620_001, keyring 72_620_002). */
 export const JOB_LOCKS = {
   'trust-score-refresh': 72_620_101,
+  'telemetry-partitions': 72_620_102,
 } as const;
 export type JobName = keyof typeof JOB_LOCKS;
 

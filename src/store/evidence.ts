@@ -1,7 +1,8 @@
 import type { Queryable } from '../db/index.js';
 
 // Read-only evidence queries behind the compliance exports and the agency checklist: telemetry
-// history depth, telemetry summaries over a period, and receipts issued about a server.
+// history depth (rollups), telemetry summaries over a period (raw rows, so limited to
+// TELEMETRY_RETENTION_DAYS), and receipts issued about a server.
 
 export interface HistoryDepth {
   total: number;
@@ -22,15 +23,19 @@ export interface PeriodEvents {
 
 export function evidenceStore(db: Queryable) {
   return {
+    /**
+     * How long and how much the server has been observed, from the rollups (they are never
+     * pruned), so raw telemetry retention does not shorten a server's history.
+     */
     async historyDepth(serverId: number): Promise<HistoryDepth> {
-      const rows = await db.query<{ n: number; first: Date | null; last: Date | null; days: number }>(
-        `SELECT count(*)::int8 AS n, min(received_at) AS first, max(received_at) AS last,
-                count(DISTINCT (received_at AT TIME ZONE 'UTC')::date)::int8 AS days
-           FROM telemetry WHERE server_id = $1`,
+      const rows = await db.query<{ n: number | null; first: Date | null; last: Date | null; days: number }>(
+        `SELECT t.n, t.first_at AS first, t.last_at AS last,
+                (SELECT count(DISTINCT date_trunc('day', bucket AT TIME ZONE 'UTC'))::int8 FROM telemetry_hourly WHERE server_id = $1) AS days
+           FROM (SELECT 1) one LEFT JOIN server_totals t ON t.server_id = $1`,
         [serverId],
       );
       const r = rows[0]!;
-      return { total: r.n, first_observed: r.first, last_observed: r.last, days_observed: r.days };
+      return { total: r.n ?? 0, first_observed: r.first, last_observed: r.last, days_observed: r.days };
     },
 
     /** Telemetry of a server with received_at in [from, to). */
