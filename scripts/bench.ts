@@ -1,115 +1,144 @@
 // `npm run bench`: measures the hot paths side by side with the ceiling of this stack.
 //
 // The service and a bare-fastify ceiling each run as their own child process; this process is
-// the load generator (autocannon, 50 connections). Storage is a fresh database on the local
-// PostgreSQL (DATABASE_URL or postgres://postgres@127.0.0.1:5432/postgres), or PGlite with --pglite.
-// Results are printed and written to docs/performance.md between the BENCH markers.
+// the load generator (autocannon, 50 connections). Storage is a fresh scratch database on the
+// local PostgreSQL (DATABASE_URL or postgres://postgres@127.0.0.1:5432/postgres), or PGlite with
+// --pglite. Each scenario is measured right after its own ceiling run, so a machine whose load
+// changes during the bench moves both figures of a ratio together. Results are printed and
+// written to docs/performance.md between the BENCH markers.
+//
+// Flags: --pglite, --no-write, --scale (adds the 10 thousand vs 10 million stored reports
+// comparison, PostgreSQL only), --only=report,trust,preflight,leaderboard,connect,stream,
+// --profile (CPU profile of the service child, summarised at the end).
 import autocannon from 'autocannon';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
 import { toBinary, create } from '@bufbuild/protobuf';
 import { createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { ReportRequestSchema, TelemetryService } from '../gen/observatory/v1/telemetry_pb.js';
+import { createScratchDatabase } from '../src/db/scratch.js';
+import { CONNECTIONS, DURATION, load1, measure, startChild, stopChild, WARMUP } from './bench-harness.js';
+import { runScale, type ScaleResult } from './bench-scale.js';
+import { summarize } from './cpuprofile-top.js';
 
-const args = new Set(process.argv.slice(2));
-const usePglite = args.has('--pglite');
-const DURATION = Number(process.env.BENCH_SECONDS ?? 10);
-const CONNECTIONS = 50;
+const argv = process.argv.slice(2);
+const flag = (name: string) => argv.includes(name);
+const option = (name: string) => argv.find((a) => a.startsWith(`${name}=`))?.slice(name.length + 1);
+const usePglite = flag('--pglite');
+const write = !flag('--no-write');
+const scale = flag('--scale');
+const profile = flag('--profile');
+const only = option('--only')?.split(',') ?? null;
 const SERVERS = 200;
 const SVC_PORT = 18181;
 const CEIL_PORT = 18182;
-const write = !args.has('--no-write');
+const PROFILE_DIR = 'bench-profiles';
+const BASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 
-function startChild(script: string, env: Record<string, string>): Promise<ChildProcess> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', script], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
-    child.once('exit', (code) => reject(new Error(`${script} exited with ${code}`)));
-    const deadline = setTimeout(() => reject(new Error(`${script} did not start`)), 60_000);
-    const poll = async () => {
-      const port = env.PORT;
-      const ok = await fetch(`http://127.0.0.1:${port}${script.includes('ceiling') ? '/fixed' : '/readyz'}`).then((r) => r.ok, () => false);
-      if (ok) {
-        clearTimeout(deadline);
-        child.removeAllListeners('exit');
-        resolve(child);
-      } else setTimeout(poll, 200);
-    };
-    void poll();
-  });
-}
+// The service's settings for the bench: the pre-flight rate limit is per client address, and
+// every request here comes from 127.0.0.1, so it is turned off (it would answer 429s after 600).
+const SERVICE_ENV: Record<string, string> = { HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0' };
 
-async function freshPostgres(): Promise<{ url: string; drop: () => Promise<void> }> {
-  const base = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-  const name = `obs_bench_${Date.now()}`;
-  const admin = new pg.Client({ connectionString: base });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const u = new URL(base);
-  u.pathname = `/${name}`;
-  return {
-    url: u.toString(),
-    async drop() {
-      const a = new pg.Client({ connectionString: base });
-      await a.connect();
-      await a.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await a.end();
-    },
-  };
-}
-
-interface Row {
+export interface Row {
   name: string;
   rps: number;
+  mean: number;
   p50: number;
   p99: number;
-  ceiling?: string;
+  /** The adjacent ceiling run this row is compared with. */
+  ceiling?: { name: string; rps: number };
   ratio?: number;
+  target?: string;
+  met?: boolean;
   errors: number;
+  /** 1-minute load average when the scenario started. */
+  load: number;
 }
 
-async function load(opts: autocannon.Options): Promise<autocannon.Result> {
-  return autocannon({ connections: CONNECTIONS, duration: DURATION, ...opts });
-}
-
-function row(name: string, r: autocannon.Result, ceiling?: { name: string; r: autocannon.Result }): Row {
-  const bad = r.non2xx + r.errors + r.timeouts;
+function row(name: string, r: autocannon.Result & { load: number }, ceiling?: { name: string; r: autocannon.Result }): Row {
   return {
     name,
     rps: Math.round(r.requests.average),
+    mean: r.latency.mean,
     p50: r.latency.p50,
     p99: r.latency.p99,
-    errors: bad,
-    ...(ceiling ? { ceiling: ceiling.name, ratio: r.requests.average / ceiling.r.requests.average } : {}),
+    errors: r.non2xx + r.errors + r.timeouts,
+    load: r.load,
+    ...(ceiling ? { ceiling: { name: ceiling.name, rps: Math.round(ceiling.r.requests.average) }, ratio: r.requests.average / ceiling.r.requests.average } : {}),
   };
 }
 
-const serverUrl = (i: number) => `https://bench-${i}.example.com/mcp`;
+/** Marks a row against an issue-10 target: a minimum share of its ceiling, optionally a p99 bound. */
+function target(r: Row, minRatio: number, maxP99?: number): Row {
+  const met = (r.ratio ?? 0) >= minRatio && (maxP99 === undefined || r.p99 < maxP99) && r.errors === 0;
+  return { ...r, target: `>= ${Math.round(minRatio * 100)}%${maxP99 === undefined ? '' : `, p99 < ${maxP99} ms`}`, met };
+}
 
-async function main() {
-  const db = usePglite ? null : await freshPostgres();
+const serverUrl = (i: number) => `https://bench-${i}.example.com/mcp`;
+const wanted = (key: string) => only === null || only.includes(key);
+
+function rotating(path: (i: number) => string) {
+  return [
+    {
+      method: 'GET' as const,
+      setupRequest: (req: autocannon.Request, ctx: object) => {
+        const c = ctx as { i?: number };
+        const i = (c.i = (c.i ?? 0) + 1);
+        return { ...req, path: path(i % SERVERS) };
+      },
+    },
+  ];
+}
+
+const reportReq = {
+  method: 'POST' as const,
+  headers: { 'content-type': 'application/json' },
+  setupRequest: (req: autocannon.Request, ctx: object) => {
+    const c = ctx as { i?: number };
+    const i = (c.i = (c.i ?? 0) + 1);
+    return { ...req, body: JSON.stringify({ server_url: serverUrl(i % SERVERS), success: true, latency_ms: 42, tool_name: 'search' }) };
+  },
+};
+
+async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
+  const db = usePglite ? null : await createScratchDatabase(BASE_URL, 'obs_bench');
   const dataDir = usePglite ? mkdtempSync(join(tmpdir(), 'obs-bench-')) : null;
-  const svcEnv: Record<string, string> = { PORT: String(SVC_PORT), HOST: '127.0.0.1', LOG_LEVEL: 'warn' };
+  const svcEnv: Record<string, string> = { ...SERVICE_ENV, PORT: String(SVC_PORT) };
   if (db) svcEnv.DATABASE_URL = db.url;
   else {
     svcEnv.DATA_DIR = dataDir!;
     delete process.env.DATABASE_URL;
   }
-  const svc = await startChild('src/main.ts', svcEnv);
+  if (profile) {
+    rmSync(PROFILE_DIR, { recursive: true, force: true });
+    mkdirSync(PROFILE_DIR, { recursive: true });
+  }
+  const svc = await startChild('src/main.ts', svcEnv, profile ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : []);
   const ceil = await startChild('scripts/bench-ceiling.ts', { PORT: String(CEIL_PORT) });
   const S = `http://127.0.0.1:${SVC_PORT}`;
   const C = `http://127.0.0.1:${CEIL_PORT}`;
   const rows: Row[] = [];
+  const step = (what: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} load ${load1()}: ${what}...\n`);
+  const ceilPost = async () => {
+    step('ceiling: bare POST');
+    const r = await measure({ url: `${C}/api/report`, requests: [reportReq] }, 1);
+    rows.push(row('ceiling: bare POST (same schema)', r));
+    return { name: 'bare POST', r };
+  };
+  const ceilGet = async () => {
+    step('ceiling: bare GET');
+    const r = await measure({ url: `${C}/fixed` }, 1);
+    rows.push(row('ceiling: bare GET (fixed JSON)', r));
+    return { name: 'bare GET', r };
+  };
   try {
-    process.stderr.write(`seeding ${SERVERS} servers...\n`);
-    const seed = await load({
+    step(`seeding ${SERVERS} servers`);
+    const seed = await autocannon({
       url: `${S}/api/report`,
+      connections: CONNECTIONS,
       amount: SERVERS * 20,
-      duration: 600,
       requests: [
         {
           method: 'POST',
@@ -124,100 +153,139 @@ async function main() {
     });
     if (seed.non2xx) throw new Error(`seeding failed: ${seed.non2xx} non-2xx`);
 
-    const reportReq = {
-      method: 'POST' as const,
-      headers: { 'content-type': 'application/json' },
-      setupRequest: (req: autocannon.Request, ctx: object) => {
-        const c = ctx as { i?: number };
-        const i = (c.i = (c.i ?? 0) + 1);
-        return { ...req, body: JSON.stringify({ server_url: serverUrl(i % SERVERS), success: true, latency_ms: 42, tool_name: 'search' }) };
-      },
-    };
-    process.stderr.write('ceiling: bare POST...\n');
-    const ceilPost = await load({ url: `${C}/api/report`, requests: [reportReq] });
-    process.stderr.write('ceiling: bare GET...\n');
-    const ceilGet = await load({ url: `${C}/fixed` });
-    const cp = { name: 'bare POST', r: ceilPost };
-    const cg = { name: 'bare GET', r: ceilGet };
-    rows.push(row('ceiling: bare POST (same schema)', ceilPost), row('ceiling: bare GET (fixed JSON)', ceilGet));
-
-    process.stderr.write('POST /api/report...\n');
-    rows.push(row('POST /api/report', await load({ url: `${S}/api/report`, requests: [reportReq] }), cp));
-
-    const rotating = (path: (i: number) => string) => [
-      {
-        method: 'GET' as const,
-        setupRequest: (req: autocannon.Request, ctx: object) => {
-          const c = ctx as { i?: number };
-          const i = (c.i = (c.i ?? 0) + 1);
-          return { ...req, path: path(i % SERVERS) };
-        },
-      },
-    ];
-    process.stderr.write('GET /api/trust...\n');
-    rows.push(row('GET /api/trust', await load({ url: S, requests: rotating((i) => `/api/trust?url=${encodeURIComponent(serverUrl(i))}`) }), cg));
-    process.stderr.write('GET /v1/preflight...\n');
-    rows.push(row('GET /v1/preflight', await load({ url: S, requests: rotating((i) => `/v1/preflight?target=${encodeURIComponent(serverUrl(i))}`) }), cg));
-    process.stderr.write('GET /api/leaderboard...\n');
-    rows.push(row('GET /api/leaderboard', await load({ url: `${S}/api/leaderboard` }), cg));
-
-    process.stderr.write('Connect Report (binary)...\n');
-    const bin = Buffer.from(toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: serverUrl(1), success: true, latencyMs: 42 })));
-    rows.push(
-      row(
-        'Connect Report (binary, HTTP/1.1)',
-        await load({ url: `${S}/observatory.v1.TelemetryService/Report`, method: 'POST', headers: { 'content-type': 'application/proto' }, body: bin }),
-        cp,
-      ),
-    );
-
-    process.stderr.write('gRPC client-streaming bulk ingest...\n');
-    const client = createClient(TelemetryService, createGrpcTransport({ baseUrl: S }));
-    const PER_STREAM = 5000;
-    const STREAMS = 4;
-    const t0 = performance.now();
-    const results = await Promise.all(
-      Array.from({ length: STREAMS }, async (_, s) => {
-        async function* gen() {
-          for (let i = 0; i < PER_STREAM; i++) yield { report: { serverUrl: serverUrl((s * PER_STREAM + i) % SERVERS), success: true, latencyMs: 40 } };
-        }
-        return client.reportStream(gen());
-      }),
-    );
-    const secs = (performance.now() - t0) / 1000;
-    const accepted = results.reduce((a, r) => a + r.accepted, 0);
-    rows.push({ name: `gRPC ReportStream (${STREAMS} streams x ${PER_STREAM})`, rps: Math.round(accepted / secs), p50: NaN, p99: NaN, errors: STREAMS * PER_STREAM - accepted, ceiling: 'bare POST', ratio: accepted / secs / ceilPost.requests.average });
+    if (wanted('report')) {
+      const cp = await ceilPost();
+      step('POST /api/report');
+      rows.push(target(row('POST /api/report', await measure({ url: `${S}/api/report`, requests: [reportReq] }), cp), 0.5));
+    }
+    if (wanted('trust')) {
+      const cg = await ceilGet();
+      step('GET /api/trust');
+      rows.push(target(row('GET /api/trust', await measure({ url: S, requests: rotating((i) => `/api/trust?url=${encodeURIComponent(serverUrl(i))}`) }), cg), 0.6, 10));
+    }
+    if (wanted('preflight')) {
+      const cg = await ceilGet();
+      step('GET /v1/preflight');
+      rows.push(target(row('GET /v1/preflight', await measure({ url: S, requests: rotating((i) => `/v1/preflight?target=${encodeURIComponent(serverUrl(i))}`) }), cg), 0.4));
+    }
+    if (wanted('leaderboard')) {
+      const cg = await ceilGet();
+      step('GET /api/leaderboard');
+      rows.push(row('GET /api/leaderboard', await measure({ url: `${S}/api/leaderboard` }), cg));
+    }
+    let lastPost: { name: string; r: autocannon.Result } | null = null;
+    if (wanted('connect')) {
+      lastPost = await ceilPost();
+      step('Connect Report (binary)');
+      const bin = Buffer.from(toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: serverUrl(1), success: true, latencyMs: 42 })));
+      rows.push(
+        row(
+          'Connect Report (binary, HTTP/1.1)',
+          await measure({ url: `${S}/observatory.v1.TelemetryService/Report`, method: 'POST', headers: { 'content-type': 'application/proto' }, body: bin }),
+          lastPost,
+        ),
+      );
+    }
+    if (wanted('stream')) {
+      lastPost ??= await ceilPost();
+      step('gRPC client-streaming bulk ingest');
+      const client = createClient(TelemetryService, createGrpcTransport({ baseUrl: S }));
+      const PER_STREAM = 5000;
+      const STREAMS = 4;
+      const load = load1();
+      const t0 = performance.now();
+      const results = await Promise.all(
+        Array.from({ length: STREAMS }, async (_, s) => {
+          async function* gen() {
+            for (let i = 0; i < PER_STREAM; i++) yield { report: { serverUrl: serverUrl((s * PER_STREAM + i) % SERVERS), success: true, latencyMs: 40 } };
+          }
+          return client.reportStream(gen());
+        }),
+      );
+      const secs = (performance.now() - t0) / 1000;
+      const accepted = results.reduce((a, r) => a + r.accepted, 0);
+      rows.push({
+        name: `gRPC ReportStream (${STREAMS} streams x ${PER_STREAM})`,
+        rps: Math.round(accepted / secs),
+        mean: NaN,
+        p50: NaN,
+        p99: NaN,
+        errors: STREAMS * PER_STREAM - accepted,
+        load,
+        ceiling: { name: lastPost.name, rps: Math.round(lastPost.r.requests.average) },
+        ratio: accepted / secs / lastPost.r.requests.average,
+      });
+    }
   } finally {
-    svc.kill('SIGTERM');
-    ceil.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 1000));
+    await Promise.all([stopChild(svc), stopChild(ceil)]);
     await db?.drop().catch(() => {});
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   }
+  const profiles = profile ? readdirSync(PROFILE_DIR).filter((f) => f.endsWith('.cpuprofile')).map((f) => join(PROFILE_DIR, f)) : [];
+  return { rows, profiles };
+}
 
-  const header = '| Scenario | req/s | p50 ms | p99 ms | vs ceiling | non-2xx/errors |\n|---|---:|---:|---:|---:|---:|';
+const fmt = (x: number) => (Number.isNaN(x) ? '-' : String(Math.round(x * 10) / 10));
+
+function hotTable(rows: Row[]): string {
+  const header = '| Scenario | req/s | mean ms | p50 ms | p99 ms | vs adjacent ceiling | target | load 1m | non-2xx/errors |\n|---|---:|---:|---:|---:|---:|---|---:|---:|';
   const lines = rows.map(
-    (r) => `| ${r.name} | ${r.rps} | ${Number.isNaN(r.p50) ? '-' : r.p50} | ${Number.isNaN(r.p99) ? '-' : r.p99} | ${r.ratio === undefined ? '-' : `${(r.ratio * 100).toFixed(0)}% of ${r.ceiling}`} | ${r.errors} |`,
+    (r) =>
+      `| ${r.name} | ${r.rps} | ${fmt(r.mean)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${r.ratio === undefined ? '-' : `${(r.ratio * 100).toFixed(0)}% of ${r.ceiling!.name} (${r.ceiling!.rps}/s)`} | ${r.target ? `${r.target}: ${r.met ? 'met' : '**not met**'}` : '-'} | ${r.load} | ${r.errors} |`,
   );
-  const cpu = cpus()[0]?.model ?? 'unknown CPU';
-  const meta = `Measured ${new Date().toISOString().slice(0, 10)} on ${cpus().length} cores (${cpu}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}, storage: ${usePglite ? 'PGlite' : 'PostgreSQL'}; autocannon, ${CONNECTIONS} connections, ${DURATION} s per scenario, ${SERVERS} seeded servers.`;
-  const table = `${meta}\n\n${header}\n${lines.join('\n')}\n`;
+  return `${header}\n${lines.join('\n')}\n`;
+}
+
+function scaleTable(s: ScaleResult): string {
+  const header = `| Scenario | ${s.small.label}: req/s | mean ms | p99 ms | load 1m | ${s.big.label}: req/s | mean ms | p99 ms | load 1m | mean ratio | p99 ratio | within 1.5x |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|`;
+  const lines = s.scenarios.map((name) => {
+    const a = s.small.results[name]!;
+    const b = s.big.results[name]!;
+    const mr = b.mean / a.mean;
+    const pr = b.p99 / a.p99;
+    return `| ${name} | ${a.rps} | ${fmt(a.mean)} | ${fmt(a.p99)} | ${a.load} | ${b.rps} | ${fmt(b.mean)} | ${fmt(b.p99)} | ${b.load} | ${mr.toFixed(2)} | ${pr.toFixed(2)} | ${mr <= 1.5 ? 'yes' : '**no**'} |`;
+  });
+  return `${header}\n${lines.join('\n')}\n\n${s.notes.join('\n')}\n`;
+}
+
+function writeBlock(marker: string, title: string, block: string) {
+  const file = 'docs/performance.md';
+  let doc = '';
+  try {
+    doc = readFileSync(file, 'utf8');
+  } catch {
+    doc = '# Performance\n';
+  }
+  const start = `<!-- BENCH:${marker}:START -->`;
+  const end = `<!-- BENCH:${marker}:END -->`;
+  const text = `${start}\n${block}${end}`;
+  doc = doc.includes(start) ? doc.replace(new RegExp(`${start}[\\s\\S]*?${end}`), () => text) : `${doc.trimEnd()}\n\n## ${title}\n\n${text}\n`;
+  writeFileSync(file, doc);
+  process.stderr.write(`wrote ${file} (${marker})\n`);
+}
+
+async function main() {
+  const started = performance.now();
+  const machine = `${cpus().length} cores (${cpus()[0]?.model ?? 'unknown CPU'}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
+  const loadAtStart = load1();
+  const { rows, profiles } = await hotPaths();
+  const meta = `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${machine}, storage: ${usePglite ? 'PGlite' : 'PostgreSQL'}; autocannon, ${CONNECTIONS} connections, ${DURATION} s per scenario after a ${WARMUP} s warm-up, ${SERVERS} seeded servers; load average (1 min) ${loadAtStart} at start, per row below.`;
+  const table = `${meta}\n\n${hotTable(rows)}`;
   process.stdout.write(`\n${table}`);
-  if (write) {
-    const file = 'docs/performance.md';
-    const marker = usePglite ? 'PGLITE' : 'POSTGRES';
-    let doc = '';
-    try {
-      doc = readFileSync(file, 'utf8');
-    } catch {
-      doc = '# Performance\n';
+  let scaleText: string | null = null;
+  if (scale) {
+    if (usePglite) process.stderr.write('--scale runs on PostgreSQL only (10 million rows do not fit an in-memory PGlite); skipped\n');
+    else {
+      const s = await runScale({ baseUrl: BASE_URL, serviceEnv: SERVICE_ENV, servers: SERVERS, duration: DURATION });
+      scaleText = `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${machine}, PostgreSQL; autocannon, ${CONNECTIONS} connections, ${DURATION} s per scenario, ${SERVERS} servers.\n\n${scaleTable(s)}`;
+      process.stdout.write(`\n${scaleText}`);
     }
-    const start = `<!-- BENCH:${marker}:START -->`;
-    const end = `<!-- BENCH:${marker}:END -->`;
-    const block = `${start}\n${table}${end}`;
-    doc = doc.includes(start) ? doc.replace(new RegExp(`${start}[\\s\\S]*?${end}`), block) : `${doc.trimEnd()}\n\n## Latest \`npm run bench\` (${usePglite ? 'PGlite' : 'PostgreSQL'})\n\n${block}\n`;
-    writeFileSync(file, doc);
-    process.stderr.write(`wrote ${file}\n`);
+  }
+  process.stdout.write(`\nwhole bench: ${Math.round((performance.now() - started) / 1000)} s\n`);
+  for (const p of profiles) process.stdout.write(`\n${summarize(p, 30)}\n`);
+  if (write && only === null) {
+    writeBlock(usePglite ? 'PGLITE' : 'POSTGRES', `Latest \`npm run bench\` (${usePglite ? 'PGlite' : 'PostgreSQL'})`, table);
+    if (scaleText) writeBlock('SCALE', 'Latest `npm run bench -- --scale`', scaleText);
   }
 }
 

@@ -110,9 +110,10 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     exposedHeaders: [...connectCors.exposedHeaders, 'X-Request-Id', 'X-Interface-Version', 'Retry-After', 'WWW-Authenticate', 'X-Payment-Required', 'X-Payment-Wallet', 'RateLimit', 'RateLimit-Policy', 'Mcp-Session-Id'],
     maxAge: 7200,
   });
-  app.addHook('onRequest', async (req, reply) => {
+  app.addHook('onRequest', (req, reply, done) => {
     reply.header('x-request-id', req.id);
     reply.header('x-interface-version', INTERFACE_VERSION);
+    done();
   });
 
   // After the request-id hook (a 429 carries it) and before any route handler runs.

@@ -52,10 +52,22 @@ export function createMetrics(db: Db) {
     ingestBatch,
     receiptBatch,
     install(app: FastifyInstance) {
-      app.addHook('onResponse', async (req, reply) => {
+      // Label children are looked up once per (method, route[, status]) instead of hashing the
+      // label set on every request; routes are patterns, so the maps stay small.
+      const counters = new Map<string, { inc(): void }>();
+      const timers = new Map<string, { observe(v: number): void }>();
+      app.addHook('onResponse', (req, reply, done) => {
         const route = req.routeOptions.url ?? 'unmatched';
-        requests.inc({ method: req.method, route, status: String(reply.statusCode) });
-        duration.observe({ method: req.method, route }, reply.elapsedTime / 1000);
+        const key = `${req.method} ${route}`;
+        let timer = timers.get(key);
+        if (!timer) timers.set(key, (timer = duration.labels({ method: req.method, route })));
+        const status = reply.statusCode;
+        const ckey = `${key} ${status}`;
+        let counter = counters.get(ckey);
+        if (!counter) counters.set(ckey, (counter = requests.labels({ method: req.method, route, status: String(status) })));
+        counter.inc();
+        timer.observe(reply.elapsedTime / 1000);
+        done();
       });
       app.get('/metrics', async (_req, reply) => {
         reply.type(registry.contentType);

@@ -12,14 +12,65 @@ import { newReceiptId } from '../signing/receipts.js';
 import { driftStore, type DriftBaselineRow } from '../store/drift.js';
 import { serverStore } from '../store/servers.js';
 import type { CallContext, ServiceDeps } from './context.js';
+import { SCORE_CACHE_MS } from './trust-engine.js';
+
+// Time of each server's last detected drift, per database handle, kept for SCORE_CACHE_MS like
+// the scores it is shown with: every trust read and pre-flight needs it, and it changes only when
+// a drift check records a drift. A check in this process drops the entry at once (forgetDrift);
+// the bound covers checks made by another instance. `gen` keeps a read that started before a
+// drift was recorded from caching its stale answer.
+interface DriftMemo {
+  entries: Map<number, { at: Date | null; mono: number }>;
+  pending: Map<number, Promise<Date | null>>;
+  gen: Map<number, number>;
+}
+const driftMemos = new WeakMap<Queryable, DriftMemo>();
+const DRIFT_MEMO_MAX_ENTRIES = 100_000;
+
+function driftMemo(db: Queryable): DriftMemo {
+  let m = driftMemos.get(db);
+  if (!m) driftMemos.set(db, (m = { entries: new Map(), pending: new Map(), gen: new Map() }));
+  return m;
+}
+
+function lastDriftAt(db: Queryable, serverId: number): Promise<Date | null> {
+  const m = driftMemo(db);
+  const hit = m.entries.get(serverId);
+  if (hit && performance.now() - hit.mono < SCORE_CACHE_MS) return Promise.resolve(hit.at);
+  const inflight = m.pending.get(serverId);
+  if (inflight) return inflight;
+  const gen = m.gen.get(serverId) ?? 0;
+  const p = driftStore(db)
+    .lastDriftAt(serverId)
+    .then((at) => {
+      if ((m.gen.get(serverId) ?? 0) === gen) {
+        if (m.entries.size >= DRIFT_MEMO_MAX_ENTRIES) m.entries.clear();
+        m.entries.set(serverId, { at, mono: performance.now() });
+      }
+      return at;
+    })
+    .finally(() => {
+      if (m.pending.get(serverId) === p) m.pending.delete(serverId);
+    });
+  m.pending.set(serverId, p);
+  return p;
+}
+
+/** Drops the cached drift time of a server after this process recorded a baseline for it. */
+export function forgetDrift(db: Queryable, serverId: number): void {
+  const m = driftMemo(db);
+  m.entries.delete(serverId);
+  m.pending.delete(serverId);
+  m.gen.set(serverId, (m.gen.get(serverId) ?? 0) + 1);
+}
 
 /**
  * Anomaly flags from tool-manifest drift for one server: ["tool_manifest_drift"] while the last
  * detected drift is within DRIFT_FLAG_WINDOW_MS of `now`, else []. The trust service reads this
- * to fill `anomaly.anomaly_flags`.
+ * to fill `anomaly.anomaly_flags`. At most SCORE_CACHE_MS stale for drift recorded elsewhere.
  */
 export async function toolManifestDriftFlags(db: Queryable, serverId: number, now: Date): Promise<string[]> {
-  return driftFlagActive(await driftStore(db).lastDriftAt(serverId), now) ? [DRIFT_FLAG] : [];
+  return driftFlagActive(await lastDriftAt(db, serverId), now) ? [DRIFT_FLAG] : [];
 }
 
 /** Ids of the servers whose tool_manifest_drift flag is raised at `now` (see driftFlagActive). */
@@ -55,7 +106,7 @@ export function createDriftService({ db, config, now, receipts }: ServiceDeps) {
    */
   async function recordBaseline(server: { id: number; url: string }, tools: ManifestTool[], opts: { refreshAfterMs?: number } = {}): Promise<BaselineResult> {
     const hashed = hashManifest(tools);
-    return db.transaction(async (tx) => {
+    const result = await db.transaction(async (tx): Promise<BaselineResult> => {
       const store = driftStore(tx);
       await store.lockServer(server.id);
       const prev = await store.latest(server.id);
@@ -103,6 +154,9 @@ export function createDriftService({ db, config, now, receipts }: ServiceDeps) {
       await store.saveTexts(hashed.texts, recordedAt);
       return { recorded: true, baselineId, recordedAt, previous: prev, driftDetected: drift, diff, toolCount: hashed.tools.length, manifestHash: hashed.manifest_hash, receiptId: receipt.receiptId, receipt: receipt.jws };
     });
+    // Committed: trust reads and pre-flights in this process see a new baseline at once.
+    if (result.recorded) forgetDrift(db, server.id);
+    return result;
   }
 
   return {

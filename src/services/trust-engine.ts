@@ -20,6 +20,13 @@ export const SCORE_MAX_AGE_MS = 5 * 60_000;
  */
 export const SCORE_CACHE_MS = 2000;
 const SCORE_CACHE_MAX_ENTRIES = 100_000;
+/**
+ * A computation whose result equals the stored one (same score, verdict, flags, report count and
+ * hour) is not written again within this long: reads recompute a busy server every
+ * SCORE_CACHE_MS, and rewriting an identical row each time would make reads cost writes. Far
+ * below SCORE_MAX_AGE_MS, so the stored row never looks stale because of it.
+ */
+const SCORE_RESAVE_MS = 60_000;
 
 export interface ComputedScore {
   server: ServerRow;
@@ -64,8 +71,16 @@ export function createTrustEngine(db: Queryable) {
   // Ranked lists (leaderboard, stats, tiers) per category, same bound; any commit drops them all.
   const rankedMemo = new Map<string, { rows: RankedServer[]; at: number; mono: number }>();
   let rankedGen = 0;
+  // Category baselines, same bound; shared by every server of the category computed meanwhile.
+  // Any commit drops them all (rankedGen guards computations that straddle one).
+  const baselineMemo = new Map<string, { value: CategoryBaselineValue; at: number; mono: number }>();
+  const baselinePending = new Map<string, { gen: number; at: number; p: Promise<CategoryBaselineValue> }>();
+  // What was last written to server_scores per server (see SCORE_RESAVE_MS).
+  const lastSaved = new Map<number, { key: string; bucket: number; at: number; mono: number }>();
   onTelemetryCommitted(db, (ids) => {
     rankedMemo.clear();
+    baselineMemo.clear();
+    baselinePending.clear();
     rankedGen++;
     for (const id of ids) {
       memo.delete(id);
@@ -96,15 +111,36 @@ export function createTrustEngine(db: Queryable) {
     computed_at: s.computed_at,
   });
 
+  async function computeBaseline(category: string, at: Date): Promise<CategoryBaselineValue> {
+    const [{ servers, serverCount }, evidence] = await Promise.all([telemetry.categoryTotals(category), telemetry.categoryEvidence(category)]);
+    const figures = servers.map((t) => robustServerFigures(evidence.get(t.server_id) ?? [], t.hist, at));
+    return robustCategoryBaseline(category, figures, serverCount);
+  }
+
+  /** One category's baseline as of `at`: from memory when computed less than SCORE_CACHE_MS ago, shared by concurrent callers. */
+  function baselineOf(category: string, at: Date): Promise<CategoryBaselineValue> {
+    const hit = baselineMemo.get(category);
+    if (hit && Math.abs(at.getTime() - hit.at) < SCORE_CACHE_MS && performance.now() - hit.mono < SCORE_CACHE_MS) return Promise.resolve(hit.value);
+    const inflight = baselinePending.get(category);
+    if (inflight && inflight.gen === rankedGen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) return inflight.p;
+    const gen = rankedGen;
+    const p = computeBaseline(category, at)
+      .then((value) => {
+        if (gen === rankedGen) baselineMemo.set(category, { value, at: at.getTime(), mono: performance.now() });
+        return value;
+      })
+      .finally(() => {
+        if (baselinePending.get(category)?.p === p) baselinePending.delete(category);
+      });
+    baselinePending.set(category, { gen, at: at.getTime(), p });
+    return p;
+  }
+
   /** Category baselines from source-robust per-server figures as of `at` (docs/integrity.md). */
   async function baselines(categories: Iterable<string>, at: Date): Promise<Map<string, CategoryBaselineValue>> {
-    const out = new Map<string, CategoryBaselineValue>();
-    for (const c of new Set(categories)) {
-      const [{ servers, serverCount }, evidence] = await Promise.all([telemetry.categoryTotals(c), telemetry.categoryEvidence(c)]);
-      const figures = servers.map((t) => robustServerFigures(evidence.get(t.server_id) ?? [], t.hist, at));
-      out.set(c, robustCategoryBaseline(c, figures, serverCount));
-    }
-    return out;
+    const list = [...new Set(categories)];
+    const values = await Promise.all(list.map((c) => baselineOf(c, at)));
+    return new Map(list.map((c, i) => [c, values[i]!]));
   }
 
   /** Computes the scores of the given servers as of `at` and records them (cache and snapshot). */
@@ -131,17 +167,34 @@ export function createTrustEngine(db: Queryable) {
       const verdict: PreflightVerdict = t && t.n > 0 ? verdictFor(trust_score) : 'UNRATED';
       out.set(server.id, { server, trust_score, verdict, breakdown, anomaly, totals: t, baseline, computed_at: at });
     }
-    await scores.save(
-      [...out.values()].map((c) => ({
-        server_id: c.server.id,
-        trust_score: c.trust_score,
-        verdict: c.verdict,
-        anomaly_flags: c.anomaly.flags,
-        evidence_reports: c.totals?.n ?? 0,
-        computed_at: at,
-        bucket: new Date(hourStart(at)),
-      })),
-    );
+    const mono = performance.now();
+    const rows = [...out.values()].flatMap((c) => {
+      const bucket = hourStart(at);
+      const key = `${c.trust_score}|${c.verdict}|${c.anomaly.flags.join(',')}|${c.totals?.n ?? 0}`;
+      const prev = lastSaved.get(c.server.id);
+      if (prev && prev.key === key && prev.bucket === bucket && at.getTime() >= prev.at && at.getTime() - prev.at < SCORE_RESAVE_MS && mono - prev.mono < SCORE_RESAVE_MS) {
+        return [];
+      }
+      if (lastSaved.size >= SCORE_CACHE_MAX_ENTRIES) lastSaved.clear();
+      lastSaved.set(c.server.id, { key, bucket, at: at.getTime(), mono });
+      return [
+        {
+          server_id: c.server.id,
+          trust_score: c.trust_score,
+          verdict: c.verdict,
+          anomaly_flags: c.anomaly.flags,
+          evidence_reports: c.totals?.n ?? 0,
+          computed_at: at,
+          bucket: new Date(bucket),
+        },
+      ];
+    });
+    try {
+      await scores.save(rows);
+    } catch (err) {
+      for (const r of rows) lastSaved.delete(r.server_id);
+      throw err;
+    }
     return out;
   }
 

@@ -2,7 +2,7 @@ import { createPrivateKey, generateKeyPairSync, type KeyObject } from 'node:cryp
 import { calculateJwkThumbprint } from 'jose';
 import type { Db } from '../db/index.js';
 import { signingKeyStore, type StoredKey } from '../store/signing-keys.js';
-import { publicKeyFromJwk, signCompact } from './jws.js';
+import { publicKeyFromJwk, signCompactAsync } from './jws.js';
 
 // The key ring: Ed25519 keys in the database so every instance signs with the same active key
 // and publishes the same JWKS; retired keys stay published so old receipts keep verifying.
@@ -115,7 +115,8 @@ export async function openKeyRing(db: Db, opts: { signingKeyJwk: string | null; 
     async sign(payload) {
       await ensure(ACTIVE_TTL_MS);
       if (!active) throw new Error('no active signing key');
-      return { jws: signCompact(payload, active.key, active.kid), kid: active.kid };
+      const { key, kid } = active;
+      return { jws: await signCompactAsync(payload, key, kid), kid };
     },
     async jwks() {
       await ensure(ACTIVE_TTL_MS);

@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/index.js';
+import type { Statement } from './one-statement.js';
 
 // Pre-flight demand signals (table preflight_demand). Nothing in the scoring reads this table.
 
@@ -46,6 +47,23 @@ const mix = (r: { pass: number | null; uncertain: number | null; fail: number | 
   unrated: r.unrated ?? 0,
 });
 
+/** The multi-row INSERT of demand rows (also part of the pre-flight group commit's one statement). */
+export function insertDemandStatement(rows: readonly DemandRow[]): Statement {
+  return [
+    `INSERT INTO preflight_demand (checked_at, target, server_url, name, verdict, kind, receipt_id)
+     SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])`,
+    [
+      rows.map((r) => r.checked_at.toISOString()),
+      rows.map((r) => r.target),
+      rows.map((r) => r.server_url),
+      rows.map((r) => r.name),
+      rows.map((r) => r.verdict),
+      rows.map((r) => r.kind),
+      rows.map((r) => r.receipt_id),
+    ],
+  ];
+}
+
 export function demandStore(db: Queryable) {
   return {
     async insert(r: DemandRow): Promise<void> {
@@ -55,22 +73,10 @@ export function demandStore(db: Queryable) {
       );
     },
 
-    /** Several demand rows in one statement (pre-flight group commit). */
+    /** Several demand rows in one statement. */
     async insertMany(rows: readonly DemandRow[]): Promise<void> {
       if (rows.length === 0) return;
-      await db.query(
-        `INSERT INTO preflight_demand (checked_at, target, server_url, name, verdict, kind, receipt_id)
-         SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])`,
-        [
-          rows.map((r) => r.checked_at.toISOString()),
-          rows.map((r) => r.target),
-          rows.map((r) => r.server_url),
-          rows.map((r) => r.name),
-          rows.map((r) => r.verdict),
-          rows.map((r) => r.kind),
-          rows.map((r) => r.receipt_id),
-        ],
-      );
+      await db.query(...insertDemandStatement(rows));
     },
 
     /** Totals since a time (null: all time). */

@@ -3,6 +3,7 @@ import { emptyHistogram, latencyBin } from '../domain/latency-histogram.js';
 import { decayFactor, HALF_LIFE_HOURS, type SourceAccumulator } from '../domain/scoring.js';
 import { HOUR_MS, type HourRollup, type SourceHourRollup } from '../domain/anomaly.js';
 import type { ServerTotals } from '../domain/baseline.js';
+import { oneStatement, type Statement } from './one-statement.js';
 
 /** A validated telemetry report: exactly the five fields of SPEC 2.2. */
 export interface TelemetryReport {
@@ -87,7 +88,7 @@ export function telemetryStore(db: Queryable) {
    * one round trip per batch instead of six, which is what group commit pays per transaction.
    */
   async function write(q: Queryable, rows: readonly IngestRow[]): Promise<void> {
-    const stmts: [sql: string, params: unknown[]][] = [];
+    const stmts: Statement[] = [];
     stmts.push([
       `INSERT INTO telemetry (server_id, received_at, success, latency_ms, tool_name, http_status)
        SELECT * FROM unnest($1::int8[], $2::timestamptz[], $3::bool[], $4::float8[], $5::text[], $6::int4[])`,
@@ -196,14 +197,7 @@ export function telemetryStore(db: Queryable) {
         ev.map((e) => new Date(e.at).toISOString()),
       ],
     ]);
-    const params: unknown[] = [];
-    const parts = stmts.map(([sql, ps]) => {
-      const offset = params.length;
-      params.push(...ps);
-      return sql.replace(/\$(\d+)/g, (_m, d: string) => `$${Number(d) + offset}`);
-    });
-    const last = parts.pop()!;
-    await q.query(`WITH ${parts.map((sql, i) => `w${i} AS (${sql})`).join(',\n')}\n${last}`, params);
+    await q.query(...oneStatement(stmts));
   }
 
   return {

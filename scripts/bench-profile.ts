@@ -1,0 +1,79 @@
+// `npx tsx scripts/bench-profile.ts <report|trust|preflight|leaderboard|connect> [seconds]`:
+// a CPU profile of the service's main thread while ONE scenario of `npm run bench` runs against
+// it (autocannon in a child process, 50 connections), nothing else. The service runs in this
+// process on a scratch PostgreSQL database (DATABASE_URL or the local default), profiled with
+// node:inspector from the end of the warm-up to the end of the load; the profile is written to
+// bench-profiles/ and summarised (scripts/cpuprofile-top.ts).
+import { spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
+import { toBinary, create } from '@bufbuild/protobuf';
+import { ReportRequestSchema } from '../gen/observatory/v1/telemetry_pb.js';
+import { loadConfig } from '../src/config.js';
+import { createScratchDatabase } from '../src/db/scratch.js';
+import { createObservatory } from '../src/server.js';
+import { summarize } from './cpuprofile-top.js';
+
+const scenario = process.argv[2] ?? 'trust';
+const seconds = Number(process.argv[3] ?? 10);
+const SERVERS = 200;
+const serverUrl = (i: number) => `https://bench-${i}.example.com/mcp`;
+
+function autocannon(args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['node_modules/autocannon/autocannon.js', '-c', '50', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    child.once('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(out))));
+  });
+}
+
+const scratch = await createScratchDatabase(process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres', 'obs_profile');
+const config = loadConfig({ PORT: '18184', HOST: '127.0.0.1', LOG_LEVEL: 'warn', DATABASE_URL: scratch.url, RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0' });
+const obs = await createObservatory(config, { logger: false });
+try {
+  const base = await obs.listen();
+  for (let i = 0; i < SERVERS * 5; i++) {
+    const res = await fetch(`${base}/api/report`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ server_url: serverUrl(i % SERVERS), success: i % 7 !== 0, latency_ms: 50 + (i % 90), tool_name: 'search' }),
+    });
+    if (!res.ok) throw new Error(`seeding: ${res.status}`);
+  }
+  // autocannon's [<id>] placeholder does not exist; rotate with a few fixed URLs instead.
+  const args: Record<string, string[]> = {
+    report: ['-m', 'POST', '-H', 'content-type=application/json', '-b', JSON.stringify({ server_url: serverUrl(3), success: true, latency_ms: 42, tool_name: 'search' }), `${base}/api/report`],
+    trust: [`${base}/api/trust?url=${encodeURIComponent(serverUrl(3))}`],
+    preflight: [`${base}/v1/preflight?target=${encodeURIComponent(serverUrl(3))}`],
+    leaderboard: [`${base}/api/leaderboard`],
+    connect: [
+      '-m',
+      'POST',
+      '-H',
+      'content-type=application/proto',
+      '-b',
+      Buffer.from(toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: serverUrl(1), success: true, latencyMs: 42 }))).toString('latin1'),
+      `${base}/observatory.v1.TelemetryService/Report`,
+    ],
+  };
+  if (!args[scenario]) throw new Error(`unknown scenario ${scenario}; one of ${Object.keys(args).join(', ')}`);
+  await autocannon(['-d', '3', ...args[scenario]!]); // warm-up (JIT, pools)
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.setSamplingInterval', { interval: 200 });
+  await session.post('Profiler.start');
+  const out = await autocannon(['-d', String(seconds), ...args[scenario]!]);
+  const { profile } = await session.post('Profiler.stop');
+  session.disconnect();
+  mkdirSync('bench-profiles', { recursive: true });
+  const file = `bench-profiles/${scenario}-${Date.now()}.cpuprofile`;
+  writeFileSync(file, JSON.stringify(profile));
+  console.log(out.split('\n').filter((l) => /Req\/Sec|Latency|requests in|non 2xx/i.test(l) || /^│ (Latency|Req)/.test(l)).join('\n'));
+  console.log(summarize(file, 40));
+} finally {
+  await obs.close();
+  await scratch.drop();
+}

@@ -1,0 +1,50 @@
+// `npx tsx scripts/cpuprofile-top.ts <file.cpuprofile> [n]`: the functions with the most self
+// time in a V8 CPU profile (as written by `node --cpu-prof`, e.g. `npm run bench -- --profile`),
+// plus the share of idle time and a per-package rollup. No dependencies, no browser needed.
+import { readFileSync } from 'node:fs';
+
+interface Node {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface Profile {
+  nodes: Node[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+export function summarize(file: string, top = 25): string {
+  const p = JSON.parse(readFileSync(file, 'utf8')) as Profile;
+  const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const self = new Map<number, number>();
+  for (let i = 0; i < p.samples.length; i++) self.set(p.samples[i]!, (self.get(p.samples[i]!) ?? 0) + (p.timeDeltas[i] ?? 0));
+  const total = [...self.values()].reduce((a, b) => a + b, 0);
+  const fn = new Map<string, number>();
+  const pkg = new Map<string, number>();
+  for (const [id, t] of self) {
+    const n = byId.get(id)!;
+    const url = n.callFrame.url.replace(/^file:\/\//, '').replace(process.cwd() + '/', '');
+    const key = `${n.callFrame.functionName || '(anonymous)'} ${url ? `${url.split('/').slice(-2).join('/')}:${n.callFrame.lineNumber + 1}` : ''}`.trim();
+    fn.set(key, (fn.get(key) ?? 0) + t);
+    const m = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
+    const group = m ? m[1]! : url.startsWith('src/') ? 'ours: src/' + url.split('/')[1] : url === '' ? n.callFrame.functionName || '(native)' : url.startsWith('node:') ? 'node core' : 'other';
+    pkg.set(group, (pkg.get(group) ?? 0) + t);
+  }
+  const pct = (t: number) => `${((t / total) * 100).toFixed(1).padStart(5)}%`;
+  const lines = [`${file}: ${(total / 1e6).toFixed(1)} s sampled`, '', 'self time by package / area:'];
+  for (const [k, t] of [...pkg].sort((a, b) => b[1] - a[1]).slice(0, 15)) lines.push(`${pct(t)}  ${k}`);
+  lines.push('', `top ${top} functions by self time:`);
+  for (const [k, t] of [...fn].sort((a, b) => b[1] - a[1]).slice(0, top)) lines.push(`${pct(t)}  ${k}`);
+  return lines.join('\n');
+}
+
+const isEntry = process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href;
+if (isEntry) {
+  const [file, n] = process.argv.slice(2);
+  if (!file) {
+    console.error('usage: tsx scripts/cpuprofile-top.ts <file.cpuprofile> [top-n]');
+    process.exit(2);
+  }
+  console.log(summarize(file, n ? Number(n) : 25));
+}
