@@ -198,6 +198,29 @@ export function createTrustEngine(db: Queryable) {
     return out;
   }
 
+  // Misses of different servers arriving in the same event-loop turn are computed together: one
+  // set of queries for all of them, as of the latest of their times (at most a loop turn apart).
+  let batch: { server: ServerRow; at: Date; resolve: (m: Map<number, ComputedScore>) => void; reject: (err: unknown) => void }[] = [];
+  let batchScheduled = false;
+  function computeSoon(server: ServerRow, at: Date): Promise<Map<number, ComputedScore>> {
+    return new Promise((resolve, reject) => {
+      batch.push({ server, at, resolve, reject });
+      if (batchScheduled) return;
+      batchScheduled = true;
+      setImmediate(() => {
+        batchScheduled = false;
+        const items = batch;
+        batch = [];
+        const servers = new Map(items.map((i) => [i.server.id, i.server]));
+        const latest = new Date(Math.max(...items.map((i) => i.at.getTime())));
+        compute([...servers.values()], latest).then(
+          (m) => items.forEach((i) => i.resolve(m)),
+          (err: unknown) => items.forEach((i) => i.reject(err)),
+        );
+      });
+    });
+  }
+
   /** A full, current computation of one server: from memory when fresh, computed once for concurrent callers otherwise. */
   function current(server: ServerRow, at: Date): Promise<ComputedScore> {
     const hit = memoHit(server, at);
@@ -205,7 +228,7 @@ export function createTrustEngine(db: Queryable) {
     const gen = genOf(server.id);
     const inflight = pending.get(server.id);
     if (inflight && inflight.gen === gen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) return inflight.p;
-    const p = compute([server], at)
+    const p = computeSoon(server, at)
       .then((m) => {
         const c = m.get(server.id)!;
         remember(server, gen, c.computed_at, summaryOf(c), c);
