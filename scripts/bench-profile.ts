@@ -5,7 +5,9 @@
 // node:inspector from the end of the warm-up to the end of the load; the profile is written to
 // bench-profiles/ and summarised (scripts/cpuprofile-top.ts).
 import { spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Session } from 'node:inspector/promises';
 import { toBinary, create } from '@bufbuild/protobuf';
 import { ReportRequestSchema } from '../gen/observatory/v1/telemetry_pb.js';
@@ -42,6 +44,9 @@ try {
     });
     if (!res.ok) throw new Error(`seeding: ${res.status}`);
   }
+  // A binary body cannot travel as a command-line argument: autocannon reads it from a file.
+  const bodyFile = join(mkdtempSync(join(tmpdir(), 'obs-profile-')), 'report.bin');
+  writeFileSync(bodyFile, toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: serverUrl(1), success: true, latencyMs: 42 })));
   // autocannon's [<id>] placeholder does not exist; rotate with a few fixed URLs instead.
   const args: Record<string, string[]> = {
     report: ['-m', 'POST', '-H', 'content-type=application/json', '-b', JSON.stringify({ server_url: serverUrl(3), success: true, latency_ms: 42, tool_name: 'search' }), `${base}/api/report`],
@@ -53,8 +58,8 @@ try {
       'POST',
       '-H',
       'content-type=application/proto',
-      '-b',
-      Buffer.from(toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: serverUrl(1), success: true, latencyMs: 42 }))).toString('latin1'),
+      '-i',
+      bodyFile,
       `${base}/observatory.v1.TelemetryService/Report`,
     ],
   };

@@ -1,4 +1,4 @@
-// `npm run bench -- --scale`: GET /api/trust and GET /api/leaderboard with 10 thousand stored
+// Part of `npm run bench` (PostgreSQL; skip with --no-scale): GET /api/trust and GET /api/leaderboard with 10 thousand stored
 // reports, then with 10 million, on the same service process and database (PostgreSQL). The
 // reports are written directly in SQL (scripts/bench-scale-load.ts), not through HTTP.
 import { createScratchDatabase } from '../src/db/scratch.js';

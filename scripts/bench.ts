@@ -7,9 +7,11 @@
 // changes during the bench moves both figures of a ratio together. Results are printed and
 // written to docs/performance.md between the BENCH markers.
 //
-// Flags: --pglite, --no-write, --scale (adds the 10 thousand vs 10 million stored reports
-// comparison, PostgreSQL only), --only=report,trust,preflight,leaderboard,connect,stream,
-// --profile (CPU profile of the service child, summarised at the end).
+// Flags: --pglite, --no-write, --no-scale (skips the 10 thousand vs 10 million stored reports
+// comparison, which runs on PostgreSQL only and takes about 3 of the bench's ~6 minutes), --only=report,trust,preflight,leaderboard,connect,stream,
+// --repeat=N (the hot paths N times, each on a fresh database, plus a table of median ratios),
+// --profile (CPU profile of the whole service child, summarised at the end; for one scenario
+// alone use `npm run bench:profile -- <scenario>`).
 import autocannon from 'autocannon';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
@@ -28,9 +30,10 @@ const flag = (name: string) => argv.includes(name);
 const option = (name: string) => argv.find((a) => a.startsWith(`${name}=`))?.slice(name.length + 1);
 const usePglite = flag('--pglite');
 const write = !flag('--no-write');
-const scale = flag('--scale');
+const scale = !flag('--no-scale');
 const profile = flag('--profile');
 const only = option('--only')?.split(',') ?? null;
+const repeat = Math.max(1, Number(option('--repeat') ?? 1));
 const SERVERS = 200;
 const SVC_PORT = 18181;
 const CEIL_PORT = 18182;
@@ -236,6 +239,22 @@ function hotTable(rows: Row[]): string {
   return `${header}\n${lines.join('\n')}\n`;
 }
 
+/** Median ratio per scenario over repeated runs (each against its own adjacent ceiling). */
+function medianTable(runs: Row[][]): string {
+  const names = runs[0]!.filter((r) => r.ratio !== undefined).map((r) => r.name);
+  const median = (xs: number[]) => {
+    const s = [...xs].sort((a, b) => a - b);
+    return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  };
+  const lines = names.map((name) => {
+    const rows = runs.map((rs) => rs.find((r) => r.name === name)!).filter(Boolean);
+    const ratios = rows.map((r) => r.ratio!);
+    const first = rows[0]!;
+    return `| ${name} | ${ratios.map((x) => `${(x * 100).toFixed(0)}%`).join(', ')} | ${(median(ratios) * 100).toFixed(0)}% of ${first.ceiling!.name} | ${median(rows.map((r) => r.p99))} | ${first.target ?? '-'} |`;
+  });
+  return `Median over ${runs.length} runs:\n\n| Scenario | ratios | median | median p99 ms | target |\n|---|---|---:|---:|---|\n${lines.join('\n')}\n`;
+}
+
 function scaleTable(s: ScaleResult): string {
   const header = `| Scenario | ${s.small.label}: req/s | mean ms | p99 ms | load 1m | ${s.big.label}: req/s | mean ms | p99 ms | load 1m | mean ratio | p99 ratio | within 1.5x |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|`;
   const lines = s.scenarios.map((name) => {
@@ -268,13 +287,21 @@ async function main() {
   const started = performance.now();
   const machine = `${cpus().length} cores (${cpus()[0]?.model ?? 'unknown CPU'}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
   const loadAtStart = load1();
-  const { rows, profiles } = await hotPaths();
+  const runs: Row[][] = [];
+  let profiles: string[] = [];
+  for (let i = 0; i < repeat; i++) {
+    if (repeat > 1) process.stderr.write(`--- run ${i + 1} of ${repeat}\n`);
+    const r = await hotPaths();
+    runs.push(r.rows);
+    profiles = r.profiles;
+  }
   const meta = `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${machine}, storage: ${usePglite ? 'PGlite' : 'PostgreSQL'}; autocannon, ${CONNECTIONS} connections, ${DURATION} s per scenario after a ${WARMUP} s warm-up, ${SERVERS} seeded servers; load average (1 min) ${loadAtStart} at start, per row below.`;
-  const table = `${meta}\n\n${hotTable(rows)}`;
+  const tables = runs.map((rows, i) => `${repeat > 1 ? `Run ${i + 1} of ${repeat}:\n\n` : ''}${hotTable(rows)}`);
+  const table = `${meta}\n\n${tables.join('\n')}${repeat > 1 ? `\n${medianTable(runs)}` : ''}`;
   process.stdout.write(`\n${table}`);
   let scaleText: string | null = null;
   if (scale) {
-    if (usePglite) process.stderr.write('--scale runs on PostgreSQL only (10 million rows do not fit an in-memory PGlite); skipped\n');
+    if (usePglite) process.stderr.write('the scale comparison runs on PostgreSQL only (10 million rows in embedded PGlite would take most of the time budget); skipped\n');
     else {
       const s = await runScale({ baseUrl: BASE_URL, serviceEnv: SERVICE_ENV, servers: SERVERS, duration: DURATION });
       scaleText = `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${machine}, PostgreSQL; autocannon, ${CONNECTIONS} connections, ${DURATION} s per scenario, ${SERVERS} servers.\n\n${scaleTable(s)}`;
@@ -285,7 +312,7 @@ async function main() {
   for (const p of profiles) process.stdout.write(`\n${summarize(p, 30)}\n`);
   if (write && only === null) {
     writeBlock(usePglite ? 'PGLITE' : 'POSTGRES', `Latest \`npm run bench\` (${usePglite ? 'PGlite' : 'PostgreSQL'})`, table);
-    if (scaleText) writeBlock('SCALE', 'Latest `npm run bench -- --scale`', scaleText);
+    if (scaleText) writeBlock('SCALE', 'Latest `npm run bench`: scale', scaleText);
   }
 }
 

@@ -39,8 +39,14 @@ export function createTelemetryService({ db, now, observe }: ServiceDeps) {
     }
     const at = now();
     const toolName = input.toolName ?? null;
-    const name = serverNameFromUrl(url);
-    const server = await servers.ensure({ url, name, slug: slugify(name), category: classifyCategory([name, toolName ?? '']) }, at);
+    const server = await servers.ensure(
+      url,
+      () => {
+        const name = serverNameFromUrl(url);
+        return { name, slug: slugify(name), category: classifyCategory([name, toolName ?? '']) };
+      },
+      at,
+    );
     // Reported tool names refine a category the URL alone could not tell.
     if (server.category === 'general' && toolName) {
       const refined = classifyCategory([server.name, toolName]);

@@ -21,14 +21,17 @@ export function serverCache(db: Queryable) {
   }
 
   return {
-    /** Like serverStore.ensure, from memory when the server is known. */
-    ensure(s: { url: string; name: string; slug: string; category: string }, now: Date): Promise<ServerRow> {
-      const hit = byUrl.get(s.url);
+    /**
+     * Like serverStore.ensure, from memory when the server is known. `describe` (name, slug,
+     * category of a new server) is only called when the server is not in memory.
+     */
+    ensure(url: string, describe: () => { name: string; slug: string; category: string }, now: Date): Promise<ServerRow> {
+      const hit = byUrl.get(url);
       if (hit) return Promise.resolve(hit);
-      let p = inflight.get(s.url);
+      let p = inflight.get(url);
       if (!p) {
-        p = servers.ensure(s, now).then(remember).finally(() => inflight.delete(s.url));
-        inflight.set(s.url, p);
+        p = servers.ensure({ url, ...describe() }, now).then(remember).finally(() => inflight.delete(url));
+        inflight.set(url, p);
       }
       return p;
     },
