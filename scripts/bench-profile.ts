@@ -32,7 +32,7 @@ function autocannon(args: string[]): Promise<string> {
 }
 
 const scratch = await createScratchDatabase(process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres', 'obs_profile');
-const config = loadConfig({ PORT: '18184', HOST: '127.0.0.1', LOG_LEVEL: 'warn', DATABASE_URL: scratch.url, RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0' });
+const config = loadConfig({ PORT: '18184', HOST: '127.0.0.1', LOG_LEVEL: 'warn', DATABASE_URL: scratch.url, RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0', OBSERVE_ENABLED: '0' });
 const obs = await createObservatory(config, { logger: false });
 try {
   const base = await obs.listen();
