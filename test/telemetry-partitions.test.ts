@@ -14,7 +14,7 @@ import { createTrustEngine } from '../src/services/trust-engine.js';
 import { serverStore, type ServerRow } from '../src/store/servers.js';
 import { telemetryPartitionStore } from '../src/store/telemetry-partitions.js';
 import { telemetryStore, type IngestRow } from '../src/store/telemetry.js';
-import { createTestDatabase, type TestDatabase } from './support/db.js';
+import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 import { startTestApp } from './support/app.js';
 
 const MIGRATIONS = fileURLToPath(new URL('../src/db/migrations', import.meta.url));
@@ -197,6 +197,25 @@ describe('partitioned telemetry on the database', () => {
     } finally {
       await retention.close();
     }
+  });
+
+  // PostgreSQL only: PGlite runs one statement at a time, so nothing can race there.
+  it.skipIf(backend !== 'postgres')('inserts racing the creation of their month\'s partition are all stored, in that partition', async () => {
+    tdb = await createTestDatabase();
+    const { db } = tdb;
+    const s = await server(db);
+    const month = partitionFor(d('2033-05-01T00:00:00Z'));
+    const telemetry = telemetryStore(db);
+    // Concurrent single-report batches into a month without a partition (they start in the
+    // default partition) while the partition job gives that month its own partition.
+    const writes = Array.from({ length: 40 }, (_, i) =>
+      new Promise((r) => setTimeout(r, i * 3)).then(() => telemetry.insertMany([row(s, `2033-05-10T10:00:${String(i).padStart(2, '0')}Z`, `race-${i}`)])),
+    );
+    const created = new Promise((r) => setTimeout(r, 30)).then(() => telemetryPartitionStore(db).create(month));
+    await Promise.all([...writes, created]);
+    const rows = await partitionOf(db);
+    expect(rows).toHaveLength(40);
+    expect(new Set(rows.map((r) => r.part))).toEqual(new Set([month.name]));
   });
 
   it('the service runs the job at start-up (once per period across instances) with its clock', async () => {

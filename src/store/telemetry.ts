@@ -37,6 +37,12 @@ const ageFactor = (t: string) =>
 const decayedSum = (col: string) => `e.${col} * ${ageFactor('e')} + EXCLUDED.${col} * ${ageFactor('EXCLUDED')}`;
 const histSum = (alias: string) => `ARRAY(SELECT a + b FROM unnest(${alias}.hist, EXCLUDED.hist) AS u(a, b))`;
 
+const PARTITION_RACE_RETRIES = 5;
+function isPartitionRace(err: unknown): boolean {
+  const e = err as { code?: string; message?: string } | null;
+  return e?.code === '23514' && /violates partition constraint/.test(e.message ?? '');
+}
+
 const pgArray = (xs: readonly number[]) => `{${xs.join(',')}}`;
 
 function is5xx(status: number | null): boolean {
@@ -197,7 +203,20 @@ export function telemetryStore(db: Queryable) {
         ev.map((e) => new Date(e.at).toISOString()),
       ],
     ]);
-    await q.query(...oneStatement(stmts));
+    const stmt = oneStatement(stmts);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await q.query(...stmt);
+        return;
+      } catch (err) {
+        // A row routed to the default partition while the partition job attached its month's
+        // partition fails PostgreSQL's re-check (the insert planned with the old partition set).
+        // The statement is atomic, so nothing was written: run it again, now routed to the new
+        // partition. No row is ever refused because of partition maintenance.
+        if (attempt < PARTITION_RACE_RETRIES && isPartitionRace(err)) continue;
+        throw err;
+      }
+    }
   }
 
   return {
