@@ -36,8 +36,7 @@ export async function startMcpTarget(initial: Tool[], pageSize = 2) {
     if ((body as { method?: string } | undefined)?.method === 'initialize') initializations++;
     await transport.handleRequest(req, res, body);
   });
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const port = (srv.address() as AddressInfo).port;
+  const { port, close } = await listenOnLoopback(srv);
   return {
     url: `http://127.0.0.1:${port}/mcp`,
     setTools(next: Tool[]) {
@@ -47,10 +46,7 @@ export async function startMcpTarget(initial: Tool[], pageSize = 2) {
     get initializations() {
       return initializations;
     },
-    async close() {
-      srv.closeAllConnections();
-      await new Promise((r) => srv.close(r));
-    },
+    close,
   };
 }
 
@@ -81,17 +77,13 @@ export async function startSseMcpTarget(tools: Tool[]) {
     }
     res.writeHead(404).end();
   });
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const port = (srv.address() as AddressInfo).port;
+  const { port, close } = await listenOnLoopback(srv);
   return {
     url: `http://127.0.0.1:${port}/sse`,
     get initializations() {
       return initializations;
     },
-    async close() {
-      srv.closeAllConnections();
-      await new Promise((r) => srv.close(r));
-    },
+    close,
   };
 }
 
@@ -102,13 +94,21 @@ export async function startHttpStub(handler: http.RequestListener) {
     requests++;
     handler(req, res);
   });
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const port = (srv.address() as AddressInfo).port;
+  const { port, close } = await listenOnLoopback(srv);
   return {
     url: `http://127.0.0.1:${port}/mcp`,
     get requests() {
       return requests;
     },
+    close,
+  };
+}
+
+/** Listens on a free 127.0.0.1 port; `close` drops open connections and waits for the server to stop. */
+async function listenOnLoopback(srv: http.Server): Promise<{ port: number; close: () => Promise<void> }> {
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  return {
+    port: (srv.address() as AddressInfo).port,
     async close() {
       srv.closeAllConnections();
       await new Promise((r) => srv.close(r));
