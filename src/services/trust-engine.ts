@@ -76,7 +76,9 @@ export function createTrustEngine(db: Queryable) {
   const baselineMemo = new Map<string, { value: CategoryBaselineValue; at: number; mono: number }>();
   const baselinePending = new Map<string, { gen: number; at: number; p: Promise<CategoryBaselineValue> }>();
   // What was last written to server_scores per server (see SCORE_RESAVE_MS).
-  const lastSaved = new Map<number, { key: string; bucket: number; at: number; mono: number }>();
+  // `saved` settles when that write committed: a computation that skips an identical write waits
+  // for it, so a ranked read after it never misses a row another computation is still writing.
+  const lastSaved = new Map<number, { key: string; bucket: number; at: number; mono: number; saved: Promise<void> }>();
   onTelemetryCommitted(db, (ids) => {
     rankedMemo.clear();
     baselineMemo.clear();
@@ -168,15 +170,20 @@ export function createTrustEngine(db: Queryable) {
       out.set(server.id, { server, trust_score, verdict, breakdown, anomaly, totals: t, baseline, computed_at: at });
     }
     const mono = performance.now();
+    const earlier: Promise<void>[] = [];
+    const entries: { key: string; bucket: number; at: number; mono: number; saved: Promise<void> }[] = [];
     const rows = [...out.values()].flatMap((c) => {
       const bucket = hourStart(at);
       const key = `${c.trust_score}|${c.verdict}|${c.anomaly.flags.join(',')}|${c.totals?.n ?? 0}`;
       const prev = lastSaved.get(c.server.id);
       if (prev && prev.key === key && prev.bucket === bucket && at.getTime() >= prev.at && at.getTime() - prev.at < SCORE_RESAVE_MS && mono - prev.mono < SCORE_RESAVE_MS) {
+        earlier.push(prev.saved);
         return [];
       }
       if (lastSaved.size >= SCORE_CACHE_MAX_ENTRIES) lastSaved.clear();
-      lastSaved.set(c.server.id, { key, bucket, at: at.getTime(), mono });
+      const entry = { key, bucket, at: at.getTime(), mono, saved: Promise.resolve() };
+      lastSaved.set(c.server.id, entry);
+      entries.push(entry);
       return [
         {
           server_id: c.server.id,
@@ -189,12 +196,20 @@ export function createTrustEngine(db: Queryable) {
         },
       ];
     });
+    const save = scores.save(rows);
+    const settled = save.then(
+      () => undefined,
+      () => undefined,
+    );
+    for (const e of entries) e.saved = settled;
     try {
-      await scores.save(rows);
+      await save;
     } catch (err) {
-      for (const r of rows) lastSaved.delete(r.server_id);
+      for (const r of rows) if (lastSaved.get(r.server_id)?.saved === settled) lastSaved.delete(r.server_id);
       throw err;
     }
+    // Identical rows written by a computation still in flight: committed before this one returns.
+    await Promise.all(earlier);
     return out;
   }
 
