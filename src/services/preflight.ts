@@ -7,6 +7,7 @@ import type { ReceiptKind } from '../signing/receipts.js';
 import { demandStore, type VerdictCounts } from '../store/demand.js';
 import { receiptBatcher } from '../store/receipt-batcher.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
+import { rememberedHits } from '../store/server-cache.js';
 import { SCORE_CACHE_MS } from './trust-engine.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import type { TrustService } from './trust.js';
@@ -65,17 +66,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   const demand = demandStore(db);
   const store = receiptBatcher(db, { onBatch: deps.observe?.receiptBatch });
   // Resolved targets (hits only) for SCORE_CACHE_MS: a server row only ever changes its category.
-  const resolved = new Map<string, { row: ServerRow; mono: number }>();
-  async function resolve(target: string): Promise<ServerRow | null> {
-    const hit = resolved.get(target);
-    if (hit && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.row;
-    const row = await servers.resolve(target);
-    if (row) {
-      if (resolved.size >= 100_000) resolved.clear();
-      resolved.set(target, { row, mono: performance.now() });
-    }
-    return row;
-  }
+  const resolve = rememberedHits((target) => servers.resolve(target), SCORE_CACHE_MS);
 
   /**
    * The lookup half of a pre-flight: what the observatory knows about `target` right now. The

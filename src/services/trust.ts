@@ -23,6 +23,7 @@ import { gradeFor, SLA_MIN_INTERACTIONS_30D, slaTierFor, type PreflightVerdict, 
 import { invalidArgument, notTracked } from '../errors.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
+import { rememberedHits } from '../store/server-cache.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { serversWithDriftFlag, toolManifestDriftFlags } from './drift.js';
@@ -129,18 +130,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
   // GetTrust hot path: server rows by URL (hits only, SCORE_CACHE_MS like the scores) and the
   // response built once per computation. Responses are shared: callers must not mutate them.
-  const serverByUrl = new Map<string, { row: ServerRow; mono: number }>();
   const trustResponses = new WeakMap<ComputedScore, MessageInitShape<typeof GetTrustResponseSchema>>();
-  async function trackedByUrl(url: string): Promise<ServerRow | null> {
-    const hit = serverByUrl.get(url);
-    if (hit && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.row;
-    const row = await servers.byUrl(url);
-    if (row) {
-      if (serverByUrl.size >= 100_000) serverByUrl.clear();
-      serverByUrl.set(url, { row, mono: performance.now() });
-    }
-    return row;
-  }
+  const trackedByUrl = rememberedHits((url) => servers.byUrl(url), SCORE_CACHE_MS);
 
   async function tiersOf(category: string | null, at: Date): Promise<Map<string, SlaTier>> {
     const [all, counts] = await Promise.all([engine.ranked(category, at), telemetry.countsSince(new Date(at.getTime() - 30 * DAY_MS))]);

@@ -44,3 +44,21 @@ export function serverCache(db: Queryable) {
     },
   };
 }
+
+/**
+ * `lookup` with its found rows remembered for `ttlMs` (a miss is never remembered, so a server
+ * tracked a moment later is found at once). Bounded: beyond `maxEntries` it starts over.
+ */
+export function rememberedHits(lookup: (key: string) => Promise<ServerRow | null>, ttlMs: number, maxEntries = 100_000): (key: string) => Promise<ServerRow | null> {
+  const hits = new Map<string, { row: ServerRow; mono: number }>();
+  return async (key) => {
+    const hit = hits.get(key);
+    if (hit && performance.now() - hit.mono < ttlMs) return hit.row;
+    const row = await lookup(key);
+    if (row) {
+      if (hits.size >= maxEntries) hits.clear();
+      hits.set(key, { row, mono: performance.now() });
+    }
+    return row;
+  };
+}
