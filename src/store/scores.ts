@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/index.js';
+import { groupByServer } from './by-server.js';
 
 /** The cached current score of a server (last computation) and its hourly history. */
 export interface ScoreRow {
@@ -101,19 +102,13 @@ export function scoreStore(db: Queryable) {
 
     /** Hourly score snapshots of the given servers with from <= bucket <= to, oldest first. */
     async history(serverIds: readonly number[], from: Date, to: Date): Promise<Map<number, { bucket: Date; trust_score: number }[]>> {
-      const out = new Map<number, { bucket: Date; trust_score: number }[]>();
-      if (serverIds.length === 0) return out;
+      if (serverIds.length === 0) return new Map();
       const rows = await db.query<{ server_id: number; bucket: Date; trust_score: number }>(
         `SELECT server_id, bucket, trust_score FROM score_snapshots
           WHERE server_id = ANY($1::int8[]) AND bucket >= $2 AND bucket <= $3 ORDER BY server_id, bucket`,
         [serverIds, from.toISOString(), to.toISOString()],
       );
-      for (const { server_id, ...p } of rows) {
-        const list = out.get(server_id) ?? [];
-        list.push(p);
-        out.set(server_id, list);
-      }
-      return out;
+      return groupByServer(rows);
     },
 
     /** The last snapshot (within 30 days) of each server taken at or before `at`: the score at a window's start. */

@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/index.js';
+import { groupByServer } from './by-server.js';
 import { emptyHistogram, latencyBin } from '../domain/latency-histogram.js';
 import { decayFactor, HALF_LIFE_HOURS, type SourceAccumulator } from '../domain/scoring.js';
 import { HOUR_MS, type HourRollup, type SourceHourRollup } from '../domain/anomaly.js';
@@ -244,25 +245,17 @@ export function telemetryStore(db: Queryable) {
     },
 
     async evidence(serverIds: readonly number[]): Promise<Map<number, SourceAccumulator[]>> {
-      const out = new Map<number, SourceAccumulator[]>();
-      if (serverIds.length === 0) return out;
+      if (serverIds.length === 0) return new Map();
       const rows = await db.query<SourceAccumulator & { server_id: number }>(
         `SELECT server_id, source, weight, successes, latency_sum, reports, updated_at FROM trust_evidence WHERE server_id = ANY($1::int8[])`,
         [serverIds],
       );
-      for (const r of rows) {
-        const { server_id, ...acc } = r;
-        const list = out.get(server_id) ?? [];
-        list.push(acc);
-        out.set(server_id, list);
-      }
-      return out;
+      return groupByServer(rows);
     },
 
     /** Hourly rollups (all sources summed) of the given servers with from <= bucket <= to. */
     async hourly(serverIds: readonly number[], from: Date, to: Date): Promise<Map<number, HourRollup[]>> {
-      const out = new Map<number, HourRollup[]>();
-      if (serverIds.length === 0) return out;
+      if (serverIds.length === 0) return new Map();
       const rows = await db.query<HourRollup & { server_id: number }>(
         `SELECT server_id, bucket, sum(n)::int8 AS n, sum(successes)::int8 AS successes, sum(latency_sum)::float8 AS latency_sum,
                 sum(n_5xx)::int8 AS n_5xx
@@ -270,30 +263,19 @@ export function telemetryStore(db: Queryable) {
           GROUP BY server_id, bucket ORDER BY server_id, bucket`,
         [serverIds, from.toISOString(), to.toISOString()],
       );
-      for (const { server_id, ...h } of rows) {
-        const list = out.get(server_id) ?? [];
-        list.push(h);
-        out.set(server_id, list);
-      }
-      return out;
+      return groupByServer(rows);
     },
 
     /** Hourly rollups per source of the given servers with from <= bucket <= to (source-robust anomaly tests). */
     async hourlyBySource(serverIds: readonly number[], from: Date, to: Date): Promise<Map<number, SourceHourRollup[]>> {
-      const out = new Map<number, SourceHourRollup[]>();
-      if (serverIds.length === 0) return out;
+      if (serverIds.length === 0) return new Map();
       const rows = await db.query<SourceHourRollup & { server_id: number }>(
         `SELECT server_id, bucket, source, n, successes, latency_sum, n_5xx
            FROM telemetry_hourly WHERE server_id = ANY($1::int8[]) AND bucket >= $2 AND bucket <= $3
           ORDER BY server_id, bucket, source`,
         [serverIds, from.toISOString(), to.toISOString()],
       );
-      for (const { server_id, ...h } of rows) {
-        const list = out.get(server_id) ?? [];
-        list.push({ ...h, n: Number(h.n), successes: Number(h.successes), latency_sum: Number(h.latency_sum), n_5xx: Number(h.n_5xx) });
-        out.set(server_id, list);
-      }
-      return out;
+      return groupByServer(rows, (h) => ({ ...h, n: Number(h.n), successes: Number(h.successes), latency_sum: Number(h.latency_sum), n_5xx: Number(h.n_5xx) }));
     },
 
     /** Per-source evidence of every server of a category (its source-robust baseline). */
@@ -303,13 +285,7 @@ export function telemetryStore(db: Queryable) {
            FROM trust_evidence e JOIN servers s ON s.id = e.server_id WHERE s.category = $1`,
         [category],
       );
-      const out = new Map<number, SourceAccumulator[]>();
-      for (const { server_id, ...acc } of rows) {
-        const list = out.get(server_id) ?? [];
-        list.push(acc);
-        out.set(server_id, list);
-      }
-      return out;
+      return groupByServer(rows);
     },
 
     /** Sums over one server's rollups with from <= bucket < to (null bounds are open). */
