@@ -3,7 +3,8 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError, loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config.js';
+import { expectConfigRefusal } from './support/config.js';
 
 describe('configuration', () => {
   it('has the documented defaults', () => {
@@ -23,15 +24,7 @@ describe('configuration', () => {
     ['SIGNING_KEY_JWK', '{"kty":"RSA"}'],
     ['LOG_LEVEL', 'loud'],
   ])('refuses %s=%s with an error naming the variable', (name, value) => {
-    let err: unknown;
-    try {
-      loadConfig({ [name]: value });
-    } catch (e) {
-      err = e;
-    }
-    expect(err).toBeInstanceOf(ConfigError);
-    expect((err as ConfigError).variable).toBe(name);
-    expect((err as Error).message.startsWith(`${name}:`)).toBe(true);
+    expectConfigRefusal(name, value);
   });
 
   it('parses TRUST_PROXY forms', () => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../src/config.js';
+import { loadConfig } from '../src/config.js';
 import { decideGate, matchRoute, parseGateRoutes, resolveUpstream, type GateRoute } from '../src/domain/gate.js';
+import { expectConfigRefusal } from './support/config.js';
 
 const DEFAULT = { allowUncertain: true, allowUnrated: false };
 
@@ -149,13 +150,6 @@ describe('gate configuration', () => {
     ['GATE_ROUTES', '[{"host":"a.example","upstream":"ftp://x"}]'],
     ['GATE_ROUTES', '[{"host":"a.example"}]'],
   ])('refuses %s=%s with an error naming the variable', (name, value) => {
-    let err: unknown;
-    try {
-      loadConfig({ [name]: value });
-    } catch (e) {
-      err = e;
-    }
-    expect(err).toBeInstanceOf(ConfigError);
-    expect((err as ConfigError).variable).toBe(name);
+    expectConfigRefusal(name, value);
   });
 });
