@@ -1,7 +1,7 @@
 // Environment -> one typed, validated configuration object.
 // A bad value stops start-up with a one-line message naming the variable (see ConfigError).
 
-import { parseGateRoutes, type GateRoute } from './domain/gate.js';
+import { parseGateRoutes, parseTrustedHeaders, type GateRoute, type UpstreamHeader } from './domain/gate.js';
 
 export const INTERFACE_VERSION = '1.3.0';
 
@@ -65,6 +65,11 @@ export interface GateConfig {
   cacheSeconds: number;
   /** GATE_ROUTES: host/path-prefix -> upstream, for gateways that cannot send an upstream header. */
   routes: GateRoute[];
+  /**
+   * GATE_TRUSTED_HEADERS (default none): upstream headers the gateway sets on the checked request
+   * of an ext_authz gRPC Check (overwriting the client's), so they may name the upstream there.
+   */
+  trustedHeaders: UpstreamHeader[];
 }
 
 export class ConfigError extends Error {
@@ -111,6 +116,16 @@ function gateRoutes(env: Env): GateRoute[] {
     return parseGateRoutes(raw);
   } catch (err) {
     throw new ConfigError('GATE_ROUTES', (err as Error).message);
+  }
+}
+
+function trustedHeaders(env: Env): UpstreamHeader[] {
+  const raw = str(env, 'GATE_TRUSTED_HEADERS');
+  if (raw === undefined) return [];
+  try {
+    return parseTrustedHeaders(raw);
+  } catch (err) {
+    throw new ConfigError('GATE_TRUSTED_HEADERS', (err as Error).message);
   }
 }
 
@@ -195,6 +210,7 @@ export function loadConfig(env: Env = process.env): Config {
       allowUnrated: boolDefault(env, 'GATE_ALLOW_UNRATED', false),
       cacheSeconds: int(env, 'GATE_CACHE_SECONDS', 5, 0, 3600),
       routes: gateRoutes(env),
+      trustedHeaders: trustedHeaders(env),
     },
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),
     rateLimitPreflightPerMinute: int(env, 'RATE_LIMIT_PREFLIGHT_PER_MINUTE', 600, 0, 1_000_000),

@@ -2,7 +2,7 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { CheckRequest, CheckResponseSchema } from '../../gen/envoy/service/auth/v3/external_auth_pb.js';
 import { HeaderValueOption_HeaderAppendAction } from '../../gen/envoy/config/core/v3/base_pb.js';
 import { StatusCode } from '../../gen/envoy/type/v3/http_status_pb.js';
-import { decideGate, resolveUpstream, type GateRequestInfo, type UpstreamSource } from '../domain/gate.js';
+import { decideGate, gatewayAssertedHeaders, resolveUpstream, type GateRequestInfo, type UpstreamSource } from '../domain/gate.js';
 import type { PreflightVerdict } from '../domain/verdict.js';
 import { invalidArgument, ObservatoryError } from '../errors.js';
 import { PROBLEM_CONTENT_TYPE, problemBody } from '../errors.js';
@@ -169,8 +169,11 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
       if (headers[k] === undefined) headers[k] = hv.value || Buffer.from(hv.rawValue ?? new Uint8Array()).toString('utf8');
     }
     const info: GateRequestInfo = {
-      headers,
+      // The checked request's headers are the client's (Envoy forwards them): only those the
+      // operator declared gateway-set (GATE_TRUSTED_HEADERS) may name the upstream.
+      gatewayHeaders: gatewayAssertedHeaders(headers, config.gate.trustedHeaders),
       configured: req.attributes?.contextExtensions?.['mcp_server'],
+      via: 'envoy_grpc',
       fallback: http?.host ? { scheme: http.scheme || 'http', host: http.host, path: http.path || '/', routeOnly: false } : undefined,
     };
     let o: GateOutcome;
