@@ -27,8 +27,14 @@ export interface Config {
   gate: GateConfig;
   /** Probe requests (drift, agent-readiness, agency-checklist, compliance) per client address per minute, per instance; 0 = unlimited. */
   rateLimitProbesPerMinute: number;
-  /** Pre-flight requests per client address per minute, per instance; 0 = unlimited. */
+  /** Pre-flight requests (REST and Connect) per client address per minute, per instance; 0 = unlimited. */
   rateLimitPreflightPerMinute: number;
+  /** Gate decisions (/v1/gate, ext_authz Check) per client address (the gateway) per minute, per instance; 0 = unlimited. */
+  rateLimitGatePerMinute: number;
+  /** MCP preflight_check tool calls per client address per minute, per instance; 0 = unlimited. */
+  rateLimitMcpPreflightPerMinute: number;
+  /** A2A skill invocations (message/send) per client address per minute, per instance; 0 = unlimited. */
+  rateLimitA2aSkillsPerMinute: number;
   /**
    * Raw telemetry older than this many days is deleted (whole monthly partitions); 0 keeps it
    * forever. Scores never read raw telemetry; compliance exports (event logs) do.
@@ -214,6 +220,11 @@ export function loadConfig(env: Env = process.env): Config {
     },
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),
     rateLimitPreflightPerMinute: int(env, 'RATE_LIMIT_PREFLIGHT_PER_MINUTE', 600, 0, 1_000_000),
+    // A gateway asks for every request it forwards, all from its own address (docs/reliability.md
+    // "Rate limits" sizes these defaults).
+    rateLimitGatePerMinute: int(env, 'RATE_LIMIT_GATE_PER_MINUTE', 6000, 0, 10_000_000),
+    rateLimitMcpPreflightPerMinute: int(env, 'RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE', 300, 0, 1_000_000),
+    rateLimitA2aSkillsPerMinute: int(env, 'RATE_LIMIT_A2A_SKILLS_PER_MINUTE', 300, 0, 1_000_000),
     telemetryRetentionDays: retentionDays(env),
     observe: {
       enabled: boolDefault(env, 'OBSERVE_ENABLED', true),

@@ -6,7 +6,8 @@ import { decideGate, gatewayAssertedHeaders, resolveUpstream, type GateRequestIn
 import type { PreflightVerdict } from '../domain/verdict.js';
 import { invalidArgument, ObservatoryError } from '../errors.js';
 import { PROBLEM_CONTENT_TYPE, problemBody } from '../errors.js';
-import type { CallContext, ServiceDeps } from './context.js';
+import { clientAddressKey, type CallContext, type ServiceDeps } from './context.js';
+import { rateLimitHeaders, rateLimitMessage, type RateLimiter } from './rate-limits.js';
 import type { PreflightAssessment, PreflightService } from './preflight.js';
 
 // The gateway gate (DECISIONS.md "Gateway decisions"; docs/gateway.md): nginx auth_request and
@@ -94,7 +95,11 @@ export function gateBody(o: GateOutcome, publicBaseUrl: string): Record<string, 
 /** Largest number of upstreams whose verdict is cached at once (oldest dropped first). */
 export const GATE_CACHE_MAX_ENTRIES = 10_000;
 
-export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDeps, 'config' | 'now'>, source: GateVerdictSource<A>) {
+/**
+ * `limits` bounds the gRPC Check per client (the gateway); /v1/gate is limited by its route
+ * (src/http/rate-limit.ts), so `decide` itself takes no token.
+ */
+export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDeps, 'config' | 'now'>, source: GateVerdictSource<A>, limits?: RateLimiter) {
   const { config, now } = deps;
   const policy = { allowUncertain: config.gate.allowUncertain, allowUnrated: config.gate.allowUnrated };
   const ttlMs = config.gate.cacheSeconds * 1000;
@@ -160,6 +165,25 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
 
   /** envoy.service.auth.v3.Authorization/Check: the same decision in Envoy's terms. */
   async function check(req: Partial<CheckRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof CheckResponseSchema>> {
+    // Every decision signs and stores a receipt: one bucket per client (the gateway), shared with
+    // /v1/gate. Over the limit is a definite 429 for Envoy to send (with Retry-After), not a
+    // transport error that failure_mode_allow could turn into an allow.
+    const limited = limits?.take('gate', ctx?.values.get(clientAddressKey));
+    if (limited && !limited.allowed) {
+      const detail = rateLimitMessage(limited);
+      return {
+        // google.rpc.Code RESOURCE_EXHAUSTED
+        status: { code: 8, message: detail },
+        httpResponse: {
+          case: 'deniedResponse',
+          value: {
+            status: { code: StatusCode.TooManyRequests },
+            headers: [...Object.entries(rateLimitHeaders(limited)).map(([k, v]) => header(k, v)), header('content-type', PROBLEM_CONTENT_TYPE)],
+            body: JSON.stringify(problemBody('rate_limited', detail)),
+          },
+        },
+      };
+    }
     const http = req.attributes?.request?.http;
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(http?.headers ?? {})) headers[k.toLowerCase()] = v;
