@@ -1,7 +1,7 @@
 // Environment -> one typed, validated configuration object.
 // A bad value stops start-up with a one-line message naming the variable (see ConfigError).
 
-import { parseGateRoutes, type GateRoute } from './domain/gate.js';
+import { parseGateRoutes, parseTrustedHeaders, type GateRoute, type UpstreamHeader } from './domain/gate.js';
 
 export const INTERFACE_VERSION = '1.3.0';
 
@@ -27,8 +27,14 @@ export interface Config {
   gate: GateConfig;
   /** Probe requests (drift, agent-readiness, agency-checklist, compliance) per client address per minute, per instance; 0 = unlimited. */
   rateLimitProbesPerMinute: number;
-  /** Pre-flight requests per client address per minute, per instance; 0 = unlimited. */
+  /** Pre-flight requests (REST and Connect) per client address per minute, per instance; 0 = unlimited. */
   rateLimitPreflightPerMinute: number;
+  /** Gate decisions (/v1/gate, ext_authz Check) per client address (the gateway) per minute, per instance; 0 = unlimited. */
+  rateLimitGatePerMinute: number;
+  /** MCP preflight_check tool calls per client address per minute, per instance; 0 = unlimited. */
+  rateLimitMcpPreflightPerMinute: number;
+  /** A2A skill invocations (message/send) per client address per minute, per instance; 0 = unlimited. */
+  rateLimitA2aSkillsPerMinute: number;
   /**
    * Raw telemetry older than this many days is deleted (whole monthly partitions); 0 keeps it
    * forever. Scores never read raw telemetry; compliance exports (event logs) do.
@@ -65,6 +71,11 @@ export interface GateConfig {
   cacheSeconds: number;
   /** GATE_ROUTES: host/path-prefix -> upstream, for gateways that cannot send an upstream header. */
   routes: GateRoute[];
+  /**
+   * GATE_TRUSTED_HEADERS (default none): upstream headers the gateway sets on the checked request
+   * of an ext_authz gRPC Check (overwriting the client's), so they may name the upstream there.
+   */
+  trustedHeaders: UpstreamHeader[];
 }
 
 export class ConfigError extends Error {
@@ -111,6 +122,16 @@ function gateRoutes(env: Env): GateRoute[] {
     return parseGateRoutes(raw);
   } catch (err) {
     throw new ConfigError('GATE_ROUTES', (err as Error).message);
+  }
+}
+
+function trustedHeaders(env: Env): UpstreamHeader[] {
+  const raw = str(env, 'GATE_TRUSTED_HEADERS');
+  if (raw === undefined) return [];
+  try {
+    return parseTrustedHeaders(raw);
+  } catch (err) {
+    throw new ConfigError('GATE_TRUSTED_HEADERS', (err as Error).message);
   }
 }
 
@@ -195,9 +216,15 @@ export function loadConfig(env: Env = process.env): Config {
       allowUnrated: boolDefault(env, 'GATE_ALLOW_UNRATED', false),
       cacheSeconds: int(env, 'GATE_CACHE_SECONDS', 5, 0, 3600),
       routes: gateRoutes(env),
+      trustedHeaders: trustedHeaders(env),
     },
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),
     rateLimitPreflightPerMinute: int(env, 'RATE_LIMIT_PREFLIGHT_PER_MINUTE', 600, 0, 1_000_000),
+    // A gateway asks for every request it forwards, all from its own address (docs/reliability.md
+    // "Rate limits" sizes these defaults).
+    rateLimitGatePerMinute: int(env, 'RATE_LIMIT_GATE_PER_MINUTE', 6000, 0, 10_000_000),
+    rateLimitMcpPreflightPerMinute: int(env, 'RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE', 300, 0, 1_000_000),
+    rateLimitA2aSkillsPerMinute: int(env, 'RATE_LIMIT_A2A_SKILLS_PER_MINUTE', 300, 0, 1_000_000),
     telemetryRetentionDays: retentionDays(env),
     observe: {
       enabled: boolDefault(env, 'OBSERVE_ENABLED', true),

@@ -11,7 +11,7 @@ import { createMetrics } from './http/metrics.js';
 import { installProblemHandlers, problemBody, sendProblem, trackRoutes } from './http/problem.js';
 import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
-import { installRateLimits, ratePolicies } from './http/rate-limit.js';
+import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
 import { openKeyRing } from './signing/keyring.js';
 import { createReceiptIssuer } from './signing/receipts.js';
@@ -117,11 +117,16 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   });
 
   // After the request-id hook (a 429 carries it) and before any route handler runs.
-  installRateLimits(app, ratePolicies(config));
+  installRateLimits(app, services.limits);
 
   metrics.install(app);
 
-  await app.register(fastifyConnectPlugin, { routes: connectRoutes(services), contextValues: connectContextValues });
+  await app.register(fastifyConnectPlugin, {
+    routes: connectRoutes(services),
+    contextValues: connectContextValues,
+    // The Connect twins of the limited REST routes, by method (src/http/rate-limit.ts).
+    interceptors: [rateLimitInterceptor(services.limits)],
+  });
   registerRestRoutes(app, { services, db, config });
 
   let closing: Promise<void> | null = null;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.js';
-import { decideGate, matchRoute, parseGateRoutes, resolveUpstream, type GateRoute } from '../src/domain/gate.js';
+import { decideGate, gatewayAssertedHeaders, matchRoute, parseGateRoutes, parseTrustedHeaders, resolveUpstream, type GateRoute } from '../src/domain/gate.js';
 import { expectConfigRefusal } from './support/config.js';
 
 const DEFAULT = { allowUncertain: true, allowUnrated: false };
@@ -28,25 +28,25 @@ describe('resolveUpstream', () => {
 
   it('takes X-Mcp-Server first, canonical and with its query', () => {
     expect(
-      resolveUpstream({ headers: { 'x-mcp-server': 'HTTPS://Weather.Example.com:443/mcp/?k=1', 'x-original-url': 'https://other.example/mcp' } }),
+      resolveUpstream({ gatewayHeaders: { 'x-mcp-server': 'HTTPS://Weather.Example.com:443/mcp/?k=1', 'x-original-url': 'https://other.example/mcp' } }),
     ).toEqual(ok('https://weather.example.com/mcp?k=1', 'x-mcp-server'));
   });
 
   it('then X-Original-URL, dropping the per-request query and fragment', () => {
-    expect(resolveUpstream({ headers: { 'x-original-url': 'http://gw.example:8080/mcp?sessionId=abc#x' } })).toEqual(
+    expect(resolveUpstream({ gatewayHeaders: { 'x-original-url': 'http://gw.example:8080/mcp?sessionId=abc#x' } })).toEqual(
       ok('http://gw.example:8080/mcp', 'x-original-url'),
     );
   });
 
   it('then X-Forwarded-Proto + X-Forwarded-Host + X-Original-URI (first list entry)', () => {
     expect(
-      resolveUpstream({ headers: { 'x-forwarded-proto': 'https, http', 'x-forwarded-host': 'mcp.example.com, proxy.local', 'x-original-uri': '/tools/mcp/?a=b' } }),
+      resolveUpstream({ gatewayHeaders: { 'x-forwarded-proto': 'https, http', 'x-forwarded-host': 'mcp.example.com, proxy.local', 'x-original-uri': '/tools/mcp/?a=b' } }),
     ).toEqual(ok('https://mcp.example.com/tools/mcp', 'x-forwarded'));
   });
 
   it('fails without any upstream header, or with only part of the forwarded triple', () => {
     for (const headers of [{}, { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'a.example' }, { 'x-original-uri': '/mcp' }, { 'x-mcp-server': '  ' }]) {
-      const r = resolveUpstream({ headers });
+      const r = resolveUpstream({ gatewayHeaders: headers });
       expect(r.ok).toBe(false);
       if (!r.ok) expect(r.problem).toMatch(/no upstream/);
     }
@@ -62,24 +62,24 @@ describe('resolveUpstream', () => {
       [{ 'x-forwarded-proto': 'gopher', 'x-forwarded-host': 'a.example', 'x-original-uri': '/mcp' }, /only http and https/],
     ];
     for (const [headers, problem] of bad) {
-      const r = resolveUpstream({ headers });
+      const r = resolveUpstream({ gatewayHeaders: headers });
       expect(r.ok, JSON.stringify(headers)).toBe(false);
       if (!r.ok) expect(r.problem).toMatch(problem);
     }
   });
 
   it('prefers a configured upstream (Envoy context extension) over any request header', () => {
-    expect(resolveUpstream({ headers: {}, configured: 'https://a.example/mcp' })).toEqual(ok('https://a.example/mcp', 'context_extension'));
-    expect(resolveUpstream({ headers: { 'x-mcp-server': 'https://b.example/mcp' }, configured: 'https://a.example/mcp' })).toEqual(
+    expect(resolveUpstream({ gatewayHeaders: {}, configured: 'https://a.example/mcp' })).toEqual(ok('https://a.example/mcp', 'context_extension'));
+    expect(resolveUpstream({ gatewayHeaders: { 'x-mcp-server': 'https://b.example/mcp' }, configured: 'https://a.example/mcp' })).toEqual(
       ok('https://a.example/mcp', 'context_extension'),
     );
   });
 
   it("uses Envoy's own request URL as the upstream, but a bare Host + path only through a route", () => {
-    expect(resolveUpstream({ headers: {}, fallback: { scheme: 'https', host: 'mcp.example.com', path: '/mcp?x=1', routeOnly: false } })).toEqual(
+    expect(resolveUpstream({ gatewayHeaders: {}, fallback: { scheme: 'https', host: 'mcp.example.com', path: '/mcp?x=1', routeOnly: false } })).toEqual(
       ok('https://mcp.example.com/mcp', 'request'),
     );
-    const r = resolveUpstream({ headers: {}, fallback: { host: 'mcp.example.com', path: '/mcp', routeOnly: true } });
+    const r = resolveUpstream({ gatewayHeaders: {}, fallback: { host: 'mcp.example.com', path: '/mcp', routeOnly: true } });
     expect(r.ok).toBe(false);
     if (!r.ok) expect(r.problem).toMatch(/GATE_ROUTES/);
   });
@@ -91,17 +91,51 @@ describe('resolveUpstream', () => {
         { host: '*', path_prefix: '/', upstream: 'https://fallback.internal/mcp' },
       ]),
     );
-    expect(resolveUpstream({ headers: { 'x-original-url': 'https://gw.example.com/weather/mcp?s=1' } }, routes)).toEqual({
+    expect(resolveUpstream({ gatewayHeaders: { 'x-original-url': 'https://gw.example.com/weather/mcp?s=1' } }, routes)).toEqual({
       ok: true,
       upstream: 'https://weather.internal/mcp',
       source: 'route',
       route: true,
     });
-    expect(resolveUpstream({ headers: {}, fallback: { host: 'other.example', path: '/x', routeOnly: true } }, routes)).toMatchObject({
+    expect(resolveUpstream({ gatewayHeaders: {}, fallback: { host: 'other.example', path: '/x', routeOnly: true } }, routes)).toMatchObject({
       ok: true,
       upstream: 'https://fallback.internal/mcp',
     });
-    expect(resolveUpstream({ headers: { 'x-mcp-server': 'https://direct.example/mcp' } }, routes)).toEqual(ok('https://direct.example/mcp', 'x-mcp-server'));
+    expect(resolveUpstream({ gatewayHeaders: { 'x-mcp-server': 'https://direct.example/mcp' } }, routes)).toEqual(ok('https://direct.example/mcp', 'x-mcp-server'));
+  });
+});
+
+describe('gateway-asserted headers (the gRPC Check)', () => {
+  const client = { 'x-mcp-server': 'https://pass.example/mcp', 'x-original-url': 'https://pass.example/mcp', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'pass.example', 'x-original-uri': '/mcp', host: 'h' };
+  const own = { scheme: 'https', host: 'fail.example', path: '/mcp', routeOnly: false };
+
+  it('keeps only the upstream headers configured as gateway-set', () => {
+    expect(gatewayAssertedHeaders(client, [])).toEqual({});
+    expect(gatewayAssertedHeaders(client, ['x-original-url'])).toEqual({ 'x-original-url': 'https://pass.example/mcp' });
+  });
+
+  it("resolves the checked request's own URL when no header is gateway-set, whatever the client sent", () => {
+    expect(resolveUpstream({ gatewayHeaders: gatewayAssertedHeaders(client, []), fallback: own, via: 'envoy_grpc' })).toEqual({
+      ok: true,
+      upstream: 'https://fail.example/mcp',
+      source: 'request',
+      route: false,
+    });
+    expect(resolveUpstream({ gatewayHeaders: gatewayAssertedHeaders(client, ['x-mcp-server']), fallback: own })).toMatchObject({
+      upstream: 'https://pass.example/mcp',
+      source: 'x-mcp-server',
+    });
+    const none = resolveUpstream({ gatewayHeaders: gatewayAssertedHeaders(client, []), via: 'envoy_grpc' });
+    expect(none.ok).toBe(false);
+    if (!none.ok) expect(none.problem).toMatch(/context extension mcp_server/);
+  });
+
+  it('parses GATE_TRUSTED_HEADERS case-insensitively; the forwarded triple only as a whole', () => {
+    expect(parseTrustedHeaders(' X-Mcp-Server , x-original-url,x-mcp-server')).toEqual(['x-mcp-server', 'x-original-url']);
+    expect(parseTrustedHeaders('x-forwarded-proto,x-forwarded-host,x-original-uri')).toEqual(['x-forwarded-proto', 'x-forwarded-host', 'x-original-uri']);
+    expect(parseTrustedHeaders('')).toEqual([]);
+    expect(() => parseTrustedHeaders('x-forwarded-host')).toThrow(/all three or none/);
+    expect(() => parseTrustedHeaders('authorization')).toThrow(/not an upstream header/);
   });
 });
 
@@ -125,7 +159,7 @@ describe('matchRoute', () => {
 
 describe('gate configuration', () => {
   it('defaults: allow UNCERTAIN, deny UNRATED, 5 s cache, no routes', () => {
-    expect(loadConfig({}).gate).toEqual({ allowUncertain: true, allowUnrated: false, cacheSeconds: 5, routes: [] });
+    expect(loadConfig({}).gate).toEqual({ allowUncertain: true, allowUnrated: false, cacheSeconds: 5, routes: [], trustedHeaders: [] });
   });
 
   it('reads every variable', () => {
@@ -134,8 +168,15 @@ describe('gate configuration', () => {
       GATE_ALLOW_UNRATED: 'true',
       GATE_CACHE_SECONDS: '0',
       GATE_ROUTES: '[{"host":"GW.example","path_prefix":"/w/","upstream":"https://W.internal/mcp/"}]',
+      GATE_TRUSTED_HEADERS: 'x-mcp-server',
     }).gate;
-    expect(g).toEqual({ allowUncertain: false, allowUnrated: true, cacheSeconds: 0, routes: [{ host: 'gw.example', pathPrefix: '/w', upstream: 'https://w.internal/mcp' }] });
+    expect(g).toEqual({
+      allowUncertain: false,
+      allowUnrated: true,
+      cacheSeconds: 0,
+      routes: [{ host: 'gw.example', pathPrefix: '/w', upstream: 'https://w.internal/mcp' }],
+      trustedHeaders: ['x-mcp-server'],
+    });
   });
 
   it.each([
@@ -149,6 +190,8 @@ describe('gate configuration', () => {
     ['GATE_ROUTES', '[{"host":"a.example","path_prefix":"x","upstream":"https://x"}]'],
     ['GATE_ROUTES', '[{"host":"a.example","upstream":"ftp://x"}]'],
     ['GATE_ROUTES', '[{"host":"a.example"}]'],
+    ['GATE_TRUSTED_HEADERS', 'x-mcp-server,cookie'],
+    ['GATE_TRUSTED_HEADERS', 'x-forwarded-proto,x-forwarded-host'],
   ])('refuses %s=%s with an error naming the variable', (name, value) => {
     expectConfigRefusal(name, value);
   });

@@ -102,8 +102,13 @@ http {
       proxy_pass ${gate}/v1/gate;
       proxy_pass_request_body off;
       proxy_set_header Content-Length "";
+      # Every upstream header is set here, so none a client sent reaches the gate (an empty
+      # value drops the header, the client's copy included).
       proxy_set_header X-Mcp-Server $mcp_server;
       proxy_set_header X-Original-URL $scheme://$http_host$request_uri;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $http_host;
+      proxy_set_header X-Original-URI $request_uri;
     }
   }
 }
@@ -223,6 +228,27 @@ describe.skipIf(!nginxBin)(`nginx auth_request in front of MCP servers (${backen
     expect(res.headers.get('x-trust-verdict')).toBe('UNRATED');
     expect(res.headers.get('x-trust-score')).toBe('null');
     await expectVerifiedReceipt(res.headers.get('x-trust-receipt')!, `${gw}/anon/mcp`, 'deny', 'UNRATED');
+  });
+
+  it('overwrites upstream headers a client sends: a forged X-Mcp-Server cannot make a FAIL server pass', async () => {
+    const forged = {
+      'x-mcp-server': `${upstream}/pass/mcp`,
+      'x-original-url': `${upstream}/pass/mcp`,
+      'x-forwarded-proto': 'http',
+      'x-forwarded-host': `127.0.0.1:${mcp.port}`,
+      'x-original-uri': '/pass/mcp',
+    };
+    const post = (path: string) =>
+      fetch(`${gw}${path}`, { method: 'POST', headers: { ...forged, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: '{}' });
+    const fail = await post('/fail/mcp');
+    expect(fail.status).toBe(403);
+    expect(fail.headers.get('x-trust-verdict')).toBe('FAIL');
+    await expectVerifiedReceipt(fail.headers.get('x-trust-receipt')!, `${upstream}/fail/mcp`, 'deny', 'FAIL');
+    // Where nginx names no upstream, the gate judges the URL the client called, not its header.
+    const anon = await post('/anon/mcp');
+    expect(anon.status).toBe(403);
+    expect(anon.headers.get('x-trust-verdict')).toBe('UNRATED');
+    await expectVerifiedReceipt(anon.headers.get('x-trust-receipt')!, `${gw}/anon/mcp`, 'deny', 'UNRATED');
   });
 
   it('counts gateway decisions as demand and never as score evidence', async () => {

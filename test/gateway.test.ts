@@ -21,7 +21,12 @@ let t: TestApp;
 let clock = Date.now();
 beforeAll(async () => {
   t = await startTestApp(
-    { GATE_ROUTES: JSON.stringify([{ host: 'gw.test', path_prefix: '/weather', upstream: PASS }]) },
+    {
+      GATE_ROUTES: JSON.stringify([
+        { host: 'gw.test', path_prefix: '/weather', upstream: PASS },
+        { host: 'gw.test', path_prefix: '/failing', upstream: FAIL },
+      ]),
+    },
     { now: () => new Date(clock) },
   );
   for (let i = 0; i < 20; i++) {
@@ -168,7 +173,7 @@ describe(`HTTP gate /v1/gate (${backend})`, () => {
       { config: { ...t.config, gate: { ...t.config.gate, allowUncertain: false, allowUnrated: true, cacheSeconds: 0 } }, now: () => new Date(clock) },
       preflightGateSource(services.preflight),
     );
-    const decide = (u: string) => strict.decide({ headers: { 'x-mcp-server': u } }, 'http');
+    const decide = (u: string) => strict.decide({ gatewayHeaders: { 'x-mcp-server': u } }, 'http');
     expect(await decide(UNCERTAIN)).toMatchObject({ allow: false, reason: 'policy_denies_uncertain' });
     expect(await decide(UNRATED)).toMatchObject({ allow: true, reason: 'policy_allows_unrated' });
     expect(await decide(FAIL)).toMatchObject({ allow: false, reason: 'verdict_fail' });
@@ -200,7 +205,7 @@ describe(`Envoy ext_authz gRPC: envoy.service.auth.v3.Authorization/Check (${bac
   });
 
   it('denies FAIL with a 403 denied_response carrying the verdict in headers and a JSON body', async () => {
-    const res = await client().check(http({ headers: { 'x-mcp-server': FAIL }, host: 'gw.example', path: '/mcp', scheme: 'https' }));
+    const res = await client().check(http({ host: 'fail.example.com', path: '/mcp', scheme: 'https' }));
     expect(res.status?.code).toBe(7);
     expect(res.httpResponse.case).toBe('deniedResponse');
     if (res.httpResponse.case !== 'deniedResponse') return;
@@ -213,21 +218,14 @@ describe(`Envoy ext_authz gRPC: envoy.service.auth.v3.Authorization/Check (${bac
     await expectReceipt(body.receipt_id, FAIL, 'deny');
   });
 
-  it("judges Envoy's own request URL when nothing names an upstream, and reads raw header lists", async () => {
+  it("judges Envoy's own request URL when nothing names an upstream (query dropped)", async () => {
     const res = await client().check(http({ host: 'uncertain.example.com', path: '/mcp?x=1', scheme: 'https' }));
     expect(res.httpResponse.case).toBe('okResponse');
     expect(res.dynamicMetadata).toMatchObject({ upstream: UNCERTAIN, trust_verdict: 'UNCERTAIN' });
-    const raw = await client().check({
-      attributes: {
-        request: { http: { headerMap: { headers: [{ key: 'x-mcp-server', rawValue: new TextEncoder().encode(FAIL) }] } } },
-      },
-    });
-    expect(raw.httpResponse.case).toBe('deniedResponse');
-    expect(raw.dynamicMetadata).toMatchObject({ upstream: FAIL, trust_verdict: 'FAIL' });
   });
 
   it('denies with 400 (google.rpc INVALID_ARGUMENT) when no upstream can be worked out', async () => {
-    for (const req of [{}, http({}), http({ headers: { 'x-mcp-server': 'ftp://x' } })]) {
+    for (const req of [{}, http({}), http({ headers: { 'x-mcp-server': PASS } }), { attributes: { contextExtensions: { mcp_server: 'ftp://x' } } }]) {
       const res = await client().check(req);
       expect(res.status?.code).toBe(3);
       expect(res.httpResponse.case).toBe('deniedResponse');
@@ -235,5 +233,97 @@ describe(`Envoy ext_authz gRPC: envoy.service.auth.v3.Authorization/Check (${bac
       expect(res.httpResponse.value.status?.code).toBe(StatusCode.BadRequest);
       expect(JSON.parse(res.httpResponse.value.body)).toMatchObject({ status: 400, code: 'invalid_argument' });
     }
+  });
+});
+
+// Finding 4 of issue 17: on the gRPC Check the checked request's headers are the client's (Envoy
+// forwards them all), so they must never choose which server is judged unless the operator says
+// its gateway sets them (GATE_TRUSTED_HEADERS). Before the fix one forged header made FAIL pass.
+describe(`Envoy ext_authz gRPC: the client cannot choose the upstream (${backend})`, () => {
+  const client = () => createClient(Authorization, createGrpcTransport({ baseUrl: t.base }));
+  const check = (o: { headers?: Record<string, string>; host: string; path: string; scheme?: string; ext?: Record<string, string> }) =>
+    client().check({
+      attributes: {
+        request: { http: { method: 'POST', headers: o.headers ?? {}, host: o.host, path: o.path, scheme: o.scheme ?? 'https' } },
+        contextExtensions: o.ext ?? {},
+      },
+    });
+  const FORGED: Record<string, string>[] = [
+    { 'x-mcp-server': PASS },
+    { 'x-original-url': PASS },
+    { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'pass.example.com', 'x-original-uri': '/mcp' },
+    { 'x-mcp-server': PASS, 'x-original-url': PASS, 'x-forwarded-proto': 'https', 'x-forwarded-host': 'pass.example.com', 'x-original-uri': '/mcp' },
+  ];
+
+  it("judges the checked request's own URL: no forged header makes a FAIL server pass", async () => {
+    for (const headers of FORGED) {
+      const res = await check({ headers, host: 'fail.example.com', path: '/mcp?session=1' });
+      expect(res.status?.code, JSON.stringify(headers)).toBe(7);
+      expect(res.httpResponse.case).toBe('deniedResponse');
+      expect(res.dynamicMetadata).toMatchObject({ upstream: FAIL, trust_verdict: 'FAIL', decision: 'deny' });
+      if (res.httpResponse.case !== 'deniedResponse') continue;
+      expect(JSON.parse(res.httpResponse.value.body)).toMatchObject({ upstream: FAIL, upstream_source: 'request', verdict: 'FAIL' });
+    }
+  });
+
+  it('maps the checked request through GATE_ROUTES whatever headers the client adds', async () => {
+    for (const headers of [{}, ...FORGED]) {
+      const res = await check({ headers, host: 'gw.test', path: '/failing/mcp' });
+      expect(res.dynamicMetadata, JSON.stringify(headers)).toMatchObject({ upstream: FAIL, trust_verdict: 'FAIL', decision: 'deny' });
+      if (res.httpResponse.case === 'deniedResponse') expect(JSON.parse(res.httpResponse.value.body)).toMatchObject({ upstream_source: 'route' });
+    }
+    const pass = await check({ headers: { 'x-mcp-server': FAIL }, host: 'gw.test', path: '/weather/mcp' });
+    expect(pass.httpResponse.case).toBe('okResponse');
+    expect(pass.dynamicMetadata).toMatchObject({ upstream: PASS, trust_verdict: 'PASS' });
+  });
+
+  it('takes the context extension over the route table, the request URL and any header', async () => {
+    const res = await check({ headers: FORGED[3], host: 'gw.test', path: '/weather/mcp', ext: { mcp_server: FAIL } });
+    expect(res.dynamicMetadata).toMatchObject({ upstream: FAIL, trust_verdict: 'FAIL', decision: 'deny' });
+  });
+
+  it('answers 400 when only headers name an upstream (the checked request has no host)', async () => {
+    const res = await client().check({ attributes: { request: { http: { headers: { 'x-mcp-server': PASS } } } } });
+    expect(res.status?.code).toBe(3);
+    if (res.httpResponse.case !== 'deniedResponse') throw new Error('expected a denied response');
+    expect(res.httpResponse.value.status?.code).toBe(StatusCode.BadRequest);
+    expect(JSON.parse(res.httpResponse.value.body).detail).toMatch(/mcp_server/);
+  });
+});
+
+describe(`Envoy ext_authz gRPC with GATE_TRUSTED_HEADERS (headers the gateway sets) (${backend})`, () => {
+  let g: TestApp;
+  beforeAll(async () => {
+    g = await startTestApp({ GATE_TRUSTED_HEADERS: 'X-Mcp-Server' });
+    for (let i = 0; i < 20; i++) {
+      await postJson(`${g.base}/api/report`, { server_url: PASS, success: true, latency_ms: 40 });
+      await postJson(`${g.base}/api/report`, { server_url: FAIL, success: false, latency_ms: 4000, http_status: 500 });
+    }
+  }, 120_000);
+  afterAll(async () => {
+    await g?.close();
+  });
+  const client = () => createClient(Authorization, createGrpcTransport({ baseUrl: g.base }));
+
+  it('reads a configured header before the request URL, and ignores the headers not configured', async () => {
+    const res = await client().check({
+      attributes: { request: { http: { headers: { 'x-mcp-server': FAIL }, host: 'pass.example.com', path: '/mcp', scheme: 'https' } } },
+    });
+    expect(res.httpResponse.case).toBe('deniedResponse');
+    expect(res.dynamicMetadata).toMatchObject({ upstream: FAIL, trust_verdict: 'FAIL' });
+    if (res.httpResponse.case === 'deniedResponse') expect(JSON.parse(res.httpResponse.value.body)).toMatchObject({ upstream_source: 'x-mcp-server' });
+    // X-Original-URL is not configured as gateway-set: the request's own URL is judged.
+    const other = await client().check({
+      attributes: { request: { http: { headers: { 'x-original-url': PASS }, host: 'fail.example.com', path: '/mcp', scheme: 'https' } } },
+    });
+    expect(other.dynamicMetadata).toMatchObject({ upstream: FAIL, trust_verdict: 'FAIL' });
+  });
+
+  it('reads raw header lists (encode_raw_headers) too', async () => {
+    const raw = await client().check({
+      attributes: { request: { http: { headerMap: { headers: [{ key: 'X-Mcp-Server', rawValue: new TextEncoder().encode(PASS) }] } } } },
+    });
+    expect(raw.httpResponse.case).toBe('okResponse');
+    expect(raw.dynamicMetadata).toMatchObject({ upstream: PASS, trust_verdict: 'PASS' });
   });
 });

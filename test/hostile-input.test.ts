@@ -154,6 +154,10 @@ beforeAll(async () => {
     ALLOW_PRIVATE_TARGETS: '1',
     RATE_LIMIT_PROBES_PER_MINUTE: '0',
     RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0',
+    // Every request must reach its handler, not a 429.
+    RATE_LIMIT_GATE_PER_MINUTE: '0',
+    RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE: '0',
+    RATE_LIMIT_A2A_SKILLS_PER_MINUTE: '0',
   });
   const r = await postJson(`${t.base}/api/report`, { server_url: TRACKED, success: true, latency_ms: 12, tool_name: HTML });
   expect(r.status).toBe(200);

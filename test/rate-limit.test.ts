@@ -1,7 +1,20 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTokenBuckets } from '../src/http/rate-limit.js';
-import { PENDING } from '../src/http/routes/pending.js';
-import { expectProblem, postJson, startTestApp, type TestApp } from './support/app.js';
+import { createServer } from 'node:net';
+import { request as httpRequest } from 'node:http';
+import { Code, ConnectError, createClient, type Interceptor } from '@connectrpc/connect';
+import { createConnectTransport, createGrpcTransport } from '@connectrpc/connect-node';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ClientFactory } from '@a2a-js/sdk/client';
+import { TrustService } from '../gen/observatory/v1/trust_pb.js';
+import { Authorization } from '../gen/envoy/service/auth/v3/external_auth_pb.js';
+import { StatusCode } from '../gen/envoy/type/v3/http_status_pb.js';
+import { createTokenBuckets } from '../src/services/rate-limits.js';
+import { REST_RATE_LIMITS } from '../src/http/rate-limit.js';
+import { JSONRPC_RATE_LIMITED } from '../src/agents/rate-limit.js';
+import { loadConfig } from '../src/config.js';
+import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { expectConfigRefusal } from './support/config.js';
 import { backend } from './support/db.js';
 
 describe('token buckets', () => {
@@ -26,17 +39,99 @@ describe('token buckets', () => {
   });
 });
 
-describe(`rate limits on expensive endpoints (${backend})`, () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await startTestApp({ TRUST_PROXY: '1', RATE_LIMIT_PREFLIGHT_PER_MINUTE: '3', RATE_LIMIT_PROBES_PER_MINUTE: '2' });
-    await postJson(`${t.base}/api/report`, { server_url: 'https://rl.example.com/mcp', success: true, latency_ms: 40 });
-  }, 120_000);
-  afterAll(async () => {
-    await t?.close();
+describe('rate limit configuration', () => {
+  it('defaults sized for real traffic: a gateway asks for every request it forwards', () => {
+    const c = loadConfig({});
+    expect({
+      probes: c.rateLimitProbesPerMinute,
+      preflight: c.rateLimitPreflightPerMinute,
+      gate: c.rateLimitGatePerMinute,
+      mcp: c.rateLimitMcpPreflightPerMinute,
+      a2a: c.rateLimitA2aSkillsPerMinute,
+    }).toEqual({ probes: 30, preflight: 600, gate: 6000, mcp: 300, a2a: 300 });
   });
-  const from = (ip: string) => ({ 'x-forwarded-for': ip });
+  it.each([
+    ['RATE_LIMIT_GATE_PER_MINUTE', '-1'],
+    ['RATE_LIMIT_GATE_PER_MINUTE', 'lots'],
+    ['RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE', '1.5'],
+    ['RATE_LIMIT_A2A_SKILLS_PER_MINUTE', '-3'],
+  ])('refuses %s=%s with an error naming the variable', (name, value) => {
+    expectConfigRefusal(name, value);
+  });
+});
 
+/** A free loopback port, so PUBLIC_BASE_URL (and with it the A2A card's url) is the real address. */
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+    s.on('error', reject);
+  });
+}
+
+/** A request whose path is sent exactly as written (fetch would normalise it). */
+function raw(
+  base: string,
+  path: string,
+  init: { method?: string; headers?: Record<string, string>; body?: string } = {},
+): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${base}/`, { method: init.method ?? 'GET', path, headers: init.headers }, (res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.on('error', reject);
+    req.end(init.body);
+  });
+}
+
+const remaining = (h: string | string[] | undefined | null) => Number(/;r=(\d+);/.exec(String(h ?? ''))?.[1] ?? NaN);
+
+/** Percent-encodes the first letter of the path's last literal segment, and every letter of the path. */
+function spellings(path: string): string[] {
+  const enc = (c: string, upper: boolean) => {
+    const hex = c.charCodeAt(0).toString(16);
+    return `%${upper ? hex.toUpperCase() : hex}`;
+  };
+  const segments = path.split('/');
+  const last = segments.length - 1;
+  const one = segments.map((s, i) => (i === last ? s.replace(/[a-z]/i, (c) => enc(c, false)) : s)).join('/');
+  const all = path.replace(/[a-z]/gi, (c) => enc(c, true));
+  return [path, one, all];
+}
+
+let t: TestApp;
+beforeAll(async () => {
+  const port = await freePort();
+  t = await startTestApp({
+    PORT: String(port),
+    PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
+    TRUST_PROXY: '1',
+    RATE_LIMIT_PREFLIGHT_PER_MINUTE: '3',
+    RATE_LIMIT_PROBES_PER_MINUTE: '3',
+    RATE_LIMIT_GATE_PER_MINUTE: '3',
+    RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE: '2',
+    RATE_LIMIT_A2A_SKILLS_PER_MINUTE: '2',
+  });
+  await postJson(`${t.base}/api/report`, { server_url: 'https://rl.example.com/mcp', success: true, latency_ms: 40 });
+}, 120_000);
+afterAll(async () => {
+  await t?.close();
+});
+const from = (ip: string) => ({ 'x-forwarded-for': ip });
+const forwardedFor =
+  (ip: string): Interceptor =>
+  (next) =>
+  (req) => {
+    req.header.set('x-forwarded-for', ip);
+    return next(req);
+  };
+
+describe(`rate limits on expensive endpoints (${backend})`, () => {
   it('pre-flight: RateLimit headers on every answer, then 429 problem+json with Retry-After', async () => {
     const url = `${t.base}/v1/preflight?target=https://rl.example.com/mcp`;
     const seen: string[] = [];
@@ -53,6 +148,7 @@ describe(`rate limits on expensive endpoints (${backend})`, () => {
     expect(limited.headers.get('ratelimit')).toMatch(/^"preflight";r=0;t=\d+$/);
     const body = await expectProblem(limited, 429, 'rate_limited');
     expect(body.request_id).toBeTruthy();
+    expect(body.detail).toMatch(/at most 3 pre-flight requests per minute/);
     // Errors count too and carry the headers: a bad request from a fresh address.
     const bad = await fetch(`${t.base}/v1/preflight`, { headers: from('203.0.113.6') });
     expect(bad.headers.get('ratelimit')).toMatch(/^"preflight";r=2;/);
@@ -64,19 +160,195 @@ describe(`rate limits on expensive endpoints (${backend})`, () => {
     expect(trust.headers.get('ratelimit')).toBeNull();
   });
 
-  it('probe routes are limited by URL, whether built or still pending', async () => {
-    const probe = ['/api/drift', '/api/agent-readiness', '/api/agency-checklist', '/api/compliance', '/v1/compliance'][0]!;
+  it('probe routes are limited, whatever their answer', async () => {
     const statuses: number[] = [];
-    for (let i = 0; i < 3; i++) {
-      const r = await fetch(`${t.base}${probe}?url=http://127.0.0.1:9/mcp`, { headers: from('203.0.113.9') });
-      expect(r.headers.get('ratelimit-policy')).toBe('"probes";q=2;w=60');
+    for (let i = 0; i < 4; i++) {
+      const r = await fetch(`${t.base}/api/drift?server=http://127.0.0.1:9/mcp`, { headers: from('203.0.113.9') });
+      expect(r.headers.get('ratelimit-policy')).toBe('"probes";q=3;w=60');
       statuses.push(r.status);
-      if (i === 2) await expectProblem(r, 429, 'rate_limited');
+      if (i === 3) await expectProblem(r, 429, 'rate_limited');
       else await r.arrayBuffer();
     }
-    expect(statuses[2]).toBe(429);
-    expect(statuses.slice(0, 2)).not.toContain(429);
-    expect(statuses.slice(0, 2).every((s) => s < 500 || s === 501 || s === 502)).toBe(true);
-    console.log(`probe route ${probe} is ${PENDING.some(([, u]) => u === probe) ? 'still pending (501)' : 'built'}`);
+    expect(statuses.slice(0, 3)).not.toContain(429);
+    expect(statuses.slice(0, 3).every((s) => s < 500 || s === 502)).toBe(true);
+  });
+});
+
+// Finding 7 of issue 17: limits compared the raw URL while the router decodes it, so
+// "/v1/%70reflight" was a pre-flight without a limit. Limits now belong to the matched route.
+describe(`one bucket per route, however the URL is spelled (${backend})`, () => {
+  // Every limited REST route with a request its handler accepts (or refuses quickly).
+  const requests: Record<string, { path: string; query?: string; headers?: Record<string, string>; method?: string }> = {
+    '/api/drift': { path: '/api/drift', query: '?server=http://127.0.0.1:9/mcp' },
+    '/api/agent-readiness': { path: '/api/agent-readiness', query: '?url=http://127.0.0.1:9/mcp' },
+    '/api/agency-checklist': { path: '/api/agency-checklist', query: '?url=http://127.0.0.1:9/mcp' },
+    '/api/compliance': { path: '/api/compliance', query: '?server_url=https://rl.example.com/mcp' },
+    '/v1/compliance': { path: '/v1/compliance', query: '?server=http://127.0.0.1:9/mcp' },
+    '/v1/preflight': { path: '/v1/preflight', query: '?target=https://rl.example.com/mcp' },
+    '/v1/gate': { path: '/v1/gate', headers: { 'x-mcp-server': 'https://rl.example.com/mcp' } },
+    '/v1/gate/*': { path: '/v1/gate/weather/mcp', headers: { 'x-mcp-server': 'https://rl.example.com/mcp' }, method: 'POST' },
+  };
+
+  it('covers every limited route', () => {
+    expect(Object.keys(requests).sort()).toEqual([...REST_RATE_LIMITS.keys()].sort());
+  });
+
+  let n = 0;
+  it.each(Object.keys(requests))('%s: plain and percent-encoded spellings take from one bucket, then 429', async (route) => {
+    const r = requests[route]!;
+    const ip = `198.51.100.${++n}`;
+    const policy = REST_RATE_LIMITS.get(route)!;
+    const [plain, one, all] = spellings(r.path);
+    expect(new Set([plain, one, all]).size).toBe(3);
+    const seen: number[] = [];
+    for (const p of [plain, one, all]) {
+      const res = await raw(t.base, `${p}${r.query ?? ''}`, { method: r.method, headers: { ...from(ip), ...r.headers } });
+      // Routed to the handler (its own answers may be 404 not_tracked), not the router's 404.
+      expect(res.body, p).not.toMatch(/"code":"not_found"/);
+      expect(res.headers['ratelimit-policy'], p).toBe(`"${policy}";q=3;w=60`);
+      seen.push(remaining(res.headers['ratelimit']));
+    }
+    expect(seen).toEqual([2, 1, 0]);
+    const refused = await raw(t.base, `${one}${r.query ?? ''}`, { method: r.method, headers: { ...from(ip), ...r.headers } });
+    expect(refused.status).toBe(429);
+    expect(Number(refused.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    expect(JSON.parse(refused.body)).toMatchObject({ code: 'rate_limited', status: 429 });
+  });
+
+  it('OPTIONS on /v1/gate is a decision like any other method: it is counted', async () => {
+    const ip = '198.51.100.60';
+    const h = { ...from(ip), 'x-mcp-server': 'https://rl.example.com/mcp' };
+    for (let i = 0; i < 3; i++) expect((await raw(t.base, '/v1/gate', { method: 'OPTIONS', headers: h })).status).not.toBe(429);
+    expect((await raw(t.base, '/v1/gate', { method: 'OPTIONS', headers: h })).status).toBe(429);
+  });
+
+  it('Connect methods share the bucket of their REST twin, whatever the path spelling', async () => {
+    const ip = '198.51.100.70';
+    const rest = await fetch(`${t.base}/v1/preflight?target=https://rl.example.com/mcp`, { headers: from(ip) });
+    expect(remaining(rest.headers.get('ratelimit'))).toBe(2);
+    const connectJson = (path: string) =>
+      raw(t.base, path, { method: 'POST', headers: { ...from(ip), 'content-type': 'application/json' }, body: JSON.stringify({ target: 'https://rl.example.com/mcp' }) });
+    const encoded = await connectJson('/observatory.v1.TrustService/%50reflight');
+    expect(encoded.status).toBe(200);
+    expect(remaining(encoded.headers['ratelimit'])).toBe(1);
+    // The official Connect client sees the same bucket, then RESOURCE_EXHAUSTED with Retry-After.
+    const client = createClient(TrustService, createConnectTransport({ baseUrl: t.base, httpVersion: '1.1', interceptors: [forwardedFor(ip)] }));
+    let header: Headers | undefined;
+    await client.preflight({ target: 'https://rl.example.com/mcp' }, { onHeader: (h) => (header = h) });
+    expect(remaining(header?.get('ratelimit'))).toBe(0);
+    const err = await client.preflight({ target: 'https://rl.example.com/mcp' }).then(
+      () => null,
+      (e: unknown) => ConnectError.from(e),
+    );
+    expect(err?.code).toBe(Code.ResourceExhausted);
+    expect(err?.rawMessage).toMatch(/at most 3 pre-flight requests per minute/);
+    expect(Number(err?.metadata.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    // Probes too: GetDrift spelled differently shares /api/drift's bucket.
+    const ip2 = '198.51.100.71';
+    await fetch(`${t.base}/api/drift?server=http://127.0.0.1:9/mcp`, { headers: from(ip2) });
+    const drift = await raw(t.base, '/observatory.v1.TrustService/%47etDrift', {
+      method: 'POST',
+      headers: { ...from(ip2), 'content-type': 'application/json' },
+      body: JSON.stringify({ server: 'http://127.0.0.1:9/mcp' }),
+    });
+    expect(drift.headers['ratelimit-policy']).toBe('"probes";q=3;w=60');
+    expect(remaining(drift.headers['ratelimit'])).toBe(1);
+  });
+});
+
+describe(`the gate, MCP preflight_check and A2A skills have limits of their own (${backend})`, () => {
+  it('gate: /v1/gate and the gRPC Check share one bucket per gateway; Check answers a 429 denied_response', async () => {
+    const ip = '198.51.100.80';
+    const check = createClient(Authorization, createGrpcTransport({ baseUrl: t.base, interceptors: [forwardedFor(ip)] }));
+    const req = { attributes: { request: { http: { host: 'rl.example.com', path: '/mcp', scheme: 'https' } } } };
+    expect((await fetch(`${t.base}/v1/gate`, { headers: { ...from(ip), 'x-mcp-server': 'https://rl.example.com/mcp' } })).status).not.toBe(429);
+    expect((await check.check(req)).status?.code).not.toBe(8);
+    expect((await check.check(req)).status?.code).not.toBe(8);
+    const refused = await check.check(req);
+    expect(refused.status?.code).toBe(8); // RESOURCE_EXHAUSTED: a definite answer, not a transport error
+    if (refused.httpResponse.case !== 'deniedResponse') throw new Error('expected a denied_response');
+    expect(refused.httpResponse.value.status?.code).toBe(StatusCode.TooManyRequests);
+    const headers = Object.fromEntries(refused.httpResponse.value.headers.map((h) => [h.header?.key, h.header?.value]));
+    expect(Number(headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    expect(headers['ratelimit-policy']).toBe('"gate";q=3;w=60');
+    expect(JSON.parse(refused.httpResponse.value.body)).toMatchObject({ code: 'rate_limited', status: 429 });
+    const http = await fetch(`${t.base}/v1/gate`, { headers: { ...from(ip), 'x-mcp-server': 'https://rl.example.com/mcp' } });
+    expect((await expectProblem(http, 429, 'rate_limited')).detail).toMatch(/at most 3 gate decisions per minute/);
+  });
+
+  it('MCP: preflight_check calls are limited per call with a JSON-RPC error, 429 and Retry-After; other tools are not', async () => {
+    const ip = '198.51.100.90';
+    const client = new Client({ name: 'rl-test', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${t.base}/mcp`), { requestInit: { headers: from(ip) } }));
+    try {
+      for (let i = 0; i < 2; i++) {
+        const r = await client.callTool({ name: 'preflight_check', arguments: { target: 'https://rl.example.com/mcp' } });
+        expect(r.isError).toBeFalsy();
+      }
+      const err = await client.callTool({ name: 'preflight_check', arguments: { target: 'https://rl.example.com/mcp' } }).then(
+        () => null,
+        (e: unknown) => e as Error & { code?: number },
+      );
+      expect(err?.code).toBe(429);
+      expect(err?.message).toMatch(/at most 2 MCP preflight_check calls per minute/);
+      // Reads do not sign or store: check_trust is not limited.
+      for (let i = 0; i < 3; i++) expect((await client.callTool({ name: 'check_trust', arguments: { server: 'https://rl.example.com/mcp' } })).isError).toBeFalsy();
+    } finally {
+      await client.close();
+    }
+    // A raw call, on a percent-encoded path: same bucket, the refusal's exact shape.
+    const res = await raw(t.base, '/%6Dcp', {
+      method: 'POST',
+      headers: { ...from(ip), 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'preflight_check', arguments: { target: 'https://rl.example.com/mcp' } } }),
+    });
+    expect(res.status).toBe(429);
+    expect(Number(res.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    expect(res.headers['ratelimit-policy']).toBe('"mcp_preflight";q=2;w=60');
+    expect(JSON.parse(res.body)).toEqual({
+      jsonrpc: '2.0',
+      id: 7,
+      error: { code: JSONRPC_RATE_LIMITED, message: expect.stringMatching(/rate limited/), data: { retry_after_seconds: expect.any(Number), limit: 2, window_seconds: 60, policy: 'mcp_preflight' } },
+    });
+  });
+
+  it('A2A: each skill invocation takes a token; a single refusal is 429, a batch answers per call', async () => {
+    const ip = '198.51.100.100';
+    const send = (id: number) => ({
+      jsonrpc: '2.0',
+      id,
+      method: 'message/send',
+      params: { message: { role: 'user', parts: [{ kind: 'text', text: 'preflight https://rl.example.com/mcp' }], messageId: `m-${id}-${Math.random()}`, kind: 'message' } },
+    });
+    const first = await postJson(`${t.base}/a2a`, send(1), from(ip));
+    expect(first.status).toBe(200);
+    expect(first.headers.get('ratelimit')).toMatch(/^"a2a_skills";r=1;/);
+    const task = (await json(first)).result;
+    expect(task.status.state).toBe('completed');
+    // A batch: the second invocation fits, the third is refused; tasks/get is not a skill.
+    const batch = await postJson(`${t.base}/a2a`, [send(2), send(3), { jsonrpc: '2.0', id: 4, method: 'tasks/get', params: { id: task.id } }], from(ip));
+    expect(batch.status).toBe(200);
+    expect(Number(batch.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    const answers = await json(batch);
+    expect(answers[0].result.status.state).toBe('completed');
+    expect(answers[1]).toMatchObject({ id: 3, error: { code: JSONRPC_RATE_LIMITED, message: expect.stringMatching(/at most 2 A2A skill invocations per minute/) } });
+    expect(answers[2].result.id).toBe(task.id);
+    const single = await raw(t.base, '/%61%32a', { method: 'POST', headers: { ...from(ip), 'content-type': 'application/json' }, body: JSON.stringify(send(5)) });
+    expect(single.status).toBe(429);
+    expect(Number(single.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    expect(JSON.parse(single.body)).toMatchObject({ jsonrpc: '2.0', id: 5, error: { code: JSONRPC_RATE_LIMITED, data: { policy: 'a2a_skills', limit: 2 } } });
+  });
+
+  it('A2A: the stock @a2a-js/sdk client surfaces the refusal with its message', async () => {
+    // The SDK sends from 127.0.0.1 (no X-Forwarded-For), a bucket no other test uses.
+    const client = await new ClientFactory().createFromUrl(t.base);
+    const msg = () => ({ message: { kind: 'message' as const, role: 'user' as const, messageId: crypto.randomUUID(), parts: [{ kind: 'text' as const, text: 'trust score for https://rl.example.com/mcp' }] } });
+    await client.sendMessage(msg());
+    await client.sendMessage(msg());
+    const err = await client.sendMessage(msg()).then(
+      () => null,
+      (e: unknown) => e as Error,
+    );
+    expect(err?.message).toMatch(/rate limited: at most 2 A2A skill invocations per minute/);
   });
 });

@@ -5,6 +5,7 @@ import type { RouteDeps } from '../http/routes.js';
 import { a2aTaskStore, type StoredTask } from '../store/a2a-tasks.js';
 import { A2A_METHODS, a2aDescriptor, matchSkill } from './a2a-card.js';
 import { createAgentSkills, SkillError, type AgentSkills, type JsonObject } from './skills.js';
+import { a2aSkillLimit, type RateLimitedRpcError } from './rate-limit.js';
 
 // /a2a: A2A protocol 0.3 over JSON-RPC 2.0 (message/send, tasks/get). Every message/send runs
 // one skill synchronously and answers a Task in a terminal state, stored so tasks/get returns it.
@@ -26,6 +27,7 @@ class RpcError extends Error {
   constructor(
     readonly code: number,
     message: string,
+    readonly data?: unknown,
   ) {
     super(message);
   }
@@ -36,7 +38,10 @@ const MAX_PARTS = 32;
 const ID_MAX = 256;
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
-const error = (id: Id, code: number, message: string): RpcResponse => ({ jsonrpc: '2.0', id, error: { code, message } });
+const error = (id: Id, code: number, message: string, data?: unknown): RpcResponse => ({ jsonrpc: '2.0', id, error: data === undefined ? { code, message } : { code, message, data } });
+
+/** Counts one skill invocation against the caller's limit; the error when it is refused (src/agents/rate-limit.ts). */
+type SkillLimit = { take(): RateLimitedRpcError | null };
 
 function historyLength(v: unknown, where: string): number | undefined {
   if (v === undefined || v === null) return undefined;
@@ -152,7 +157,7 @@ export function createA2aHandler(skills: AgentSkills, db: Db, now: () => Date) {
   }
 
   /** One JSON-RPC element; undefined for a notification (no answer). */
-  async function one(req: unknown, log: { error(o: object, m: string): void }): Promise<RpcResponse | undefined> {
+  async function one(req: unknown, log: { error(o: object, m: string): void }, limit?: SkillLimit): Promise<RpcResponse | undefined> {
     if (!isObject(req)) return error(null, RPC.invalidRequest, 'Invalid Request: not a JSON-RPC request object');
     const hasId = 'id' in req;
     const idOk = !hasId || req.id === null || typeof req.id === 'string' || (typeof req.id === 'number' && Number.isFinite(req.id));
@@ -167,10 +172,13 @@ export function createA2aHandler(skills: AgentSkills, db: Db, now: () => Date) {
     try {
       if (!(A2A_METHODS as readonly string[]).includes(req.method)) throw new RpcError(RPC.methodNotFound, `Method not found: ${req.method.slice(0, 100)}`);
       if (!isObject(req.params)) throw new RpcError(RPC.invalidParams, 'params must be an object');
+      // Each message/send runs a skill and stores a task: one token of the caller's limit.
+      const refused = req.method === 'message/send' ? limit?.take() : null;
+      if (refused) throw new RpcError(refused.code, refused.message, refused.data);
       result = req.method === 'message/send' ? await messageSend(req.params) : await tasksGet(req.params);
     } catch (err) {
       if (!hasId) return undefined;
-      if (err instanceof RpcError) return error(id, err.code, err.message);
+      if (err instanceof RpcError) return error(id, err.code, err.message, err.data);
       log.error({ err }, 'a2a request failed');
       return error(id, RPC.internal, 'Internal error');
     }
@@ -178,13 +186,13 @@ export function createA2aHandler(skills: AgentSkills, db: Db, now: () => Date) {
   }
 
   /** A parsed body: one request or a batch (JSON-RPC 2.0 section 6). undefined means "no content". */
-  async function handle(body: unknown, log: { error(o: object, m: string): void }): Promise<RpcResponse | RpcResponse[] | undefined> {
-    if (!Array.isArray(body)) return one(body, log);
+  async function handle(body: unknown, log: { error(o: object, m: string): void }, limit?: SkillLimit): Promise<RpcResponse | RpcResponse[] | undefined> {
+    if (!Array.isArray(body)) return one(body, log, limit);
     if (body.length === 0) return error(null, RPC.invalidRequest, 'Invalid Request: empty batch');
     if (body.length > 50) return error(null, RPC.invalidRequest, 'Invalid Request: a batch holds at most 50 requests');
     const answers: RpcResponse[] = [];
     for (const r of body) {
-      const a = await one(r, log);
+      const a = await one(r, log, limit);
       if (a) answers.push(a);
     }
     return answers.length > 0 ? answers : undefined;
@@ -214,7 +222,9 @@ export function a2aRoutes(app: FastifyInstance, { services, db, config }: RouteD
       } catch {
         return reply.type('application/json').send(error(null, RPC.parseError, 'Parse error: the body is not valid JSON'));
       }
-      const answer = await handler.handle(body, req.log);
+      const limit = a2aSkillLimit(services.limits, req.ip);
+      const answer = await handler.handle(body, req.log, limit);
+      limit.finish(reply, answer);
       if (answer === undefined) return reply.code(204).send();
       return reply.type('application/json').send(answer);
     });

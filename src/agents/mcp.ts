@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
 import type { RouteDeps } from '../http/routes.js';
 import { createAgentSkills } from './skills.js';
+import { refuseMcpCallOverLimit } from './rate-limit.js';
 
 // /mcp: an MCP server over Streamable HTTP, stateless (no sessions). Each POST gets its own
 // McpServer and transport (construction is a few object allocations; the tool schemas are built
@@ -107,6 +108,8 @@ export function mcpRoutes(app: FastifyInstance, { services, db, config }: RouteD
       if (message === null || typeof message !== 'object') {
         return jsonRpcError(reply, 400, -32600, 'Invalid Request: the body must be a JSON-RPC message object');
       }
+      // preflight_check signs and stores a receipt per call: a per-client limit of its own.
+      if (refuseMcpCallOverLimit(reply, services.limits, message, req.ip)) return reply;
 
       const { buildMcpServer, StreamableHTTPServerTransport } = await mcpRuntime();
       reply.hijack();

@@ -40,9 +40,24 @@ export function decideGate(verdict: PreflightVerdict, policy: GatePolicy): GateD
   }
 }
 
+/**
+ * The request headers that can name an upstream. They choose the upstream only when the gateway
+ * itself sets them: always on /v1/gate (the contract makes them the gateway's own; the nginx
+ * example overwrites any a client sent), and on the gRPC Check only those named in
+ * GATE_TRUSTED_HEADERS (Envoy forwards the client's headers there).
+ */
+export const UPSTREAM_HEADERS = ['x-mcp-server', 'x-original-url', 'x-forwarded-proto', 'x-forwarded-host', 'x-original-uri'] as const;
+export type UpstreamHeader = (typeof UPSTREAM_HEADERS)[number];
+const FORWARDED_TRIPLE: readonly UpstreamHeader[] = ['x-forwarded-proto', 'x-forwarded-host', 'x-original-uri'];
+
 /** What a gateway told us about the request it is authorizing. Header names are lower-case. */
 export interface GateRequestInfo {
-  headers: Readonly<Record<string, string | undefined>>;
+  /**
+   * Upstream headers the gateway itself asserts, and nothing a client could have written: on
+   * /v1/gate all of them; on the gRPC Check only those GATE_TRUSTED_HEADERS names (see
+   * `gatewayAssertedHeaders`).
+   */
+  gatewayHeaders: Readonly<Record<string, string | undefined>>;
   /**
    * The original request as the caller knows it without gateway headers: Envoy's gRPC check
    * carries scheme, host and path; on /v1/gate/* the path below /v1/gate and the Host header.
@@ -60,6 +75,45 @@ export interface GateRequestInfo {
   };
   /** An upstream named by configuration of the caller (Envoy context extension `mcp_server`). */
   configured?: string;
+  /** Which interface asks; only changes the wording of "no upstream". */
+  via?: 'http' | 'envoy_grpc';
+}
+
+/**
+ * The headers of a checked request (Envoy's gRPC Check) that the gateway asserts: only the
+ * upstream headers configured as gateway-set. Everything else came from the client and never
+ * chooses the upstream.
+ */
+export function gatewayAssertedHeaders(
+  headers: Readonly<Record<string, string | undefined>>,
+  trusted: readonly UpstreamHeader[],
+): Record<string, string | undefined> {
+  const out: Record<string, string | undefined> = {};
+  for (const name of trusted) if (headers[name] !== undefined) out[name] = headers[name];
+  return out;
+}
+
+/**
+ * Parses GATE_TRUSTED_HEADERS: a comma-separated list of upstream header names the gateway sets
+ * on the checked request, overwriting any a client sent. Throws Error with a reason.
+ */
+export function parseTrustedHeaders(raw: string): UpstreamHeader[] {
+  const names = raw
+    .split(',')
+    .map((n) => n.trim().toLowerCase())
+    .filter((n) => n !== '');
+  const out: UpstreamHeader[] = [];
+  for (const n of names) {
+    if (!(UPSTREAM_HEADERS as readonly string[]).includes(n)) {
+      throw new Error(`"${n}" is not an upstream header; use a comma-separated list of ${UPSTREAM_HEADERS.join(', ')}`);
+    }
+    if (!out.includes(n as UpstreamHeader)) out.push(n as UpstreamHeader);
+  }
+  const triple = FORWARDED_TRIPLE.filter((n) => out.includes(n));
+  if (triple.length > 0 && triple.length < FORWARDED_TRIPLE.length) {
+    throw new Error(`${FORWARDED_TRIPLE.join(', ')} name one upstream together: list all three or none`);
+  }
+  return out;
 }
 
 export type UpstreamSource = 'x-mcp-server' | 'context_extension' | 'x-original-url' | 'x-forwarded' | 'request' | 'route';
@@ -95,6 +149,13 @@ function first(value: string | undefined): string | undefined {
   return v === undefined || v === '' ? undefined : v;
 }
 
+function noUpstream(info: GateRequestInfo): string {
+  if (info.via === 'envoy_grpc') {
+    return 'no upstream: set the context extension mcp_server, or check a request with a host and path (mapped through GATE_ROUTES when one matches)';
+  }
+  return 'no upstream: send X-Mcp-Server (full URL), X-Original-URL, or X-Forwarded-Proto + X-Forwarded-Host + X-Original-URI';
+}
+
 /** Whole-segment prefix match. */
 function underPrefix(path: string, prefix: string): boolean {
   if (prefix === '/' || prefix === '') return true;
@@ -121,17 +182,18 @@ export function matchRoute(requestUrl: string, routes: readonly GateRoute[]): Ga
 }
 
 /**
- * The upstream MCP server a gateway is asking about, as a canonical URL. In order:
- * 1. an upstream from the gateway's own configuration (Envoy context extension `mcp_server`),
- *    which a client cannot forge, unlike request headers;
- * 2. `X-Mcp-Server` (a full URL, used as given, never remapped);
- * 3. `X-Original-URL`; else `X-Forwarded-Proto` + `X-Forwarded-Host` + `X-Original-URI`; else the
- *    fallback scheme + host + path. Such a request URL is mapped through the route table when a
- *    route matches, otherwise it is the upstream itself (query and fragment dropped).
- * None of them: not resolvable (the HTTP gate answers 400).
+ * The upstream MCP server a gateway is asking about, as a canonical URL. Only what the gateway
+ * asserts is read (DECISIONS.md "Gateway decisions"). In order:
+ * 1. an upstream from the gateway's own configuration (Envoy context extension `mcp_server`);
+ * 2. the gateway-set `X-Mcp-Server` (a full URL, used as given, never remapped);
+ * 3. the gateway-set `X-Original-URL`; else `X-Forwarded-Proto` + `X-Forwarded-Host` +
+ *    `X-Original-URI`; else the checked request's own scheme + host + path. Such a request URL is
+ *    mapped through the route table when a route matches, otherwise it is the upstream itself
+ *    (query and fragment dropped).
+ * None of them: not resolvable (the gate answers 400).
  */
 export function resolveUpstream(info: GateRequestInfo, routes: readonly GateRoute[] = []): UpstreamResolution {
-  const h = info.headers;
+  const h = info.gatewayHeaders;
   const configured = info.configured?.trim();
   if (configured) {
     const r = canonical(configured, 'mcp_server context extension');
@@ -162,10 +224,7 @@ export function resolveUpstream(info: GateRequestInfo, routes: readonly GateRout
     source = 'request';
     label = 'the request URL';
   } else {
-    return {
-      ok: false,
-      problem: 'no upstream: send X-Mcp-Server (full URL), X-Original-URL, or X-Forwarded-Proto + X-Forwarded-Host + X-Original-URI',
-    };
+    return { ok: false, problem: noUpstream(info) };
   }
 
   const parsed = canonical(requestUrl, label);
@@ -175,12 +234,7 @@ export function resolveUpstream(info: GateRequestInfo, routes: readonly GateRout
   if (route) return { ok: true, upstream: route.upstream, source: 'route', route: true };
   // The bare request URL from Host + the path below /v1/gate is only an upstream through a route:
   // without one, the gateway sent none of the headers the contract names.
-  if (source === 'request' && info.fallback?.routeOnly) {
-    return {
-      ok: false,
-      problem: 'no upstream: send X-Mcp-Server (full URL), X-Original-URL, or X-Forwarded-Proto + X-Forwarded-Host + X-Original-URI, or configure GATE_ROUTES',
-    };
-  }
+  if (source === 'request' && info.fallback?.routeOnly) return { ok: false, problem: `${noUpstream(info)}, or configure GATE_ROUTES` };
   return { ok: true, upstream: bare, source, route: false };
 }
 

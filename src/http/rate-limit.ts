@@ -1,120 +1,90 @@
-import type { FastifyInstance, FastifyReply } from 'fastify';
-import type { Config } from '../config.js';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { DescMethod } from '@bufbuild/protobuf';
+import type { Interceptor } from '@connectrpc/connect';
+import { ConnectError } from '@connectrpc/connect';
+import { TrustService } from '../../gen/observatory/v1/trust_pb.js';
+import { ComplianceService } from '../../gen/observatory/v1/compliance_pb.js';
+import { ObservatoryError } from '../errors.js';
+import { clientAddressKey } from '../services/context.js';
+import { rateLimitHeaders, rateLimitMessage, type RateLimiter, type RateLimitName } from '../services/rate-limits.js';
 import { sendProblem } from './problem.js';
 
-// Token buckets per client address for the expensive endpoints: the probes (they fetch a remote
-// target) and pre-flight (it may sign a receipt). Buckets live in this process's memory, so with
-// N instances behind a load balancer a client gets up to N times the limit (docs/deployment.md).
-// Routes are matched by URL path, so a probe route answers with the limit whichever module
-// registers it, and the 501 placeholders are limited exactly like the real handlers will be.
+// Where the per-client limits of src/services/rate-limits.ts apply on HTTP. A limit belongs to a
+// ROUTE, never to a spelling of a URL: REST routes are looked up by the route fastify matched
+// (its pattern, e.g. "/v1/gate/*"), Connect/gRPC/gRPC-Web methods by their method descriptor. So
+// "/v1/%70reflight", "/v1/preflight" and the Connect Preflight RPC all take from the same bucket,
+// and any path the router would hand to a limited handler is limited.
+// Elsewhere: the gate's gRPC Check (src/services/gate.ts answers a 429 denied_response), the MCP
+// preflight_check tool and the A2A skills (src/agents/rate-limit.ts, per JSON-RPC call).
 
-export interface RatePolicy {
-  /** Name in the RateLimit / RateLimit-Policy headers. */
-  name: string;
-  /** Tokens per minute; 0 turns the policy off. */
-  perMinute: number;
-  /** Paths (exact, without query) the policy covers. */
-  paths: readonly string[];
-}
+/** REST route patterns (as registered) and their limit. Every one must exist: checked at start-up. */
+export const REST_RATE_LIMITS: ReadonlyMap<string, RateLimitName> = new Map<string, RateLimitName>([
+  ['/api/drift', 'probes'],
+  ['/api/agent-readiness', 'probes'],
+  ['/api/agency-checklist', 'probes'],
+  ['/api/compliance', 'probes'],
+  ['/v1/compliance', 'probes'],
+  ['/v1/preflight', 'preflight'],
+  ['/v1/gate', 'gate'],
+  ['/v1/gate/*', 'gate'],
+]);
 
-export function ratePolicies(config: Pick<Config, 'rateLimitProbesPerMinute' | 'rateLimitPreflightPerMinute'>): RatePolicy[] {
-  return [
-    {
-      name: 'probes',
-      perMinute: config.rateLimitProbesPerMinute,
-      paths: [
-        '/api/drift',
-        '/api/agent-readiness',
-        '/api/agency-checklist',
-        '/api/compliance',
-        '/v1/compliance',
-        // The same probes over Connect / gRPC / gRPC-Web.
-        '/observatory.v1.TrustService/GetDrift',
-        '/observatory.v1.TrustService/GetAgentReadiness',
-        '/observatory.v1.ComplianceService/GetComplianceExport',
-        '/observatory.v1.ComplianceService/GetAgencyChecklist',
-        '/observatory.v1.ComplianceService/GetComplianceAttestation',
-      ],
-    },
-    {
-      name: 'preflight',
-      perMinute: config.rateLimitPreflightPerMinute,
-      paths: ['/v1/preflight', '/observatory.v1.TrustService/Preflight'],
-    },
-  ];
-}
+/** Connect/gRPC/gRPC-Web methods and their limit (the same buckets as their REST twins). */
+export const CONNECT_RATE_LIMITS: ReadonlyMap<DescMethod, RateLimitName> = new Map<DescMethod, RateLimitName>([
+  [TrustService.method.getDrift, 'probes'],
+  [TrustService.method.getAgentReadiness, 'probes'],
+  [ComplianceService.method.getComplianceExport, 'probes'],
+  [ComplianceService.method.getAgencyChecklist, 'probes'],
+  [ComplianceService.method.getComplianceAttestation, 'probes'],
+  [TrustService.method.preflight, 'preflight'],
+]);
 
-interface Bucket {
-  tokens: number;
-  at: number;
-}
-
-/** A token bucket store: capacity = perMinute, refilled continuously at perMinute per 60 s. */
-export function createTokenBuckets(perMinute: number, opts: { now?: () => number; maxClients?: number } = {}) {
-  const now = opts.now ?? (() => Date.now());
-  const maxClients = opts.maxClients ?? 100_000;
-  const buckets = new Map<string, Bucket>();
-  const ratePerMs = perMinute / 60_000;
-
-  function refill(b: Bucket, t: number) {
-    b.tokens = Math.min(perMinute, b.tokens + (t - b.at) * ratePerMs);
-    b.at = t;
-  }
-
-  return {
-    /** Takes one token for the client; returns the decision and the header figures. */
-    take(client: string): { allowed: boolean; remaining: number; resetSeconds: number; retryAfterSeconds: number } {
-      const t = now();
-      let b = buckets.get(client);
-      if (b) {
-        refill(b, t);
-        buckets.delete(client); // re-insert: Map order is then least-recently-used first
-      } else {
-        b = { tokens: perMinute, at: t };
-        if (buckets.size >= maxClients) {
-          // Evict the least recently seen client (first in insertion order): memory stays bounded.
-          const oldest = buckets.keys().next().value;
-          if (oldest !== undefined) buckets.delete(oldest);
-        }
-      }
-      buckets.set(client, b);
-      const allowed = b.tokens >= 1;
-      if (allowed) b.tokens -= 1;
-      const remaining = Math.floor(b.tokens);
-      // Seconds until the bucket is full again, and until one token is available.
-      const resetSeconds = Math.ceil((perMinute - b.tokens) / ratePerMs / 1000);
-      const retryAfterSeconds = allowed ? 0 : Math.max(1, Math.ceil((1 - b.tokens) / ratePerMs / 1000));
-      return { allowed, remaining, resetSeconds, retryAfterSeconds };
-    },
-    size: () => buckets.size,
-  };
-}
-
-/** Installs the limits: every response of a covered path carries RateLimit and RateLimit-Policy. */
-export function installRateLimits(app: FastifyInstance, policies: readonly RatePolicy[], opts: { now?: () => number } = {}) {
-  const byPath = new Map<string, { policy: RatePolicy; buckets: ReturnType<typeof createTokenBuckets> }>();
-  for (const policy of policies) {
-    if (policy.perMinute <= 0) continue;
-    const entry = { policy, buckets: createTokenBuckets(policy.perMinute, opts) };
-    for (const p of policy.paths) byPath.set(p, entry);
-  }
-  if (byPath.size === 0) return;
-  app.addHook('onRequest', async (req, reply: FastifyReply) => {
-    if (req.method === 'OPTIONS') return; // CORS pre-flights cost nothing
-    const q = req.url.indexOf('?');
-    const path = q === -1 ? req.url : req.url.slice(0, q);
-    const entry = byPath.get(path.length > 1 ? path.replace(/\/+$/, '') : path);
-    if (!entry) return;
-    const { policy, buckets } = entry;
-    const d = buckets.take(req.ip);
-    // draft-ietf-httpapi-ratelimit-headers (structured fields): quota q per window w seconds;
-    // remaining r and seconds t until the quota is restored.
-    reply.header('ratelimit-policy', `"${policy.name}";q=${policy.perMinute};w=60`);
-    reply.header('ratelimit', `"${policy.name}";r=${d.remaining};t=${d.resetSeconds}`);
-    if (!d.allowed) {
-      return sendProblem(reply, 'rate_limited', `at most ${policy.perMinute} ${policy.name} requests per minute from one address; retry in ${d.retryAfterSeconds} s`, {
-        headers: { 'retry-after': String(d.retryAfterSeconds) },
-      });
-    }
+/**
+ * Installs the REST limits: every response of a limited route carries RateLimit and
+ * RateLimit-Policy; an empty bucket answers 429 problem+json with Retry-After before the handler
+ * (or the body parser) runs. Start-up fails if a listed route was never registered, so renaming
+ * a route cannot silently drop its limit.
+ */
+export function installRateLimits(app: FastifyInstance, limits: RateLimiter, table: ReadonlyMap<string, RateLimitName> = REST_RATE_LIMITS) {
+  const registered = new Set<string>();
+  app.addHook('onRoute', (opts) => {
+    registered.add(opts.url);
   });
+  app.addHook('onReady', async () => {
+    const missing = [...table.keys()].filter((url) => !registered.has(url));
+    if (missing.length > 0) throw new Error(`rate limits name routes that do not exist: ${missing.join(', ')}`);
+  });
+  app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
+    // The route the router matched, whatever the spelling of the URL (undefined on 404).
+    const url = req.routeOptions.url;
+    const name = url === undefined ? undefined : table.get(url);
+    if (name === undefined) return;
+    const d = limits.take(name, req.ip);
+    if (!d) return;
+    reply.headers(rateLimitHeaders(d));
+    if (!d.allowed) return sendProblem(reply, 'rate_limited', rateLimitMessage(d));
+  });
+}
+
+/**
+ * The same limits for Connect, gRPC and gRPC-Web, by method descriptor: RateLimit headers on the
+ * answer, RESOURCE_EXHAUSTED (HTTP 429 on Connect) with Retry-After when the bucket is empty.
+ */
+export function rateLimitInterceptor(limits: RateLimiter, table: ReadonlyMap<DescMethod, RateLimitName> = CONNECT_RATE_LIMITS): Interceptor {
+  return (next) => async (req) => {
+    const name = table.get(req.method);
+    if (name === undefined) return next(req);
+    const d = limits.take(name, req.contextValues.get(clientAddressKey));
+    if (!d) return next(req);
+    const headers = rateLimitHeaders(d);
+    if (!d.allowed) throw new ObservatoryError('rate_limited', rateLimitMessage(d), { headers });
+    try {
+      const res = await next(req);
+      for (const [k, v] of Object.entries(headers)) res.header.set(k, v);
+      return res;
+    } catch (err) {
+      if (err instanceof ConnectError) for (const [k, v] of Object.entries(headers)) err.metadata.set(k, v);
+      throw err;
+    }
+  };
 }

@@ -2,11 +2,12 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { CheckRequest, CheckResponseSchema } from '../../gen/envoy/service/auth/v3/external_auth_pb.js';
 import { HeaderValueOption_HeaderAppendAction } from '../../gen/envoy/config/core/v3/base_pb.js';
 import { StatusCode } from '../../gen/envoy/type/v3/http_status_pb.js';
-import { decideGate, resolveUpstream, type GateRequestInfo, type UpstreamSource } from '../domain/gate.js';
+import { decideGate, gatewayAssertedHeaders, resolveUpstream, type GateRequestInfo, type UpstreamSource } from '../domain/gate.js';
 import type { PreflightVerdict } from '../domain/verdict.js';
 import { invalidArgument, ObservatoryError } from '../errors.js';
 import { PROBLEM_CONTENT_TYPE, problemBody } from '../errors.js';
-import type { CallContext, ServiceDeps } from './context.js';
+import { clientAddressKey, type CallContext, type ServiceDeps } from './context.js';
+import { rateLimitHeaders, rateLimitMessage, type RateLimiter } from './rate-limits.js';
 import type { PreflightAssessment, PreflightService } from './preflight.js';
 
 // The gateway gate (DECISIONS.md "Gateway decisions"; docs/gateway.md): nginx auth_request and
@@ -94,7 +95,11 @@ export function gateBody(o: GateOutcome, publicBaseUrl: string): Record<string, 
 /** Largest number of upstreams whose verdict is cached at once (oldest dropped first). */
 export const GATE_CACHE_MAX_ENTRIES = 10_000;
 
-export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDeps, 'config' | 'now'>, source: GateVerdictSource<A>) {
+/**
+ * `limits` bounds the gRPC Check per client (the gateway); /v1/gate is limited by its route
+ * (src/http/rate-limit.ts), so `decide` itself takes no token.
+ */
+export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDeps, 'config' | 'now'>, source: GateVerdictSource<A>, limits?: RateLimiter) {
   const { config, now } = deps;
   const policy = { allowUncertain: config.gate.allowUncertain, allowUnrated: config.gate.allowUnrated };
   const ttlMs = config.gate.cacheSeconds * 1000;
@@ -160,6 +165,25 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
 
   /** envoy.service.auth.v3.Authorization/Check: the same decision in Envoy's terms. */
   async function check(req: Partial<CheckRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof CheckResponseSchema>> {
+    // Every decision signs and stores a receipt: one bucket per client (the gateway), shared with
+    // /v1/gate. Over the limit is a definite 429 for Envoy to send (with Retry-After), not a
+    // transport error that failure_mode_allow could turn into an allow.
+    const limited = limits?.take('gate', ctx?.values.get(clientAddressKey));
+    if (limited && !limited.allowed) {
+      const detail = rateLimitMessage(limited);
+      return {
+        // google.rpc.Code RESOURCE_EXHAUSTED
+        status: { code: 8, message: detail },
+        httpResponse: {
+          case: 'deniedResponse',
+          value: {
+            status: { code: StatusCode.TooManyRequests },
+            headers: [...Object.entries(rateLimitHeaders(limited)).map(([k, v]) => header(k, v)), header('content-type', PROBLEM_CONTENT_TYPE)],
+            body: JSON.stringify(problemBody('rate_limited', detail)),
+          },
+        },
+      };
+    }
     const http = req.attributes?.request?.http;
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(http?.headers ?? {})) headers[k.toLowerCase()] = v;
@@ -169,8 +193,11 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
       if (headers[k] === undefined) headers[k] = hv.value || Buffer.from(hv.rawValue ?? new Uint8Array()).toString('utf8');
     }
     const info: GateRequestInfo = {
-      headers,
+      // The checked request's headers are the client's (Envoy forwards them): only those the
+      // operator declared gateway-set (GATE_TRUSTED_HEADERS) may name the upstream.
+      gatewayHeaders: gatewayAssertedHeaders(headers, config.gate.trustedHeaders),
       configured: req.attributes?.contextExtensions?.['mcp_server'],
+      via: 'envoy_grpc',
       fallback: http?.host ? { scheme: http.scheme || 'http', host: http.host, path: http.path || '/', routeOnly: false } : undefined,
     };
     let o: GateOutcome;

@@ -21,6 +21,7 @@ import { createComplianceService } from './compliance.js';
 import { createCatalogueService } from './catalogue.js';
 import { createObservationService } from './observation.js';
 import { createTelemetryRetention } from './telemetry-retention.js';
+import { createRateLimiter } from './rate-limits.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
@@ -30,6 +31,7 @@ export function createServices(deps: ServiceDeps) {
   const drift = createDriftService(deps);
   const observation = createObservationService(deps, { telemetry, drift }, { onError: deps.onBackgroundError });
   const telemetryRetention = createTelemetryRetention(deps, { onError: deps.onBackgroundError });
+  const limits = createRateLimiter(deps.config);
   return {
     keyring: deps.keyring,
     receipts: deps.receipts,
@@ -41,7 +43,9 @@ export function createServices(deps: ServiceDeps) {
     /** Pre-flight checks and demand (TrustService.Preflight, TrustService.GetDemand). */
     preflight,
     /** Gateway/service-mesh gate: /v1/gate and Envoy ext_authz, decided through pre-flight. */
-    gate: createGateService(deps, preflightGateSource(preflight)),
+    gate: createGateService(deps, preflightGateSource(preflight), limits),
+    /** Per-client rate limits (in memory, per instance), shared by every door: REST, Connect, gate, MCP, A2A. */
+    limits,
     /** Receipt lookup, verification, behavioral evidence, ERC-8004 attestations (ReceiptService). */
     receipt: createReceiptService(deps, trust),
     drift,

@@ -34,7 +34,11 @@ export function gateRoutes(app: FastifyInstance, { services }: RouteDeps) {
       const suffix = req.params['*'];
       const o = await gate.decide(
         {
-          headers,
+          // On /v1/gate the upstream headers are the gateway's own (DECISIONS.md "Gateway
+          // decisions"): nginx overwrites them, Envoy's HTTP ext_authz forwards no client header
+          // but those it is told to (docs/gateway.md).
+          gatewayHeaders: headers,
+          via: 'http',
           // Envoy HTTP ext_authz: Host is the original request's, the path is appended to /v1/gate.
           // Only ever an upstream through GATE_ROUTES (the contract names no header here).
           fallback: headers.host ? { host: headers.host, path: `/${suffix ?? ''}`, routeOnly: true } : undefined,

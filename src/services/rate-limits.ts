@@ -1,0 +1,134 @@
+import type { Config } from '../config.js';
+
+// Per-client rate limits for the calls that cost the most (docs/reliability.md "Rate limits"):
+// token buckets per client address, in this process's memory (with N instances a client gets up
+// to N times a limit; docs/deployment.md). One limiter serves every door: the REST routes (by
+// matched route, src/http/rate-limit.ts), the Connect/gRPC methods (by method descriptor, same
+// file), the gRPC gate Check (src/services/gate.ts), the MCP preflight_check tool and the A2A
+// skills (src/agents/rate-limit.ts). No door looks at how a URL was spelled.
+
+/** The limits; each has its own buckets and its own RATE_LIMIT_*_PER_MINUTE setting. */
+export type RateLimitName = 'probes' | 'preflight' | 'gate' | 'mcp_preflight' | 'a2a_skills';
+
+/** What one limit allows: `perMinute` tokens per client, refilled continuously; 0 = off. */
+export interface RateLimitPolicy {
+  name: RateLimitName;
+  perMinute: number;
+  /** What is counted, for messages ("pre-flight requests", "A2A skill invocations"). */
+  what: string;
+}
+
+export type RateLimitConfig = Pick<
+  Config,
+  'rateLimitProbesPerMinute' | 'rateLimitPreflightPerMinute' | 'rateLimitGatePerMinute' | 'rateLimitMcpPreflightPerMinute' | 'rateLimitA2aSkillsPerMinute'
+>;
+
+export function rateLimitPolicies(config: RateLimitConfig): Record<RateLimitName, RateLimitPolicy> {
+  return {
+    probes: { name: 'probes', perMinute: config.rateLimitProbesPerMinute, what: 'probe requests' },
+    preflight: { name: 'preflight', perMinute: config.rateLimitPreflightPerMinute, what: 'pre-flight requests' },
+    gate: { name: 'gate', perMinute: config.rateLimitGatePerMinute, what: 'gate decisions' },
+    mcp_preflight: { name: 'mcp_preflight', perMinute: config.rateLimitMcpPreflightPerMinute, what: 'MCP preflight_check calls' },
+    a2a_skills: { name: 'a2a_skills', perMinute: config.rateLimitA2aSkillsPerMinute, what: 'A2A skill invocations' },
+  };
+}
+
+interface Bucket {
+  tokens: number;
+  at: number;
+}
+
+/** A token bucket store: capacity = perMinute, refilled continuously at perMinute per 60 s. */
+export function createTokenBuckets(perMinute: number, opts: { now?: () => number; maxClients?: number } = {}) {
+  const now = opts.now ?? (() => Date.now());
+  const maxClients = opts.maxClients ?? 100_000;
+  const buckets = new Map<string, Bucket>();
+  const ratePerMs = perMinute / 60_000;
+
+  function refill(b: Bucket, t: number) {
+    b.tokens = Math.min(perMinute, b.tokens + (t - b.at) * ratePerMs);
+    b.at = t;
+  }
+
+  return {
+    /** Takes one token for the client; returns the decision and the header figures. */
+    take(client: string): { allowed: boolean; remaining: number; resetSeconds: number; retryAfterSeconds: number } {
+      const t = now();
+      let b = buckets.get(client);
+      if (b) {
+        refill(b, t);
+        buckets.delete(client); // re-insert: Map order is then least-recently-used first
+      } else {
+        b = { tokens: perMinute, at: t };
+        if (buckets.size >= maxClients) {
+          // Evict the least recently seen client (first in insertion order): memory stays bounded.
+          const oldest = buckets.keys().next().value;
+          if (oldest !== undefined) buckets.delete(oldest);
+        }
+      }
+      buckets.set(client, b);
+      const allowed = b.tokens >= 1;
+      if (allowed) b.tokens -= 1;
+      const remaining = Math.floor(b.tokens);
+      // Seconds until the bucket is full again, and until one token is available.
+      const resetSeconds = Math.ceil((perMinute - b.tokens) / ratePerMs / 1000);
+      const retryAfterSeconds = allowed ? 0 : Math.max(1, Math.ceil((1 - b.tokens) / ratePerMs / 1000));
+      return { allowed, remaining, resetSeconds, retryAfterSeconds };
+    },
+    size: () => buckets.size,
+  };
+}
+
+/** One call counted against one limit. */
+export interface RateDecision {
+  policy: RateLimitPolicy;
+  allowed: boolean;
+  remaining: number;
+  resetSeconds: number;
+  /** 0 when allowed. */
+  retryAfterSeconds: number;
+}
+
+/**
+ * The bucket a client address falls in. Every door keys its limits through this one function,
+ * so a change of keying (e.g. one bucket per IPv6 /64) applies to all of them at once.
+ */
+export function rateLimitKey(clientAddress: string | undefined): string {
+  return clientAddress ?? '';
+}
+
+export function createRateLimiter(config: RateLimitConfig, opts: { now?: () => number } = {}) {
+  const policies = rateLimitPolicies(config);
+  const stores = new Map<RateLimitName, ReturnType<typeof createTokenBuckets>>();
+  for (const p of Object.values(policies)) if (p.perMinute > 0) stores.set(p.name, createTokenBuckets(p.perMinute, opts));
+  return {
+    policies,
+    /** Counts one call of the client against a limit; null when that limit is off. */
+    take(name: RateLimitName, clientAddress: string | undefined): RateDecision | null {
+      const store = stores.get(name);
+      if (!store) return null;
+      return { policy: policies[name], ...store.take(rateLimitKey(clientAddress)) };
+    },
+  };
+}
+
+export type RateLimiter = ReturnType<typeof createRateLimiter>;
+
+/**
+ * RateLimit and RateLimit-Policy (draft-ietf-httpapi-ratelimit-headers, structured fields: quota
+ * q per window w seconds; remaining r and seconds t until the quota is restored), and
+ * Retry-After on a refusal. Names are lower-case (HTTP/2 and gRPC metadata want them so).
+ */
+export function rateLimitHeaders(d: RateDecision): Record<string, string> {
+  const h: Record<string, string> = {
+    'ratelimit-policy': `"${d.policy.name}";q=${d.policy.perMinute};w=60`,
+    ratelimit: `"${d.policy.name}";r=${d.remaining};t=${d.resetSeconds}`,
+  };
+  if (!d.allowed) h['retry-after'] = String(d.retryAfterSeconds);
+  return h;
+}
+
+/** The one wording of a refusal, whatever the door. */
+export function rateLimitMessage(d: RateDecision): string {
+  return `rate limited: at most ${d.policy.perMinute} ${d.policy.what} per minute from one address; retry in ${d.retryAfterSeconds} s`;
+}
