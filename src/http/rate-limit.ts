@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { Config } from '../config.js';
 import { sendProblem } from './problem.js';
+import { createTokenBuckets } from '../domain/token-bucket.js';
 
 // Token buckets per client address for the expensive endpoints: the probes (they fetch a remote
 // target) and pre-flight (it may sign a receipt). Buckets live in this process's memory, so with
@@ -44,51 +45,9 @@ export function ratePolicies(config: Pick<Config, 'rateLimitProbesPerMinute' | '
   ];
 }
 
-interface Bucket {
-  tokens: number;
-  at: number;
-}
-
-/** A token bucket store: capacity = perMinute, refilled continuously at perMinute per 60 s. */
-export function createTokenBuckets(perMinute: number, opts: { now?: () => number; maxClients?: number } = {}) {
-  const now = opts.now ?? (() => Date.now());
-  const maxClients = opts.maxClients ?? 100_000;
-  const buckets = new Map<string, Bucket>();
-  const ratePerMs = perMinute / 60_000;
-
-  function refill(b: Bucket, t: number) {
-    b.tokens = Math.min(perMinute, b.tokens + (t - b.at) * ratePerMs);
-    b.at = t;
-  }
-
-  return {
-    /** Takes one token for the client; returns the decision and the header figures. */
-    take(client: string): { allowed: boolean; remaining: number; resetSeconds: number; retryAfterSeconds: number } {
-      const t = now();
-      let b = buckets.get(client);
-      if (b) {
-        refill(b, t);
-        buckets.delete(client); // re-insert: Map order is then least-recently-used first
-      } else {
-        b = { tokens: perMinute, at: t };
-        if (buckets.size >= maxClients) {
-          // Evict the least recently seen client (first in insertion order): memory stays bounded.
-          const oldest = buckets.keys().next().value;
-          if (oldest !== undefined) buckets.delete(oldest);
-        }
-      }
-      buckets.set(client, b);
-      const allowed = b.tokens >= 1;
-      if (allowed) b.tokens -= 1;
-      const remaining = Math.floor(b.tokens);
-      // Seconds until the bucket is full again, and until one token is available.
-      const resetSeconds = Math.ceil((perMinute - b.tokens) / ratePerMs / 1000);
-      const retryAfterSeconds = allowed ? 0 : Math.max(1, Math.ceil((1 - b.tokens) / ratePerMs / 1000));
-      return { allowed, remaining, resetSeconds, retryAfterSeconds };
-    },
-    size: () => buckets.size,
-  };
-}
+// The bucket itself is pure (time is an argument): src/domain/token-bucket.ts, shared with the
+// payment look-up throttle.
+export { createTokenBuckets };
 
 /** Installs the limits: every response of a covered path carries RateLimit and RateLimit-Policy. */
 export function installRateLimits(app: FastifyInstance, policies: readonly RatePolicy[], opts: { now?: () => number } = {}) {
