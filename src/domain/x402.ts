@@ -214,7 +214,7 @@ export function eip3009Authorization(payload: PaymentPayload): Eip3009Authorizat
   const a = (payload.payload as { authorization?: Record<string, unknown> }).authorization;
   if (!a || typeof a !== 'object') return null;
   const { from, to, value, nonce } = a;
-  if (typeof from !== 'string' || !isAddress(from) || typeof to !== 'string' || !isAddress(to)) return null;
+  if (typeof from !== 'string' || !isAddress(from, { strict: false }) || typeof to !== 'string' || !isAddress(to, { strict: false })) return null;
   if (typeof value !== 'string' || !/^\d{1,78}$/.test(value) || typeof nonce !== 'string' || !HASH.test(nonce)) return null;
   return { from: getAddress(from), to: getAddress(to), value: BigInt(value), nonce: nonce.toLowerCase() as `0x${string}` };
 }
@@ -234,7 +234,7 @@ export function acceptsOurTerms(payload: PaymentPayload, required: PaymentRequir
     const r = required as PaymentRequirements;
     return (
       a.scheme === r.scheme && a.network === r.network && a.amount === r.amount && a.maxTimeoutSeconds === r.maxTimeoutSeconds &&
-      isAddress(a.asset) && isAddressEqual(a.asset, r.asset as `0x${string}`) && isAddress(a.payTo) && isAddressEqual(a.payTo, r.payTo as `0x${string}`)
+      isAddress(a.asset, { strict: false }) && isAddressEqual(a.asset, r.asset as `0x${string}`) && isAddress(a.payTo, { strict: false }) && isAddressEqual(a.payTo, r.payTo as `0x${string}`)
     );
   }
   const p = payload as unknown as { scheme: string; network: string };
@@ -288,7 +288,7 @@ export interface PaymentTerms {
 
 /** The x402 v1 `accepts` array (402 body): empty when paid verdicts are off. */
 export function x402Accepts({ wallet, resource, chain, facilitator }: PaymentTerms): PaymentRequirementsV1[] {
-  if (wallet === null || !isAddress(wallet)) return [];
+  if (wallet === null || !isAddress(wallet, { strict: false })) return [];
   return [
     {
       scheme: 'exact',
@@ -316,7 +316,7 @@ export function x402Accepts({ wallet, resource, chain, facilitator }: PaymentTer
 
 /** The x402 v2 requirements: exact scheme, USDC atomic units, EIP-712 domain in `extra`. */
 export function x402V2Requirements({ wallet, chain }: Pick<PaymentTerms, 'wallet' | 'chain'>): PaymentRequirements[] {
-  if (wallet === null || !isAddress(wallet)) return [];
+  if (wallet === null || !isAddress(wallet, { strict: false })) return [];
   return [
     {
       scheme: 'exact',
@@ -352,8 +352,8 @@ export function paymentInstructions({ wallet, baseUrl, resource, chain, facilita
   return (
     `${v2}` +
     `Or pay on chain: send ${PRICE.amount} ${PRICE.currency} (${PRICE.units} units of the USDC contract ${chain.asset}) on ${chain.v1Network} (chain id ${chain.chainId}) to ${wallet} from an address whose key you hold. ` +
-    `Within ${maxAgeSeconds} seconds of the transaction being mined, repeat this request with the header "X-Payment: <proof JSON>", the JSON {"tx_hash":"0x...","resource":"${resource}","issued_at":<unix seconds>,"signature":"0x..."} ` +
-    `where signature is the paying address's EIP-191 personal_sign of the four lines "x402 payment proof", "tx_hash: <lower-case hash>", "resource: ${resource}", "issued_at: <unix seconds>" joined by "\\n". ` +
+    `Within ${maxAgeSeconds} seconds of the transaction being mined, repeat this request with the header "X-Payment: <proof JSON>", the proof JSON being {"tx_hash":"<transaction hash>","resource":"${resource}","issued_at":<unix seconds>,"signature":"<signature>"} ` +
+    `where <signature> is the paying address's EIP-191 personal_sign of the four lines "x402 payment proof", "tx_hash: <transaction hash in lower case>", "resource: ${resource}", "issued_at: <unix seconds>" joined by "\\n". ` +
     `Each payment buys one verdict. ${trial}`
   );
 }

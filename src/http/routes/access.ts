@@ -19,7 +19,17 @@ const stringQuery = (...names: string[]) =>
   ({ type: 'object', properties: Object.fromEntries(names.map((n) => [n, { type: 'string', maxLength: 4096 }])) }) as const;
 
 export function accessRoutes(app: FastifyInstance, { services }: RouteDeps) {
-  app.post<{ Body: { type?: string; requested_credential_type?: string } | undefined }>('/agent/auth', { schema: { body: authBody }, bodyLimit: 4096 }, async (req) =>
+  app.post<{ Body: { type?: string; requested_credential_type?: string } | undefined }>('/agent/auth',
+    {
+      schema: { body: authBody },
+      bodyLimit: 4096,
+      // No body at all (curl -X POST) is the empty object: every member takes its default.
+      preValidation: (req, _reply, done) => {
+        req.body ??= {};
+        done();
+      },
+    },
+    async (req) =>
     restJson(
       RegisterAgentResponseSchema,
       await services.access.registerAgent({ type: req.body?.type, requestedCredentialType: req.body?.requested_credential_type }, callContext(req.headers, req.ip)),
