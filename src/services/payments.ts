@@ -192,10 +192,8 @@ export function createPaymentService(deps: ServiceDeps, opts: PaymentServiceOpti
     // pay again through the transaction-hash path.
     const recorded = await store.claim({ txHash: settled.value.transaction, payer: auth.from, units: auth.value, blockNumber: null, serverUrl, at: now(), method: 'facilitator' });
     if (!recorded) throw refuse(slug, 'payment_replayed', 'the facilitator reported a settlement transaction that has already paid');
-    if (result.receiptId) {
-      await store.attachReceipt(settled.value.transaction, result.receiptId);
-      await store.authorizationSettled(id, { transaction: settled.value.transaction, receiptId: result.receiptId, at: now() });
-    }
+    await store.authorizationSettled(id, { transaction: settled.value.transaction, receiptId: result.receiptId ?? null, at: now() });
+    if (result.receiptId) await store.attachReceipt(settled.value.transaction, result.receiptId);
     paid(ctx, settled.value, payload.x402Version === 1);
     return result;
   }

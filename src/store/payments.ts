@@ -56,7 +56,7 @@ export function paymentStore(db: Queryable) {
     async releaseAuthorization(id: string): Promise<void> {
       await db.query('DELETE FROM payment_authorizations WHERE authorization_id = $1 AND settled_at IS NULL', [id]);
     },
-    async authorizationSettled(id: string, p: { transaction: string; receiptId: string; at: Date }): Promise<void> {
+    async authorizationSettled(id: string, p: { transaction: string; receiptId: string | null; at: Date }): Promise<void> {
       await db.query('UPDATE payment_authorizations SET settle_transaction = $2, receipt_id = $3, settled_at = $4 WHERE authorization_id = $1', [id, p.transaction.toLowerCase(), p.receiptId, p.at]);
     },
   };
