@@ -175,6 +175,19 @@ describe(`x402 v2 and v1 clients pay through the facilitator (${backend})`, () =
     expect(decodePaymentResponseHeader(headers!.get('payment-response')!)).toMatchObject({ success: true, payer: account.address });
   });
 
+  it('browsers may send PAYMENT-SIGNATURE and read PAYMENT-REQUIRED / PAYMENT-RESPONSE (CORS)', async () => {
+    const pre = await fetch(target(), {
+      method: 'OPTIONS',
+      headers: { origin: 'https://agent.example', 'access-control-request-method': 'GET', 'access-control-request-headers': 'payment-signature,x-payment,access-control-expose-headers' },
+    });
+    expect(pre.status).toBeLessThan(300);
+    const allowed = (pre.headers.get('access-control-allow-headers') ?? '').toLowerCase();
+    for (const h of ['payment-signature', 'x-payment', 'access-control-expose-headers']) expect(allowed).toContain(h);
+    const res = await fetch(target(), { headers: { origin: 'https://agent.example' } });
+    const exposed = (res.headers.get('access-control-expose-headers') ?? '').toLowerCase();
+    for (const h of ['payment-required', 'payment-response', 'x-payment-response']) expect(exposed).toContain(h);
+  });
+
   it('payment-info says both versions can pay', async () => {
     const info = await json(fetch(`${t.base}/api/payment-info`));
     expect(info).toMatchObject({ x402_versions: [1, 2], network: 'eip155:8453' });
