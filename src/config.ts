@@ -20,6 +20,14 @@ export interface Config {
   bodyLimit: number;
   paymentWallet: string | null;
   paymentRpcUrl: string | null;
+  /** PAYMENT_NETWORK: the CAIP-2 chain paid verdicts settle on, Base (eip155:8453, default) or Base Sepolia (eip155:84532). */
+  paymentNetwork: PaymentNetworkId;
+  /** FACILITATOR_URL: x402 facilitator whose /verify and /settle take signed (v2, and v1 EIP-3009) payments; null = none. */
+  facilitatorUrl: string | null;
+  /** PAYMENT_MAX_AGE_SECONDS (default 600): a paying transfer, and the payer's proof, must be at most this old. */
+  paymentMaxAgeSeconds: number;
+  /** PAYMENT_LOOKUPS_PER_MINUTE (default 20, 0 = unlimited): chain look-ups of transaction hashes per client network, per instance. */
+  paymentLookupsPerMinute: number;
   clawhubApiUrl: string;
   /** Ed25519 private key as a JWK (JSON string); when unset the key ring lives in the database. */
   signingKeyJwk: string | null;
@@ -77,6 +85,11 @@ export interface GateConfig {
    */
   trustedHeaders: UpstreamHeader[];
 }
+
+/** The chains paid verdicts can settle on (CAIP-2). */
+export const PAYMENT_NETWORKS = ['eip155:8453', 'eip155:84532'] as const;
+export type PaymentNetworkId = (typeof PAYMENT_NETWORKS)[number];
+const PAYMENT_NETWORK_ALIASES: Record<string, PaymentNetworkId> = { base: 'eip155:8453', 'base-sepolia': 'eip155:84532' };
 
 export class ConfigError extends Error {
   constructor(
@@ -148,6 +161,15 @@ function httpUrl(name: string, raw: string): string {
   return raw.replace(/\/+$/, '');
 }
 
+function paymentNetwork(env: Env): PaymentNetworkId {
+  const raw = str(env, 'PAYMENT_NETWORK');
+  if (raw === undefined) return 'eip155:8453';
+  const v = raw.toLowerCase();
+  const id = PAYMENT_NETWORK_ALIASES[v] ?? (PAYMENT_NETWORKS as readonly string[]).find((n) => n === v);
+  if (!id) throw new ConfigError('PAYMENT_NETWORK', `must be eip155:8453 (Base) or eip155:84532 (Base Sepolia), or base / base-sepolia; got "${raw}"`);
+  return id as PaymentNetworkId;
+}
+
 function trustProxy(env: Env): Config['trustProxy'] {
   const raw = str(env, 'TRUST_PROXY');
   if (raw === undefined || ['0', 'false', 'no', 'off'].includes(raw.toLowerCase())) return false;
@@ -184,6 +206,7 @@ export function loadConfig(env: Env = process.env): Config {
     throw new ConfigError('PAYMENT_WALLET', 'must be a 0x-prefixed 20-byte hex address');
   }
   const rpc = str(env, 'PAYMENT_RPC_URL');
+  const facilitator = str(env, 'FACILITATOR_URL');
   const jwk = str(env, 'SIGNING_KEY_JWK') ?? null;
   if (jwk !== null) {
     try {
@@ -209,6 +232,10 @@ export function loadConfig(env: Env = process.env): Config {
     bodyLimit: int(env, 'BODY_LIMIT', 64 * 1024, 1024, 16 * 1024 * 1024),
     paymentWallet: wallet,
     paymentRpcUrl: rpc === undefined ? null : httpUrl('PAYMENT_RPC_URL', rpc),
+    paymentNetwork: paymentNetwork(env),
+    facilitatorUrl: facilitator === undefined ? null : httpUrl('FACILITATOR_URL', facilitator),
+    paymentMaxAgeSeconds: int(env, 'PAYMENT_MAX_AGE_SECONDS', 600, 60, 86_400),
+    paymentLookupsPerMinute: int(env, 'PAYMENT_LOOKUPS_PER_MINUTE', 20, 0, 1_000_000),
     clawhubApiUrl: httpUrl('CLAWHUB_API_URL', str(env, 'CLAWHUB_API_URL') ?? 'https://clawhub.ai/api/v1'),
     signingKeyJwk: jwk,
     gate: {

@@ -106,8 +106,24 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   await app.register(cors, {
     origin: '*',
     methods: [...new Set(['GET', 'HEAD', 'POST', 'OPTIONS', ...connectCors.allowedMethods])],
-    allowedHeaders: [...connectCors.allowedHeaders, 'Authorization', 'X-Payment', 'X-Request-Id', 'Mcp-Session-Id', 'Mcp-Protocol-Version', 'Last-Event-ID'],
-    exposedHeaders: [...connectCors.exposedHeaders, 'X-Request-Id', 'X-Interface-Version', 'Retry-After', 'WWW-Authenticate', 'X-Payment-Required', 'X-Payment-Wallet', 'RateLimit', 'RateLimit-Policy', 'Mcp-Session-Id'],
+    // x402: v1 X-Payment; v2 PAYMENT-SIGNATURE. @x402/fetch also sends Access-Control-Expose-Headers
+    // on its paid retry, so a browser pre-flight names it and must be allowed.
+    allowedHeaders: [...connectCors.allowedHeaders, 'Authorization', 'X-Payment', 'PAYMENT-SIGNATURE', 'Access-Control-Expose-Headers', 'X-Request-Id', 'Mcp-Session-Id', 'Mcp-Protocol-Version', 'Last-Event-ID'],
+    exposedHeaders: [
+      ...connectCors.exposedHeaders,
+      'X-Request-Id',
+      'X-Interface-Version',
+      'Retry-After',
+      'WWW-Authenticate',
+      'X-Payment-Required',
+      'X-Payment-Wallet',
+      'PAYMENT-REQUIRED',
+      'PAYMENT-RESPONSE',
+      'X-PAYMENT-RESPONSE',
+      'RateLimit',
+      'RateLimit-Policy',
+      'Mcp-Session-Id',
+    ],
     maxAge: 7200,
   });
   app.addHook('onRequest', (req, reply, done) => {

@@ -5,6 +5,7 @@ import { openPostgres } from '../src/db/postgres.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 import { startBaseRpc, type BaseRpcStandIn } from './support/base-rpc.js';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 
 const WALLET = '0x4444444444444444444444444444444444444444';
 
@@ -49,9 +50,18 @@ describe(`a client follows only the instructions in the responses (${backend})`,
     const [req] = challenge.accepts;
     expect(req.network).toBe(challenge.chain);
     // The payer's wallet sends what the requirement asks: asset, amount, recipient.
-    const tx = rpc.addTransaction({ transfers: [{ token: req.asset, to: req.payTo, units: BigInt(req.maxAmountRequired) }] });
-    const [, headerName] = /"([\w-]+): <transaction hash>"/.exec(challenge.instructions)!;
-    const paid = await fetch(target, { headers: { [headerName!]: tx } });
+    const payer = privateKeyToAccount(generatePrivateKey());
+    const tx = rpc.addTransaction({ transfers: [{ from: payer.address, token: req.asset, to: req.payTo, units: BigInt(req.maxAmountRequired) }] });
+    // Then the proof, exactly as the instructions spell it.
+    const text: string = challenge.instructions;
+    const [, headerName] = /"([\w-]+): <proof JSON>"/.exec(text)!;
+    const [, template] = /the proof JSON being (\{.*?\}) where/.exec(text)!;
+    const lines = /the four lines "(.+?)", "(.+?)", "(.+?)", "(.+?)" joined by "\\n"/.exec(text)!.slice(1);
+    const issuedAt = String(Math.floor(Date.now() / 1000));
+    const fill = (s: string) => s.replace('<transaction hash in lower case>', tx.toLowerCase()).replace('<transaction hash>', tx).replace('<unix seconds>', issuedAt);
+    const signature = await payer.signMessage({ message: lines.map(fill).join('\n') });
+    const header = fill(template!).replace('<signature>', signature);
+    const paid = await fetch(target, { headers: { [headerName!]: header } });
     expect(paid.status).toBe(200);
     const v = await json(paid);
     expect(v).toMatchObject({ payment_method: 'x402', verdict: expect.any(String) });
@@ -103,8 +113,14 @@ describe.skipIf(backend !== 'postgres')('two instances on one PostgreSQL databas
   });
 
   it('honour each payment once across instances', async () => {
-    const tx = rpc.addTransaction({ transfers: [{ to: WALLET, units: 1000n }] });
-    const res = await Promise.all(Array.from({ length: 8 }, (_, i) => fetch(`${(i % 2 ? a : b).base}/agent-query/search-example-org-mcp`, { headers: { 'x-payment': tx } }).then((r) => r.status)));
+    const payer = privateKeyToAccount(generatePrivateKey());
+    const tx = rpc.addTransaction({ transfers: [{ from: payer.address, to: WALLET, units: 1000n }] });
+    // Both instances have the same PUBLIC_BASE_URL default (http://localhost:$PORT with PORT 0).
+    const resource = `${a.config.publicBaseUrl}/agent-query/search-example-org-mcp`;
+    const issuedAt = Math.floor(Date.now() / 1000);
+    const signature = await payer.signMessage({ message: `x402 payment proof\ntx_hash: ${tx}\nresource: ${resource}\nissued_at: ${issuedAt}` });
+    const header = JSON.stringify({ tx_hash: tx, resource, issued_at: issuedAt, signature });
+    const res = await Promise.all(Array.from({ length: 8 }, (_, i) => fetch(`${(i % 2 ? a : b).base}/agent-query/search-example-org-mcp`, { headers: { 'x-payment': header } }).then((r) => r.status)));
     expect(res.filter((s) => s === 200)).toHaveLength(1);
     expect(res.filter((s) => s === 402)).toHaveLength(7);
   });

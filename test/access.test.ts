@@ -6,6 +6,9 @@ import { ReceiptService } from '../gen/observatory/v1/receipt_pb.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 import { randomAddress, randomHash, startBaseRpc, USDBC_BASE, type BaseRpcStandIn } from './support/base-rpc.js';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { decodePaymentRequiredHeader } from '@x402/core/http';
+import { PaymentRequiredV2Schema } from '@x402/core/schemas';
 
 const WALLET = '0x1111111111111111111111111111111111111111';
 let clock = new Date('2026-11-25T12:00:00Z');
@@ -24,7 +27,7 @@ async function register(address = nextAddress()): Promise<string> {
 const query = (slug: string, headers: Record<string, string> = {}) => fetch(`${t.base}/agent-query/${encodeURIComponent(slug)}`, { headers });
 
 beforeAll(async () => {
-  rpc = await startBaseRpc();
+  rpc = await startBaseRpc({ now });
   t = await startTestApp({ PAYMENT_WALLET: WALLET, PAYMENT_RPC_URL: rpc.url, TRUST_PROXY: '1', PUBLIC_BASE_URL: 'https://obs.example' }, { now });
   for (let i = 0; i < 3; i++) await postJson(`${t.base}/api/report`, { server_url: 'https://weather.example.com/mcp', success: true, latency_ms: 120 + i, tool_name: 'get_forecast' });
   await postJson(`${t.base}/api/report`, { server_url: 'https://flaky.example.com/mcp', success: false, latency_ms: 900 });
@@ -47,12 +50,24 @@ describe(`POST /agent/auth (${backend})`, () => {
     expect(rows.some((r) => /^[0-9a-f]{64}$/.test(r.key_hash))).toBe(true);
   });
 
+  it('takes the body SPEC 4.6 shows: a missing member takes the only value offered', async () => {
+    for (const body of [{ type: 'anonymous' }, { requested_credential_type: 'api_key' }, {}]) {
+      const res = await postJson(`${t.base}/agent/auth`, body, { 'x-forwarded-for': nextAddress() });
+      expect(res.status, JSON.stringify(body)).toBe(200);
+      expect(await json(res)).toMatchObject({ credential_type: 'api_key', scopes: ['trust:read'], trial_limit: 50 });
+    }
+    // No body at all, as `curl -X POST` sends it.
+    const bare = await fetch(`${t.base}/agent/auth`, { method: 'POST', headers: { 'x-forwarded-for': nextAddress() } });
+    expect(bare.status).toBe(200);
+    expect((await json(bare)).api_key).toMatch(/^tobs_/);
+  });
+
   it('refuses anything but anonymous + api_key with 400', async () => {
     for (const body of [
       { type: 'oauth', requested_credential_type: 'api_key' },
       { type: 'anonymous', requested_credential_type: 'jwt' },
-      { type: 'anonymous' },
-      {},
+      { type: 'oauth' },
+      { requested_credential_type: 'jwt' },
       { type: 5, requested_credential_type: 'api_key' },
       { type: 'anonymous', requested_credential_type: 'api_key'.repeat(20) },
     ]) {
@@ -110,10 +125,15 @@ describe(`GET /agent-query/{server_slug} (${backend})`, () => {
       expect(v.receipt_id).toMatch(/^[0-9a-f]{16}$/);
       expect(v.trust_score).toBeTypeOf('number');
       expect(v.avg_latency_ms).toBe(121);
+      // p95 is the number the evidence endpoints give for the same reports.
+      expect(v.p95_latency_ms).toBeTypeOf('number');
       expect(v.diligence_receipt.split('.')).toHaveLength(3);
     }
     const last = await json(query('weather-example-com-mcp', { authorization: `Bearer ${key}` }));
     expect(last.trial_remaining).toBe(46);
+    const evidence = await json(fetch(`${t.base}/v1/behavioral-evidence?url=${encodeURIComponent('https://weather.example.com/mcp')}`));
+    expect(last.p95_latency_ms).toBe(evidence.behavioral_summary.p95_latency_ms);
+    expect(last.p95_latency_ms).toBe((await json(fetch(`${t.base}/benchmark/weather-example-com-mcp`))).latency.p95_ms);
     const check = await json(fetch(`${t.base}/v1/verify-receipt?id=${last.receipt_id}`));
     expect(check).toMatchObject({ receipt_id: last.receipt_id, found: true, valid: true, kind: 'agent_query', jws: last.diligence_receipt });
     expect(check.claim).toMatchObject({ kind: 'agent_query', sub: 'https://weather.example.com/mcp', verdict: last.verdict, trust_score: last.trust_score, jti: last.receipt_id });
@@ -162,6 +182,24 @@ describe(`GET /agent-query/{server_slug} (${backend})`, () => {
     ]);
     expect(p.instructions).toContain(WALLET);
     expect(p.instructions).toContain('X-Payment');
+    // x402 v2 beside v1: the PAYMENT-REQUIRED header, read by @x402/core and valid by its schema.
+    const v2 = decodePaymentRequiredHeader(res.headers.get('payment-required')!);
+    expect(PaymentRequiredV2Schema.safeParse(v2).success).toBe(true);
+    expect(v2).toMatchObject({
+      x402Version: 2,
+      resource: { url: 'https://obs.example/agent-query/weather-example-com-mcp' },
+      accepts: [
+        {
+          scheme: 'exact',
+          network: 'eip155:8453',
+          amount: '1000',
+          asset: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913',
+          payTo: WALLET,
+          maxTimeoutSeconds: expect.any(Number),
+          extra: { name: 'USD Coin', version: '2' },
+        },
+      ],
+    });
   });
 
   it('unknown or malformed key: 401 with the RFC 9728 challenge', async () => {
@@ -199,14 +237,26 @@ describe(`GET /agent-query/{server_slug} (${backend})`, () => {
 });
 
 describe(`x402 payments (${backend})`, () => {
-  const pay = (txHeader: string, slug = 'weather-example-com-mcp') => query(slug, { 'x-payment': txHeader });
+  const payer = privateKeyToAccount(generatePrivateKey());
+  /** The documented X-Payment JSON: the hash with the payer's EIP-191 proof. */
+  async function proof(txHash: string, slug = 'weather-example-com-mcp') {
+    const resource = `https://obs.example/agent-query/${slug}`;
+    const issuedAt = Math.floor(clock.getTime() / 1000);
+    const signature = await payer.signMessage({ message: `x402 payment proof\ntx_hash: ${txHash.toLowerCase()}\nresource: ${resource}\nissued_at: ${issuedAt}` });
+    return JSON.stringify({ tx_hash: txHash, resource, issued_at: issuedAt, signature });
+  }
+  const pay = async (txHash: string, slug = 'weather-example-com-mcp') => query(slug, { 'x-payment': await proof(txHash, slug) });
+  const from = payer.address;
 
   it('a USDC transfer of at least 1000 units to the wallet buys one verdict, once', async () => {
-    const tx = rpc.addTransaction({ transfers: [{ to: WALLET, units: 1000n }] });
+    const tx = rpc.addTransaction({ transfers: [{ from, to: WALLET, units: 1000n }] });
     const res = await pay(tx);
     expect(res.status).toBe(200);
     const v = await json(res);
     expect(v).toMatchObject({ payment_method: 'x402', trial_remaining: null, server_url: 'https://weather.example.com/mcp' });
+    // PAYMENT-RESPONSE: the x402 SettleResponse of the transfer that paid.
+    const settled = JSON.parse(Buffer.from(res.headers.get('payment-response')!, 'base64').toString('utf8'));
+    expect(settled).toMatchObject({ success: true, transaction: tx, network: 'eip155:8453', payer: from, amount: '1000' });
     const again = await expectProblem(await pay(tx), 402, 'payment_required');
     expect(again).toMatchObject({ reason: 'payment_replayed' });
     expect(String(again.detail)).toMatch(/already/);
@@ -214,42 +264,48 @@ describe(`x402 payments (${backend})`, () => {
     expect(row).toEqual({ receipt_id: v.receipt_id, amount_units: 1000 });
   });
 
-  it('accepts the hash as JSON and as base64 JSON, and an exhausted key falls back to payment', async () => {
-    const a = rpc.addTransaction({ transfers: [{ to: WALLET, units: 2500n }] });
-    expect((await pay(JSON.stringify({ tx_hash: a }))).status).toBe(200);
-    const b = rpc.addTransaction({ transfers: [{ to: WALLET, units: 1000n }] });
-    expect((await pay(Buffer.from(JSON.stringify({ tx_hash: b })).toString('base64'))).status).toBe(200);
-    const c = rpc.addTransaction({ transfers: [{ to: WALLET, units: 1000n }] });
+  it('accepts the proof as JSON and as base64 JSON, and an exhausted key falls back to payment', async () => {
+    const a = rpc.addTransaction({ transfers: [{ from, to: WALLET, units: 2500n }] });
+    expect((await pay(a)).status).toBe(200);
+    const b = rpc.addTransaction({ transfers: [{ from, to: WALLET, units: 1000n }] });
+    expect((await query('weather-example-com-mcp', { 'x-payment': Buffer.from(await proof(b)).toString('base64') })).status).toBe(200);
+    const c = rpc.addTransaction({ transfers: [{ from, to: WALLET, units: 1000n }] });
     const key = await register();
     await t.tdb.db.query('UPDATE api_keys SET trial_used = trial_limit WHERE trial_used = 0');
-    const res = await query('weather-example-com-mcp', { authorization: `Bearer ${key}`, 'x-payment': c });
+    const res = await query('weather-example-com-mcp', { authorization: `Bearer ${key}`, 'x-payment': await proof(c) });
     expect(res.status).toBe(200);
     expect((await json(res)).payment_method).toBe('x402');
   });
 
   it('refuses wrong token, wrong recipient, too small, failed, unknown and malformed payments with the reason', async () => {
     const cases: [string, string][] = [
-      [rpc.addTransaction({ transfers: [{ token: USDBC_BASE, to: WALLET, units: 5000n }] }), 'payment_no_transfer'],
-      [rpc.addTransaction({ transfers: [{ to: randomAddress(), units: 5000n }] }), 'payment_no_transfer'],
-      [rpc.addTransaction({ transfers: [{ to: WALLET, units: 999n }] }), 'payment_too_small'],
-      [rpc.addTransaction({ transfers: [{ to: WALLET, units: 1000n }], status: 'reverted' }), 'payment_failed'],
-      [randomHash(), 'payment_not_found'],
+      [await proof(rpc.addTransaction({ transfers: [{ from, token: USDBC_BASE, to: WALLET, units: 5000n }] })), 'payment_no_transfer'],
+      [await proof(rpc.addTransaction({ transfers: [{ from, to: randomAddress(), units: 5000n }] })), 'payment_no_transfer'],
+      [await proof(rpc.addTransaction({ transfers: [{ from, to: WALLET, units: 999n }] })), 'payment_too_small'],
+      [await proof(rpc.addTransaction({ transfers: [{ from, to: WALLET, units: 1000n }], status: 'reverted' })), 'payment_failed'],
+      [await proof(randomHash()), 'payment_not_found'],
       ['0x1234', 'payment_malformed'],
       ['{"tx":"0xabc"}', 'payment_malformed'],
       ['not base64 !!', 'payment_malformed'],
     ];
     for (const [header, reason] of cases) {
-      const p = await expectProblem(await pay(header), 402, 'payment_required');
+      const res = await query('weather-example-com-mcp', { 'x-payment': header });
+      const p = await expectProblem(res, 402, 'payment_required');
       expect(p.reason, header).toBe(reason);
       expect(p.accepts).toHaveLength(1);
+      // Every 402 also carries the x402 v2 PAYMENT-REQUIRED header, its error the refusal.
+      const v2 = JSON.parse(Buffer.from(res.headers.get('payment-required')!, 'base64').toString('utf8'));
+      expect(v2).toMatchObject({ x402Version: 2, error: p.detail, accepts: [{ network: 'eip155:8453', amount: '1000', payTo: WALLET }] });
     }
     // A refused payment is not burnt: nothing was recorded for it.
-    expect((await t.tdb.db.query('SELECT tx_hash FROM payments WHERE tx_hash = $1', [cases[2]![0]])).length).toBe(0);
+    const tooSmall = JSON.parse(cases[2]![0]).tx_hash;
+    expect((await t.tdb.db.query('SELECT tx_hash FROM payments WHERE tx_hash = $1', [tooSmall])).length).toBe(0);
   });
 
   it('the same hash sent 10 times in parallel buys exactly one verdict', async () => {
-    const tx = rpc.addTransaction({ transfers: [{ to: WALLET, units: 1000n }] });
-    const statuses = (await Promise.all(Array.from({ length: 10 }, () => pay(tx)))).map((r) => r.status);
+    const tx = rpc.addTransaction({ transfers: [{ from, to: WALLET, units: 1000n }] });
+    const header = await proof(tx);
+    const statuses = (await Promise.all(Array.from({ length: 10 }, () => query('weather-example-com-mcp', { 'x-payment': header })))).map((r) => r.status);
     expect(statuses.filter((s) => s === 200)).toHaveLength(1);
     expect(statuses.filter((s) => s === 402)).toHaveLength(9);
   });
@@ -273,6 +329,12 @@ describe(`GET /api/payment-info and /v1/verify-receipt (${backend})`, () => {
     });
     expect(body.instructions).toContain(WALLET);
     expect(body.volume_pricing).toMatch(/higher-volume/i);
+    // Both x402 versions, and how a client of each pays (no FACILITATOR_URL here: v2 cannot settle).
+    expect(body).toMatchObject({ x402_version: 1, x402_versions: [1, 2], network: 'eip155:8453', max_payment_age_seconds: 600 });
+    expect(body.x402).toEqual([
+      expect.objectContaining({ x402_version: 2, network: 'eip155:8453', amount: '1000', payment_header: 'PAYMENT-SIGNATURE', response_header: 'PAYMENT-RESPONSE', enabled: false }),
+      expect.objectContaining({ x402_version: 1, network: 'base', amount: '1000', payment_header: 'X-Payment', enabled: true }),
+    ]);
   });
 
   it('verify-receipt: 400 missing or malformed, found:false for an unknown id, valid:false when the stored token is damaged', async () => {
@@ -303,6 +365,8 @@ describe(`without PAYMENT_WALLET (${backend})`, () => {
     const p = await expectProblem(res, 402, 'payment_required');
     expect(p).toMatchObject({ wallet: null, to: null, payments_enabled: false, accepts: [], reason: 'payments_disabled' });
     expect(res.headers.get('x-payment-wallet')).toBeNull();
+    // Nothing to accept, so no v2 requirements either (PaymentRequired needs at least one).
+    expect(res.headers.get('payment-required')).toBeNull();
     expect(String(p.instructions)).toMatch(/off/);
     expect(await json(fetch(`${off.base}/api/payment-info`))).toMatchObject({ wallet: null, payments_enabled: false });
     const keys: string[] = [];

@@ -21,10 +21,21 @@ describe('configuration', () => {
     ['ALLOW_PRIVATE_TARGETS', 'maybe'],
     ['TRUST_PROXY', 'not an address'],
     ['PAYMENT_WALLET', '0x123'],
+    ['PAYMENT_NETWORK', 'eip155:1'],
+    ['FACILITATOR_URL', 'ftp://facilitator'],
+    ['PAYMENT_MAX_AGE_SECONDS', '5'],
+    ['PAYMENT_LOOKUPS_PER_MINUTE', '-1'],
     ['SIGNING_KEY_JWK', '{"kty":"RSA"}'],
     ['LOG_LEVEL', 'loud'],
   ])('refuses %s=%s with an error naming the variable', (name, value) => {
     expectConfigRefusal(name, value);
+  });
+
+  it('x402 settings: Base, no facilitator, a 10-minute window, 20 look-ups per minute by default', () => {
+    expect(loadConfig({})).toMatchObject({ paymentNetwork: 'eip155:8453', facilitatorUrl: null, paymentMaxAgeSeconds: 600, paymentLookupsPerMinute: 20 });
+    expect(loadConfig({ PAYMENT_NETWORK: 'base-sepolia' }).paymentNetwork).toBe('eip155:84532');
+    expect(loadConfig({ PAYMENT_NETWORK: 'eip155:84532' }).paymentNetwork).toBe('eip155:84532');
+    expect(loadConfig({ FACILITATOR_URL: 'https://x402.example/facilitator/' }).facilitatorUrl).toBe('https://x402.example/facilitator');
   });
 
   it('parses TRUST_PROXY forms', () => {

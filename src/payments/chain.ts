@@ -1,42 +1,46 @@
 import { createPublicClient, http, TransactionReceiptNotFoundError } from 'viem';
-import { base } from 'viem/chains';
-import { PRICE, evaluatePayment, type PaymentFailure } from '../domain/x402.js';
+import { base, baseSepolia } from 'viem/chains';
+import type { ChainReceipt } from '../domain/x402.js';
 
-// The on-chain check of an x402 payment through the chain's JSON-RPC (PAYMENT_RPC_URL, else
-// Base's public endpoint): eth_chainId must be 8453, eth_getTransactionReceipt must show a
-// successful transaction with a USDC Transfer of at least the price to our wallet.
+// The chain look-up behind an x402 payment by transaction hash, through the chain's JSON-RPC
+// (PAYMENT_RPC_URL, else the chain's public endpoint): eth_chainId must be the configured chain,
+// eth_getTransactionReceipt gives the transfer logs and eth_getBlockByNumber the time it was mined.
+// What the logs must show is the domain's rule (src/domain/x402.ts evaluatePayment).
 
-/** Base's public JSON-RPC, used when PAYMENT_RPC_URL is unset. */
-export const DEFAULT_BASE_RPC = 'https://mainnet.base.org';
+/** Public JSON-RPC endpoints, used when PAYMENT_RPC_URL is unset. */
+export const DEFAULT_RPC: Record<number, string> = { 8453: 'https://mainnet.base.org', 84532: 'https://sepolia.base.org' };
+/** Base's public JSON-RPC. */
+export const DEFAULT_BASE_RPC = DEFAULT_RPC[8453]!;
 
-export type PaymentCheck =
-  | { ok: true; units: bigint; payer: string | null; blockNumber: bigint | null }
-  | { ok: false; failure: PaymentFailure }
+export type ChainLookup =
+  | { ok: true; receipt: ChainReceipt; minedAt: Date }
+  | { ok: false; failure: 'payment_not_found' | 'payment_wrong_chain' }
   | { ok: false; failure: 'rpc_unavailable'; detail: string };
 
 export interface PaymentVerifier {
-  verify(txHash: `0x${string}`, wallet: string): Promise<PaymentCheck>;
+  lookup(txHash: `0x${string}`): Promise<ChainLookup>;
 }
 
-export function createPaymentVerifier(rpcUrl: string | null, opts: { timeoutMs?: number } = {}): PaymentVerifier {
+export function createPaymentVerifier(rpcUrl: string | null, opts: { timeoutMs?: number; chainId?: number } = {}): PaymentVerifier {
+  const chainId = opts.chainId ?? 8453;
   const client = createPublicClient({
-    chain: base,
-    transport: http(rpcUrl ?? DEFAULT_BASE_RPC, { timeout: opts.timeoutMs ?? 8000, retryCount: 1 }),
+    chain: chainId === baseSepolia.id ? baseSepolia : base,
+    transport: http(rpcUrl ?? DEFAULT_RPC[chainId] ?? DEFAULT_BASE_RPC, { timeout: opts.timeoutMs ?? 8000, retryCount: 1 }),
   });
   let chainOk: Promise<boolean> | null = null;
   return {
-    async verify(txHash, wallet) {
+    async lookup(txHash) {
       try {
         // The chain id of an endpoint does not change: ask once, but ask again after a failure.
-        chainOk ??= client.getChainId().then((id) => id === PRICE.chainId);
-        let onBase: boolean;
+        chainOk ??= client.getChainId().then((id) => id === chainId);
+        let onChain: boolean;
         try {
-          onBase = await chainOk;
+          onChain = await chainOk;
         } catch (err) {
           chainOk = null;
           throw err;
         }
-        if (!onBase) return { ok: false, failure: 'payment_wrong_chain' };
+        if (!onChain) return { ok: false, failure: 'payment_wrong_chain' };
         let receipt;
         try {
           receipt = await client.getTransactionReceipt({ hash: txHash });
@@ -44,8 +48,8 @@ export function createPaymentVerifier(rpcUrl: string | null, opts: { timeoutMs?:
           if (err instanceof TransactionReceiptNotFoundError) return { ok: false, failure: 'payment_not_found' };
           throw err;
         }
-        const verdict = evaluatePayment(receipt, wallet);
-        return verdict.ok ? { ...verdict, blockNumber: receipt.blockNumber ?? null } : verdict;
+        const block = await client.getBlock({ blockNumber: receipt.blockNumber });
+        return { ok: true, receipt, minedAt: new Date(Number(block.timestamp) * 1000) };
       } catch (err) {
         return { ok: false, failure: 'rpc_unavailable', detail: (err as Error).name || 'error' };
       }

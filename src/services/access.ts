@@ -18,37 +18,29 @@ import {
   registrationDecision,
   secretDay,
 } from '../domain/access.js';
-import {
-  BASE_USDC,
-  PAYMENT_FAILURE_TEXT,
-  PAYMENT_REQUIRED_HEADER,
-  PRICE,
-  X402_VERSION,
-  parseXPayment,
-  paymentInstructions,
-  type PaymentFailure,
-  x402Accepts,
-} from '../domain/x402.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
-import { restJson } from '../http/rest-json.js';
-import { createPaymentVerifier, type PaymentVerifier } from '../payments/chain.js';
+import type { PaymentVerifier } from '../payments/chain.js';
+import type { Facilitator } from '../payments/facilitator.js';
+import { PRICE, X402_VERSION, X402_VERSIONS } from '../domain/x402.js';
 import { apiKeyStore } from '../store/api-keys.js';
 import { addressSecretStore, registrationStore } from '../store/address-hashes.js';
-import { paymentStore } from '../store/payments.js';
 import { serverStore } from '../store/servers.js';
 import { clientAddressKey, type CallContext, type ServiceDeps } from './context.js';
 import type { TrustService } from './trust.js';
 import type { PreflightService } from './preflight.js';
+import { createPaymentService } from './payments.js';
 
 type AgentQueryResult = MessageInitShape<typeof AgentQueryResponseSchema>;
 
 export interface AccessServiceOptions {
-  /** The trust read the latency figures come from (public TrustService method). */
-  trust: Pick<TrustService, 'getTrust'>;
+  /** The trust read the latency figures come from, and the benchmark's p95 (public TrustService methods). */
+  trust: Pick<TrustService, 'getTrust' | 'getBenchmark'>;
   /** The shared pre-flight: verdict, score, signed receipt (kind agent_query) and demand signal. */
   preflight: Pick<PreflightService, 'preflight'>;
   /** On-chain payment check; defaults to viem over PAYMENT_RPC_URL. */
   paymentVerifier?: PaymentVerifier;
+  /** Facilitator for signed x402 payments; defaults to FACILITATOR_URL. */
+  facilitator?: Facilitator | null;
 }
 
 /** AccessService: THE implementation of /agent/auth, /agent-query/{slug} and /api/payment-info. */
@@ -57,38 +49,11 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
   const keys = apiKeyStore(db);
   const secrets = addressSecretStore(db);
   const registrations = registrationStore(db);
-  const payments = paymentStore(db);
   const servers = serverStore(db);
-  const verifier = opts.paymentVerifier ?? createPaymentVerifier(config.paymentRpcUrl);
+  const payments = createPaymentService(deps, { paymentVerifier: opts.paymentVerifier, facilitator: opts.facilitator });
   const base = config.publicBaseUrl;
   const wallet = config.paymentWallet;
   const challenge = `Bearer resource_metadata="${base}/.well-known/oauth-protected-resource"`;
-
-  function paymentRequired(slug: string, reason: 'credentials_missing' | 'trial_exhausted' | PaymentFailure, detail: string): ObservatoryError {
-    const resource = `${base}/agent-query/${encodeURIComponent(slug)}`;
-    const terms = { wallet, resource, baseUrl: base };
-    const msg: MessageInitShape<typeof PaymentRequiredSchema> = {
-      wallet: wallet ?? undefined,
-      amount: PRICE.amount,
-      currency: PRICE.currency,
-      chain: PRICE.chain,
-      chainId: PRICE.chainId,
-      instructions: paymentInstructions(terms),
-      accepts: x402Accepts(terms) as never,
-      to: wallet ?? undefined,
-      x402Version: X402_VERSION,
-      paymentsEnabled: wallet !== null,
-    };
-    const headers: Record<string, string> = { 'x-payment-required': PAYMENT_REQUIRED_HEADER };
-    if (wallet) headers['x-payment-wallet'] = wallet;
-    const err = new ObservatoryError('payment_required', detail, {
-      // x402 v1 clients read x402Version / accepts / error; the snake_case members are DECISIONS.md's.
-      extra: { ...restJson(PaymentRequiredSchema, msg), asset: BASE_USDC, reason, x402Version: X402_VERSION, error: detail },
-      headers,
-    });
-    err.details.push({ desc: PaymentRequiredSchema, value: msg });
-    return err;
-  }
 
   /**
    * The verdict for one server, signed. Kept in one place so it can later be pointed at the shared
@@ -97,8 +62,11 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
   async function signedVerdict(serverUrl: string, slug: string, paymentMethod: 'api_key' | 'x402', trialRemaining: number | null): Promise<AgentQueryResult> {
     const t = await opts.trust.getTrust({ url: serverUrl });
     const total = Number(t.metrics?.totalInteractions ?? 0);
+    // p95 is the evidence endpoints' one definition: the benchmark's, from the latency histograms.
+    const p95 = total > 0 ? ((await opts.trust.getBenchmark({ serverSlug: serverUrl })).latency?.p95Ms ?? null) : null;
     const metrics = {
       avg_latency_ms: total > 0 ? (t.metrics?.avgLatencyMs ?? null) : null,
+      p95_latency_ms: p95,
       success_rate: t.metrics?.successRate ?? null,
       payment_method: paymentMethod,
     };
@@ -112,6 +80,7 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
       verdict: p.verdict,
       trustScore: p.trustScore,
       avgLatencyMs: metrics.avg_latency_ms ?? undefined,
+      p95LatencyMs: metrics.p95_latency_ms ?? undefined,
       successRate: metrics.success_rate ?? undefined,
       totalInteractions: total,
       anomalyFlags: [...(p.anomalyFlags ?? [])],
@@ -122,24 +91,6 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
       trialRemaining: trialRemaining ?? undefined,
       scoreBreakdown: (t.scoreBreakdown ?? {}) as never,
     };
-  }
-
-  async function payByTransaction(header: string, serverUrl: string, slug: string): Promise<AgentQueryResult> {
-    const fail = (f: PaymentFailure) => paymentRequired(slug, f, PAYMENT_FAILURE_TEXT[f]);
-    if (!wallet) throw fail('payments_disabled');
-    const txHash = parseXPayment(header);
-    if (!txHash) throw fail('payment_malformed');
-    if (await payments.exists(txHash)) throw fail('payment_replayed');
-    const check = await verifier.verify(txHash, wallet);
-    if (!check.ok) {
-      if (check.failure === 'rpc_unavailable') throw new ObservatoryError('upstream_error', 'the payment could not be checked: the chain RPC is unavailable; retry shortly with the same X-Payment', { headers: { 'retry-after': '5' } });
-      throw fail(check.failure);
-    }
-    const claimed = await payments.claim({ txHash, payer: check.payer, units: check.units, blockNumber: check.blockNumber, serverUrl, at: now() });
-    if (!claimed) throw fail('payment_replayed');
-    const result = await signedVerdict(serverUrl, slug, 'x402', null);
-    await payments.attachReceipt(txHash, result.receiptId!);
-    return result;
   }
 
   async function registrationAllowed(address: string): Promise<void> {
@@ -162,8 +113,11 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
 
   return {
     async registerAgent(req: Partial<RegisterAgentRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof RegisterAgentResponseSchema>> {
-      if (req.type !== 'anonymous') throw invalidArgument('type must be "anonymous" (the only registration flow offered)');
-      if (req.requestedCredentialType !== 'api_key') throw invalidArgument('requested_credential_type must be "api_key"');
+      // SPEC 4.6: both members name the only choice offered, so a missing one takes it.
+      const type = req.type || 'anonymous';
+      const credentialType = req.requestedCredentialType || 'api_key';
+      if (type !== 'anonymous') throw invalidArgument('type must be "anonymous" (the only registration flow offered)');
+      if (credentialType !== 'api_key') throw invalidArgument('requested_credential_type must be "api_key" (the only credential offered)');
       await registrationAllowed(ctx?.values.get(clientAddressKey) ?? 'unknown');
       const apiKey = newApiKey();
       const issuedAt = now();
@@ -188,7 +142,6 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
 
       const headers = ctx?.requestHeader ?? new Headers();
       const token = bearerToken(headers.get('authorization'));
-      const xPayment = headers.get('x-payment');
       let exhausted = false;
       if (token !== null && token !== 'malformed') {
         const keyHash = hashApiKey(token);
@@ -203,30 +156,59 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
         }
         exhausted = (await keys.byHash(keyHash)) !== null;
       }
-      if (xPayment !== null && xPayment.trim() !== '') return payByTransaction(xPayment, server.url, slug);
+      if (payments.carriesPayment(headers)) return payments.pay(slug, server.url, ctx, () => signedVerdict(server.url, slug, 'x402', null));
       if (token !== null && !exhausted) {
-        throw new ObservatoryError('unauthenticated', 'unknown API key; register one with POST /agent/auth or pay with X-Payment', {
+        throw new ObservatoryError('unauthenticated', 'unknown API key; register one with POST /agent/auth or pay (x402: PAYMENT-SIGNATURE or X-Payment)', {
           headers: { 'www-authenticate': challenge },
         });
       }
-      if (exhausted) throw paymentRequired(slug, 'trial_exhausted', `this key has used its ${TRIAL_LIMIT} free checks; pay per verdict with X-Payment`);
-      throw paymentRequired(slug, 'credentials_missing', 'a verdict needs an API key (Authorization: Bearer) or a payment (X-Payment)');
+      if (exhausted) throw payments.paymentRequired(slug, 'trial_exhausted', `this key has used its ${TRIAL_LIMIT} free checks; pay per verdict with x402 (PAYMENT-SIGNATURE or X-Payment)`);
+      throw payments.paymentRequired(slug, 'credentials_missing', 'a verdict needs an API key (Authorization: Bearer) or an x402 payment (PAYMENT-SIGNATURE or X-Payment)');
     },
 
     async getPaymentInfo(): Promise<MessageInitShape<typeof GetPaymentInfoResponseSchema>> {
+      const { terms, instructions, facilitator } = payments.info();
+      const { chain } = terms;
       return {
         paymentProtocol: 'x402',
         wallet: wallet ?? undefined,
         amount: PRICE.amount,
         currency: PRICE.currency,
-        chain: PRICE.chain,
-        chainId: PRICE.chainId,
-        asset: BASE_USDC,
+        chain: chain.v1Network,
+        chainId: chain.chainId,
+        asset: chain.asset,
         endpointTemplate: `${base}/agent-query/{server_slug}`,
-        instructions: paymentInstructions({ wallet, resource: `${base}/agent-query/{server_slug}`, baseUrl: base }),
+        instructions,
         paymentsEnabled: wallet !== null,
         x402Version: X402_VERSION,
         volumePricing: `The price above is per verdict. A free key (POST ${base}/agent/auth) covers ${TRIAL_LIMIT} checks; higher-volume terms are arranged with the operator of ${base} (see docs/access.md, "Higher volume").`,
+        x402Versions: [...X402_VERSIONS],
+        network: chain.network,
+        maxPaymentAgeSeconds: terms.maxAgeSeconds,
+        x402: [
+          {
+            x402Version: 2,
+            network: chain.network,
+            amount: PRICE.units.toString(),
+            requirementsIn: 'PAYMENT-REQUIRED response header of every 402 (base64 JSON PaymentRequired)',
+            paymentHeader: 'PAYMENT-SIGNATURE',
+            responseHeader: 'PAYMENT-RESPONSE',
+            settlement: 'EIP-3009 authorization (exact scheme), verified and settled through the facilitator',
+            enabled: wallet !== null && facilitator,
+          },
+          {
+            x402Version: 1,
+            network: chain.v1Network,
+            amount: PRICE.units.toString(),
+            requirementsIn: '402 body: x402Version 1 and accepts',
+            paymentHeader: 'X-Payment',
+            responseHeader: 'PAYMENT-RESPONSE (and X-PAYMENT-RESPONSE for v1 payloads)',
+            settlement: facilitator
+              ? 'an x402 v1 payment payload (settled through the facilitator), or a mined transaction hash with the payer proof, checked on chain'
+              : 'a mined transaction hash with the payer proof, checked on chain',
+            enabled: wallet !== null,
+          },
+        ],
       };
     },
   };

@@ -33,6 +33,11 @@ export interface ServiceObservers {
 export interface CallContext {
   requestHeader: Headers;
   values: ContextValues;
+  /**
+   * Headers of a successful answer (e.g. x402 PAYMENT-RESPONSE). Connect's HandlerContext has it;
+   * REST adapters copy it onto the reply. Absent for calls that cannot answer with headers.
+   */
+  responseHeader?: Headers;
 }
 
 /** The client's address as decided by TRUST_PROXY; in memory only, never stored or logged. */
@@ -45,7 +50,7 @@ export function callContext(headers: Record<string, string | string[] | undefine
     if (Array.isArray(v)) for (const x of v) h.append(k, x);
     else h.set(k, v);
   }
-  return { requestHeader: h, values: createContextValues().set(clientAddressKey, clientAddress) };
+  return { requestHeader: h, values: createContextValues().set(clientAddressKey, clientAddress), responseHeader: new Headers() };
 }
 
 /** For calls that read nothing from the request context (most reads). */

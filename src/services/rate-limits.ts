@@ -1,4 +1,5 @@
 import type { Config } from '../config.js';
+import { createTokenBuckets } from '../domain/token-bucket.js';
 
 // Per-client rate limits for the calls that cost the most (docs/reliability.md "Rate limits"):
 // token buckets per client address, in this process's memory (with N instances a client gets up
@@ -33,51 +34,8 @@ export function rateLimitPolicies(config: RateLimitConfig): Record<RateLimitName
   };
 }
 
-interface Bucket {
-  tokens: number;
-  at: number;
-}
-
-/** A token bucket store: capacity = perMinute, refilled continuously at perMinute per 60 s. */
-export function createTokenBuckets(perMinute: number, opts: { now?: () => number; maxClients?: number } = {}) {
-  const now = opts.now ?? (() => Date.now());
-  const maxClients = opts.maxClients ?? 100_000;
-  const buckets = new Map<string, Bucket>();
-  const ratePerMs = perMinute / 60_000;
-
-  function refill(b: Bucket, t: number) {
-    b.tokens = Math.min(perMinute, b.tokens + (t - b.at) * ratePerMs);
-    b.at = t;
-  }
-
-  return {
-    /** Takes one token for the client; returns the decision and the header figures. */
-    take(client: string): { allowed: boolean; remaining: number; resetSeconds: number; retryAfterSeconds: number } {
-      const t = now();
-      let b = buckets.get(client);
-      if (b) {
-        refill(b, t);
-        buckets.delete(client); // re-insert: Map order is then least-recently-used first
-      } else {
-        b = { tokens: perMinute, at: t };
-        if (buckets.size >= maxClients) {
-          // Evict the least recently seen client (first in insertion order): memory stays bounded.
-          const oldest = buckets.keys().next().value;
-          if (oldest !== undefined) buckets.delete(oldest);
-        }
-      }
-      buckets.set(client, b);
-      const allowed = b.tokens >= 1;
-      if (allowed) b.tokens -= 1;
-      const remaining = Math.floor(b.tokens);
-      // Seconds until the bucket is full again, and until one token is available.
-      const resetSeconds = Math.ceil((perMinute - b.tokens) / ratePerMs / 1000);
-      const retryAfterSeconds = allowed ? 0 : Math.max(1, Math.ceil((1 - b.tokens) / ratePerMs / 1000));
-      return { allowed, remaining, resetSeconds, retryAfterSeconds };
-    },
-    size: () => buckets.size,
-  };
-}
+// The buckets themselves: src/domain/token-bucket.ts (pure, shared with the x402 look-up throttle).
+export { createTokenBuckets };
 
 /** One call counted against one limit. */
 export interface RateDecision {

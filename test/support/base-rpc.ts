@@ -2,9 +2,10 @@ import http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 
-// A local stand-in for a Base mainnet JSON-RPC endpoint (127.0.0.1 only). It answers eth_chainId
-// and eth_getTransactionReceipt with receipts shaped exactly like Base's (OP-stack fields l1Fee,
-// l1GasUsed, ... included), built from real-looking USDC transfers.
+// A local stand-in for a Base mainnet JSON-RPC endpoint (127.0.0.1 only). It answers eth_chainId,
+// eth_getTransactionReceipt (receipts shaped exactly like Base's, OP-stack fields l1Fee, l1GasUsed,
+// ... included, built from real-looking USDC transfers) and eth_getBlockByNumber (the block each
+// transaction was mined in, with its timestamp).
 
 export const USDC_BASE = '0x833589fcd6edb6e08f4c7c32d4f71b54bda02913';
 /** USDbC (bridged USDC) on Base: a real token that is not the accepted asset. */
@@ -27,13 +28,18 @@ export interface BaseRpcStandIn {
   url: string;
   chainId: number;
   calls: { method: string }[];
-  /** Records a mined transaction; returns its hash. */
-  addTransaction(spec: { transfers: TransferSpec[]; status?: 'success' | 'reverted'; hash?: string }): string;
+  /**
+   * Records a mined transaction; returns its hash. `minedAt` is the block's time (default: the
+   * stand-in's clock, so "just mined").
+   */
+  addTransaction(spec: { transfers: TransferSpec[]; status?: 'success' | 'reverted'; hash?: string; minedAt?: Date }): string;
   close(): Promise<void>;
 }
 
-export async function startBaseRpc(opts: { chainId?: number } = {}): Promise<BaseRpcStandIn> {
+export async function startBaseRpc(opts: { chainId?: number; now?: () => Date } = {}): Promise<BaseRpcStandIn> {
   const receipts = new Map<string, Record<string, unknown>>();
+  const blocks = new Map<string, Record<string, unknown>>();
+  const now = opts.now ?? (() => new Date());
   const calls: { method: string }[] = [];
   let block = 24_310_000;
   const state = { chainId: opts.chainId ?? 8453 };
@@ -46,6 +52,8 @@ export async function startBaseRpc(opts: { chainId?: number } = {}): Promise<Bas
         return ok(hex(state.chainId));
       case 'eth_getTransactionReceipt':
         return ok(receipts.get(String(req.params?.[0]).toLowerCase()) ?? null);
+      case 'eth_getBlockByNumber':
+        return ok(blocks.get(String(req.params?.[0]).toLowerCase()) ?? null);
       default:
         return { jsonrpc: '2.0', id: req.id ?? null, error: { code: -32601, message: 'the method does not exist/is not available' } };
     }
@@ -75,9 +83,32 @@ export async function startBaseRpc(opts: { chainId?: number } = {}): Promise<Bas
       return state.chainId;
     },
     calls,
-    addTransaction({ transfers, status = 'success', hash = randomHash() }) {
+    addTransaction({ transfers, status = 'success', hash = randomHash(), minedAt = now() }) {
       const blockNumber = hex(++block);
       const blockHash = randomHash();
+      blocks.set(blockNumber, {
+        baseFeePerGas: '0x4c4b40',
+        difficulty: '0x0',
+        extraData: '0x',
+        gasLimit: '0x8f0d180',
+        gasUsed: '0x1f4c2a',
+        hash: blockHash,
+        logsBloom: `0x${'0'.repeat(512)}`,
+        miner: '0x4200000000000000000000000000000000000011',
+        mixHash: randomHash(),
+        nonce: '0x0000000000000000',
+        number: blockNumber,
+        parentHash: randomHash(),
+        receiptsRoot: randomHash(),
+        sha3Uncles: '0x1dcc4de8dec75d7aab85b567b6ccd41ad312451b948a7413f0a142fd40d49347',
+        size: '0x1a2b',
+        stateRoot: randomHash(),
+        timestamp: hex(Math.floor(minedAt.getTime() / 1000)),
+        totalDifficulty: '0x0',
+        transactions: [hash],
+        transactionsRoot: randomHash(),
+        uncles: [],
+      });
       const from = transfers[0]?.from ?? randomAddress();
       const txIndex = hex(7);
       const logs = transfers.map((t, i) => ({

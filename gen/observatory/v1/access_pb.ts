@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file observatory/v1/access.proto.
  */
 export const file_observatory_v1_access: GenFile = /*@__PURE__*/
-  fileDesc("ChtvYnNlcnZhdG9yeS92MS9hY2Nlc3MucHJvdG8SDm9ic2VydmF0b3J5LnYxIkcKFFJlZ2lzdGVyQWdlbnRSZXF1ZXN0EgwKBHR5cGUYASABKAkSIQoZcmVxdWVzdGVkX2NyZWRlbnRpYWxfdHlwZRgCIAEoCSLAAQoVUmVnaXN0ZXJBZ2VudFJlc3BvbnNlEg8KB2FwaV9rZXkYASABKAkSFwoPY3JlZGVudGlhbF90eXBlGAIgASgJEg4KBnNjb3BlcxgDIAMoCRITCgt0cmlhbF9saW1pdBgEIAEoBRIfChJjcmVkZW50aWFsX2V4cGlyZXMYBSABKAlIAIgBARIRCglpc3N1ZWRfYXQYBiABKAkSDQoFdXNhZ2UYByABKAlCFQoTX2NyZWRlbnRpYWxfZXhwaXJlcyIoChFBZ2VudFF1ZXJ5UmVxdWVzdBITCgtzZXJ2ZXJfc2x1ZxgBIAEoCSKmBAoSQWdlbnRRdWVyeVJlc3BvbnNlEhMKC3NlcnZlcl9zbHVnGAEgASgJEhcKCnNlcnZlcl91cmwYAiABKAlIAIgBARIRCgRuYW1lGAMgASgJSAGIAQESDwoHdmVyZGljdBgEIAEoCRIYCgt0cnVzdF9zY29yZRgFIAEoAUgCiAEBEhsKDmF2Z19sYXRlbmN5X21zGAYgASgBSAOIAQESGwoOcDk1X2xhdGVuY3lfbXMYByABKAFIBIgBARIZCgxzdWNjZXNzX3JhdGUYCCABKAFIBYgBARIaChJ0b3RhbF9pbnRlcmFjdGlvbnMYCSABKAESFQoNYW5vbWFseV9mbGFncxgKIAMoCRISCgpyZWNlaXB0X2lkGAsgASgJEhkKEWRpbGlnZW5jZV9yZWNlaXB0GAwgASgJEhIKCmNoZWNrZWRfYXQYDSABKAkSFgoOcGF5bWVudF9tZXRob2QYDiABKAkSHAoPdHJpYWxfcmVtYWluaW5nGA8gASgFSAaIAQESMAoPc2NvcmVfYnJlYWtkb3duGBAgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEINCgtfc2VydmVyX3VybEIHCgVfbmFtZUIOCgxfdHJ1c3Rfc2NvcmVCEQoPX2F2Z19sYXRlbmN5X21zQhEKD19wOTVfbGF0ZW5jeV9tc0IPCg1fc3VjY2Vzc19yYXRlQhIKEF90cmlhbF9yZW1haW5pbmci/AEKD1BheW1lbnRSZXF1aXJlZBITCgZ3YWxsZXQYASABKAlIAIgBARIOCgZhbW91bnQYAiABKAkSEAoIY3VycmVuY3kYAyABKAkSDQoFY2hhaW4YBCABKAkSEAoIY2hhaW5faWQYBSABKAUSFAoMaW5zdHJ1Y3Rpb25zGAYgASgJEigKB2FjY2VwdHMYByADKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KAnRvGAggASgJSAGIAQESFAoMeDQwMl92ZXJzaW9uGAkgASgFEhgKEHBheW1lbnRzX2VuYWJsZWQYCiABKAhCCQoHX3dhbGxldEIFCgNfdG8iFwoVR2V0UGF5bWVudEluZm9SZXF1ZXN0Ip0CChZHZXRQYXltZW50SW5mb1Jlc3BvbnNlEhgKEHBheW1lbnRfcHJvdG9jb2wYASABKAkSEwoGd2FsbGV0GAIgASgJSACIAQESDgoGYW1vdW50GAMgASgJEhAKCGN1cnJlbmN5GAQgASgJEg0KBWNoYWluGAUgASgJEhAKCGNoYWluX2lkGAYgASgFEg0KBWFzc2V0GAcgASgJEhkKEWVuZHBvaW50X3RlbXBsYXRlGAggASgJEhQKDGluc3RydWN0aW9ucxgJIAEoCRIYChBwYXltZW50c19lbmFibGVkGAogASgIEhQKDHg0MDJfdmVyc2lvbhgLIAEoBRIWCg52b2x1bWVfcHJpY2luZxgMIAEoCUIJCgdfd2FsbGV0MqgCCg1BY2Nlc3NTZXJ2aWNlElwKDVJlZ2lzdGVyQWdlbnQSJC5vYnNlcnZhdG9yeS52MS5SZWdpc3RlckFnZW50UmVxdWVzdBolLm9ic2VydmF0b3J5LnYxLlJlZ2lzdGVyQWdlbnRSZXNwb25zZRJTCgpBZ2VudFF1ZXJ5EiEub2JzZXJ2YXRvcnkudjEuQWdlbnRRdWVyeVJlcXVlc3QaIi5vYnNlcnZhdG9yeS52MS5BZ2VudFF1ZXJ5UmVzcG9uc2USZAoOR2V0UGF5bWVudEluZm8SJS5vYnNlcnZhdG9yeS52MS5HZXRQYXltZW50SW5mb1JlcXVlc3QaJi5vYnNlcnZhdG9yeS52MS5HZXRQYXltZW50SW5mb1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_google_protobuf_struct]);
+  fileDesc("ChtvYnNlcnZhdG9yeS92MS9hY2Nlc3MucHJvdG8SDm9ic2VydmF0b3J5LnYxIkcKFFJlZ2lzdGVyQWdlbnRSZXF1ZXN0EgwKBHR5cGUYASABKAkSIQoZcmVxdWVzdGVkX2NyZWRlbnRpYWxfdHlwZRgCIAEoCSLAAQoVUmVnaXN0ZXJBZ2VudFJlc3BvbnNlEg8KB2FwaV9rZXkYASABKAkSFwoPY3JlZGVudGlhbF90eXBlGAIgASgJEg4KBnNjb3BlcxgDIAMoCRITCgt0cmlhbF9saW1pdBgEIAEoBRIfChJjcmVkZW50aWFsX2V4cGlyZXMYBSABKAlIAIgBARIRCglpc3N1ZWRfYXQYBiABKAkSDQoFdXNhZ2UYByABKAlCFQoTX2NyZWRlbnRpYWxfZXhwaXJlcyIoChFBZ2VudFF1ZXJ5UmVxdWVzdBITCgtzZXJ2ZXJfc2x1ZxgBIAEoCSKmBAoSQWdlbnRRdWVyeVJlc3BvbnNlEhMKC3NlcnZlcl9zbHVnGAEgASgJEhcKCnNlcnZlcl91cmwYAiABKAlIAIgBARIRCgRuYW1lGAMgASgJSAGIAQESDwoHdmVyZGljdBgEIAEoCRIYCgt0cnVzdF9zY29yZRgFIAEoAUgCiAEBEhsKDmF2Z19sYXRlbmN5X21zGAYgASgBSAOIAQESGwoOcDk1X2xhdGVuY3lfbXMYByABKAFIBIgBARIZCgxzdWNjZXNzX3JhdGUYCCABKAFIBYgBARIaChJ0b3RhbF9pbnRlcmFjdGlvbnMYCSABKAESFQoNYW5vbWFseV9mbGFncxgKIAMoCRISCgpyZWNlaXB0X2lkGAsgASgJEhkKEWRpbGlnZW5jZV9yZWNlaXB0GAwgASgJEhIKCmNoZWNrZWRfYXQYDSABKAkSFgoOcGF5bWVudF9tZXRob2QYDiABKAkSHAoPdHJpYWxfcmVtYWluaW5nGA8gASgFSAaIAQESMAoPc2NvcmVfYnJlYWtkb3duGBAgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEINCgtfc2VydmVyX3VybEIHCgVfbmFtZUIOCgxfdHJ1c3Rfc2NvcmVCEQoPX2F2Z19sYXRlbmN5X21zQhEKD19wOTVfbGF0ZW5jeV9tc0IPCg1fc3VjY2Vzc19yYXRlQhIKEF90cmlhbF9yZW1haW5pbmci/AEKD1BheW1lbnRSZXF1aXJlZBITCgZ3YWxsZXQYASABKAlIAIgBARIOCgZhbW91bnQYAiABKAkSEAoIY3VycmVuY3kYAyABKAkSDQoFY2hhaW4YBCABKAkSEAoIY2hhaW5faWQYBSABKAUSFAoMaW5zdHJ1Y3Rpb25zGAYgASgJEigKB2FjY2VwdHMYByADKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KAnRvGAggASgJSAGIAQESFAoMeDQwMl92ZXJzaW9uGAkgASgFEhgKEHBheW1lbnRzX2VuYWJsZWQYCiABKAhCCQoHX3dhbGxldEIFCgNfdG8iFwoVR2V0UGF5bWVudEluZm9SZXF1ZXN0IpUDChZHZXRQYXltZW50SW5mb1Jlc3BvbnNlEhgKEHBheW1lbnRfcHJvdG9jb2wYASABKAkSEwoGd2FsbGV0GAIgASgJSACIAQESDgoGYW1vdW50GAMgASgJEhAKCGN1cnJlbmN5GAQgASgJEg0KBWNoYWluGAUgASgJEhAKCGNoYWluX2lkGAYgASgFEg0KBWFzc2V0GAcgASgJEhkKEWVuZHBvaW50X3RlbXBsYXRlGAggASgJEhQKDGluc3RydWN0aW9ucxgJIAEoCRIYChBwYXltZW50c19lbmFibGVkGAogASgIEhQKDHg0MDJfdmVyc2lvbhgLIAEoBRIWCg52b2x1bWVfcHJpY2luZxgMIAEoCRIVCg14NDAyX3ZlcnNpb25zGA0gAygFEg8KB25ldHdvcmsYDiABKAkSHwoXbWF4X3BheW1lbnRfYWdlX3NlY29uZHMYDyABKAUSLQoEeDQwMhgQIAMoCzIfLm9ic2VydmF0b3J5LnYxLlg0MDJWZXJzaW9uSW5mb0IJCgdfd2FsbGV0IrcBCg9YNDAyVmVyc2lvbkluZm8SFAoMeDQwMl92ZXJzaW9uGAEgASgFEg8KB25ldHdvcmsYAiABKAkSDgoGYW1vdW50GAMgASgJEhcKD3JlcXVpcmVtZW50c19pbhgEIAEoCRIWCg5wYXltZW50X2hlYWRlchgFIAEoCRIXCg9yZXNwb25zZV9oZWFkZXIYBiABKAkSEgoKc2V0dGxlbWVudBgHIAEoCRIPCgdlbmFibGVkGAggASgIMqgCCg1BY2Nlc3NTZXJ2aWNlElwKDVJlZ2lzdGVyQWdlbnQSJC5vYnNlcnZhdG9yeS52MS5SZWdpc3RlckFnZW50UmVxdWVzdBolLm9ic2VydmF0b3J5LnYxLlJlZ2lzdGVyQWdlbnRSZXNwb25zZRJTCgpBZ2VudFF1ZXJ5EiEub2JzZXJ2YXRvcnkudjEuQWdlbnRRdWVyeVJlcXVlc3QaIi5vYnNlcnZhdG9yeS52MS5BZ2VudFF1ZXJ5UmVzcG9uc2USZAoOR2V0UGF5bWVudEluZm8SJS5vYnNlcnZhdG9yeS52MS5HZXRQYXltZW50SW5mb1JlcXVlc3QaJi5vYnNlcnZhdG9yeS52MS5HZXRQYXltZW50SW5mb1Jlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_google_protobuf_struct]);
 
 /**
  * Request of POST /agent/auth.
@@ -443,6 +443,34 @@ export type GetPaymentInfoResponse = Message<"observatory.v1.GetPaymentInfoRespo
    * @generated from field: string volume_pricing = 12;
    */
   volumePricing: string;
+
+  /**
+   * x402 versions served: [1, 2] (extra field).
+   *
+   * @generated from field: repeated int32 x402_versions = 13;
+   */
+  x402Versions: number[];
+
+  /**
+   * The chain as a CAIP-2 id, e.g. "eip155:8453" (x402 v2 network) (extra field).
+   *
+   * @generated from field: string network = 14;
+   */
+  network: string;
+
+  /**
+   * How old a paying transfer (and its payer proof) may be, in seconds (extra field).
+   *
+   * @generated from field: int32 max_payment_age_seconds = 15;
+   */
+  maxPaymentAgeSeconds: number;
+
+  /**
+   * How a client of each x402 version pays (extra field).
+   *
+   * @generated from field: repeated observatory.v1.X402VersionInfo x402 = 16;
+   */
+  x402: X402VersionInfo[];
 };
 
 /**
@@ -451,6 +479,76 @@ export type GetPaymentInfoResponse = Message<"observatory.v1.GetPaymentInfoRespo
  */
 export const GetPaymentInfoResponseSchema: GenMessage<GetPaymentInfoResponse> = /*@__PURE__*/
   messageDesc(file_observatory_v1_access, 6);
+
+/**
+ * How a client of one x402 version pays for a verdict.
+ *
+ * @generated from message observatory.v1.X402VersionInfo
+ */
+export type X402VersionInfo = Message<"observatory.v1.X402VersionInfo"> & {
+  /**
+   * 1 or 2.
+   *
+   * @generated from field: int32 x402_version = 1;
+   */
+  x402Version: number;
+
+  /**
+   * Network name as this version spells it: "base" (v1), "eip155:8453" (v2).
+   *
+   * @generated from field: string network = 2;
+   */
+  network: string;
+
+  /**
+   * Price in USDC atomic units, "1000".
+   *
+   * @generated from field: string amount = 3;
+   */
+  amount: string;
+
+  /**
+   * Where the payment requirements are found.
+   *
+   * @generated from field: string requirements_in = 4;
+   */
+  requirementsIn: string;
+
+  /**
+   * Request header that carries the payment.
+   *
+   * @generated from field: string payment_header = 5;
+   */
+  paymentHeader: string;
+
+  /**
+   * Response header of a paid answer.
+   *
+   * @generated from field: string response_header = 6;
+   */
+  responseHeader: string;
+
+  /**
+   * What is accepted and how it settles.
+   *
+   * @generated from field: string settlement = 7;
+   */
+  settlement: string;
+
+  /**
+   * Whether this version can pay on this observatory now (v2 needs a facilitator).
+   *
+   * @generated from field: bool enabled = 8;
+   */
+  enabled: boolean;
+};
+
+/**
+ * Describes the message observatory.v1.X402VersionInfo.
+ * Use `create(X402VersionInfoSchema)` to create a new message.
+ */
+export const X402VersionInfoSchema: GenMessage<X402VersionInfo> = /*@__PURE__*/
+  messageDesc(file_observatory_v1_access, 7);
 
 /**
  * Agent registration, paid / trial verdicts and payment configuration (SPEC.md 4.5, 4.6).

@@ -8,9 +8,10 @@ import { restJson } from '../rest-json.js';
 
 // REST adapters of SPEC 4.5, 4.6, /v1/verify-receipt and /v1/trust: thin calls into the services.
 
+// SPEC 4.6 marks neither member required: each names the only choice offered, so a missing one
+// (or a missing body) takes it; the service refuses any other value with 400.
 const authBody = {
   type: 'object',
-  required: ['type', 'requested_credential_type'],
   properties: { type: { type: 'string', maxLength: 64 }, requested_credential_type: { type: 'string', maxLength: 64 } },
 } as const;
 
@@ -18,16 +19,29 @@ const stringQuery = (...names: string[]) =>
   ({ type: 'object', properties: Object.fromEntries(names.map((n) => [n, { type: 'string', maxLength: 4096 }])) }) as const;
 
 export function accessRoutes(app: FastifyInstance, { services }: RouteDeps) {
-  app.post<{ Body: { type: string; requested_credential_type: string } }>('/agent/auth', { schema: { body: authBody }, bodyLimit: 4096 }, async (req) =>
+  app.post<{ Body: { type?: string; requested_credential_type?: string } | undefined }>('/agent/auth',
+    {
+      schema: { body: authBody },
+      bodyLimit: 4096,
+      // No body at all (curl -X POST) is the empty object: every member takes its default.
+      preValidation: (req, _reply, done) => {
+        req.body ??= {};
+        done();
+      },
+    },
+    async (req) =>
     restJson(
       RegisterAgentResponseSchema,
-      await services.access.registerAgent({ type: req.body.type, requestedCredentialType: req.body.requested_credential_type }, callContext(req.headers, req.ip)),
+      await services.access.registerAgent({ type: req.body?.type, requestedCredentialType: req.body?.requested_credential_type }, callContext(req.headers, req.ip)),
     ),
   );
 
   app.get<{ Params: { server_slug: string } }>('/agent-query/:server_slug', async (req, reply) => {
-    const res = await services.access.agentQuery({ serverSlug: req.params.server_slug }, callContext(req.headers, req.ip));
+    const ctx = callContext(req.headers, req.ip);
+    const res = await services.access.agentQuery({ serverSlug: req.params.server_slug }, ctx);
     reply.header('cache-control', 'no-store');
+    // x402 PAYMENT-RESPONSE of a paid answer.
+    ctx.responseHeader?.forEach((value, name) => reply.header(name, value));
     return restJson(AgentQueryResponseSchema, res);
   });
 

@@ -136,7 +136,7 @@ export function llmsTxt(config: Config): string {
     '',
     '## Access',
     '',
-    'Everything is free except /agent-query/{server_slug}: use a trial key from POST /agent/auth {"type":"anonymous","requested_credential_type":"api_key"} (50 checks, Authorization: Bearer <key>) or pay 0.001 USDC on Base (x402, X-Payment header).',
+    'Everything is free except /agent-query/{server_slug}: use a trial key from POST /agent/auth {"type":"anonymous","requested_credential_type":"api_key"} (50 checks, Authorization: Bearer <key>) or pay 0.001 USDC on Base with x402: v2 clients read the PAYMENT-REQUIRED header of the 402 and pay with PAYMENT-SIGNATURE; v1 clients read the 402 body and pay with X-Payment (GET /api/payment-info says which versions can pay).',
     '',
     '## Optional',
     '',
