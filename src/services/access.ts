@@ -30,7 +30,7 @@ import {
   x402Accepts,
 } from '../domain/x402.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
-import { restJson } from '../http/rest-json.js';
+import { messageJson } from '../domain/message-json.js';
 import { createPaymentVerifier, type PaymentVerifier } from '../payments/chain.js';
 import { apiKeyStore } from '../store/api-keys.js';
 import { addressSecretStore, registrationStore } from '../store/address-hashes.js';
@@ -83,7 +83,7 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
     if (wallet) headers['x-payment-wallet'] = wallet;
     const err = new ObservatoryError('payment_required', detail, {
       // x402 v1 clients read x402Version / accepts / error; the snake_case members are DECISIONS.md's.
-      extra: { ...restJson(PaymentRequiredSchema, msg), asset: BASE_USDC, reason, x402Version: X402_VERSION, error: detail },
+      extra: { ...messageJson(PaymentRequiredSchema, msg), asset: BASE_USDC, reason, x402Version: X402_VERSION, error: detail },
       headers,
     });
     err.details.push({ desc: PaymentRequiredSchema, value: msg });

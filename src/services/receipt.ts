@@ -10,7 +10,7 @@ import {
   type VerifyRequest,
   type VerifyResponseSchema,
 } from '../../gen/observatory/v1/receipt_pb.js';
-import { restJson } from '../http/rest-json.js';
+import { messageJson } from '../domain/message-json.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
 import { RECEIPT_ID_PATTERN } from '../signing/receipts.js';
 import { receiptStore } from '../store/receipts.js';
@@ -115,14 +115,14 @@ export function createReceiptService(deps: ServiceDeps, trust: Pick<TrustService
     const url = requireServerUrl(req.url, 'url');
     const doc = await buildEvidence(url);
     // Signed but not stored: this read has no side effects; the attestation verifies offline and at /v1/verify.
-    const body = restJson(GetBehavioralEvidenceResponseSchema, doc);
+    const body = messageJson(GetBehavioralEvidenceResponseSchema, doc);
     const signed = await receipts.issue('attestation', url, { ...body, attestation: undefined, receipt_id: undefined }, { persist: false });
     return { ...doc, attestation: signed.jws };
   }
 
   async function getErc8004Attestation(req: Partial<GetErc8004AttestationRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetErc8004AttestationResponseSchema>> {
     const url = requireServerUrl(req.url, 'url');
-    const doc = restJson(GetBehavioralEvidenceResponseSchema, await buildEvidence(url));
+    const doc = messageJson(GetBehavioralEvidenceResponseSchema, await buildEvidence(url));
     delete doc.attestation;
     delete doc.receipt_id;
     const evidenceHash = `0x${createHash('sha256').update(canonicalJson(doc)).digest('hex')}`;
