@@ -50,7 +50,10 @@ describe.skipIf(!haveChromium)('pages in Chromium', () => {
       viewport: { width: 1280, height: 900 },
       javaScriptEnabled: false,
     });
-  }, 180_000);
+    // Playwright's 30 s default waits time out on a loaded machine before anything is wrong.
+    ctx.setDefaultTimeout(120_000);
+    ctx.setDefaultNavigationTimeout(120_000);
+  }, 300_000);
 
   afterAll(async () => {
     await ctx?.close();

@@ -116,7 +116,7 @@ export function createTelemetryService({ db, now, observe }: ServiceDeps) {
               () => void accepted++,
               (thrown: unknown) => {
                 const err = refusedValue(thrown);
-                if (!(err instanceof ObservatoryError)) throw err;
+                if (!(err instanceof ObservatoryError) || err.status >= 500) throw err;
                 reject(r.index, r.serverUrl, err.problem, err.rawMessage);
               },
             ),
