@@ -15,7 +15,7 @@ export interface MarketFigures {
   agent_keys_issued: number;
   /** Verdicts served by /agent-query (trial keys and payments). */
   agent_queries_served: number;
-  /** On-chain payments honoured for a verdict. */
+  /** On-chain payments that bought a verdict (the verdict's receipt is attached to the payment). */
   paid_verdicts: number;
   receipts_issued: number;
 }
@@ -28,7 +28,7 @@ export function marketStore(db: Queryable) {
                 d.gateway AS gateway_decisions, d.agent_query AS agent_queries_served,
                 (SELECT count(DISTINCT p.server_url)::int8 FROM preflight_demand p JOIN servers s ON s.url = p.server_url) AS tracked_servers_vetted,
                 (SELECT count(*)::int8 FROM api_keys) AS agent_keys_issued,
-                (SELECT count(*)::int8 FROM payments) AS paid_verdicts,
+                (SELECT count(*)::int8 FROM payments WHERE receipt_id IS NOT NULL) AS paid_verdicts,
                 (SELECT count(*)::int8 FROM receipts) AS receipts_issued
            FROM (SELECT count(*)::int8 AS total,
                         count(*) FILTER (WHERE checked_at >= $1)::int8 AS last_24h,
