@@ -6,6 +6,7 @@ import { createGrpcTransport } from '@connectrpc/connect-node';
 import { TrustService } from '../gen/observatory/v1/trust_pb.js';
 import { emptyHistogram, LATENCY_BIN_EDGES, latencyBin, latencyP95 } from '../src/domain/latency-histogram.js';
 import { evidenceStore } from '../src/store/evidence.js';
+import { paymentStore } from '../src/store/payments.js';
 import { serverStore } from '../src/store/servers.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
@@ -172,20 +173,28 @@ describe(`GET /api/stats market_validation (${backend})`, () => {
     const slug = (await json(fetch(`${t.base}/api/trust?url=${q(A)}`))).server.slug;
     expect((await fetch(`${t.base}/agent-query/${slug}`, { headers: { authorization: `Bearer ${reg.api_key}` } })).status).toBe(200);
 
+    // Two x402 payments were claimed; one bought its verdict (receipt attached), one did not.
+    const payments = paymentStore(t.obs.db);
+    const [bought, abandoned] = [`0x${'a'.repeat(64)}`, `0x${'b'.repeat(64)}`];
+    for (const tx of [bought, abandoned]) {
+      expect(await payments.claim({ txHash: tx, payer: `0x${'3'.repeat(40)}`, units: 1000n, blockNumber: 1n, serverUrl: A, at: new Date() })).toBe(true);
+    }
+    await payments.attachReceipt(bought, (await json(fetch(`${t.base}/v1/preflight?target=${q(A)}`))).receipt_id);
+
     const [{ receipts }] = (await t.obs.db.query<{ receipts: number }>('SELECT count(*)::int8 AS receipts FROM receipts')) as [{ receipts: number }];
     const stats = await json(fetch(`${t.base}/api/stats`));
     const m = stats.market_validation;
     expect(m).not.toBeNull();
     expect(m).toMatchObject({
-      // 4 pre-flights and the agent-query's own pre-flight, all within the last 24 hours.
-      preflight_checks_total: 5,
-      preflight_checks_last_24h: 5,
+      // 5 pre-flights and the agent-query's own pre-flight, all within the last 24 hours.
+      preflight_checks_total: 6,
+      preflight_checks_last_24h: 6,
       unique_preflight_targets: 3,
       tracked_servers_vetted: 2,
       gateway_decisions: 0,
       agent_keys_issued: 1,
       agent_queries_served: 1,
-      paid_verdicts: 0,
+      paid_verdicts: 1,
       receipts_issued: Number(receipts),
     });
     expect(m.receipts_issued).toBeGreaterThanOrEqual(5);
