@@ -1,6 +1,7 @@
 // Environment -> one typed, validated configuration object.
 // A bad value stops start-up with a one-line message naming the variable (see ConfigError).
 
+import { PAYMENT_NETWORKS, type PaymentNetworkId } from './domain/x402.js';
 import { parseGateRoutes, parseTrustedHeaders, type GateRoute, type UpstreamHeader } from './domain/gate.js';
 
 export const INTERFACE_VERSION = '1.3.0';
@@ -86,10 +87,9 @@ export interface GateConfig {
   trustedHeaders: UpstreamHeader[];
 }
 
-/** The chains paid verdicts can settle on (CAIP-2). */
-export const PAYMENT_NETWORKS = ['eip155:8453', 'eip155:84532'] as const;
-export type PaymentNetworkId = (typeof PAYMENT_NETWORKS)[number];
 const PAYMENT_NETWORK_ALIASES: Record<string, PaymentNetworkId> = { base: 'eip155:8453', 'base-sepolia': 'eip155:84532' };
+
+export { PAYMENT_NETWORKS, type PaymentNetworkId };
 
 export class ConfigError extends Error {
   constructor(

@@ -28,6 +28,8 @@ function findNginx(): string | null {
   return null;
 }
 const nginxBin = findNginx();
+/** How long nginx may take to answer on its port after spawning (generous: the machine may be loaded). */
+const NGINX_START_MS = 60_000;
 if (!nginxBin) console.log('SKIP test/gateway.nginx.test.ts: nginx is not installed (apt-get install -y nginx-light); .ci/run installs it');
 
 async function freePort(): Promise<number> {
@@ -142,18 +144,20 @@ describe.skipIf(!nginxBin)(`nginx auth_request in front of MCP servers (${backen
     nginx = spawn(nginxBin!, ['-c', join(dir, 'nginx.conf'), '-p', dir, '-g', 'daemon off;'], { stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     nginx.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
-    // Ready when it answers (any status) on its port.
-    for (let i = 0; ; i++) {
+    // Ready when it answers (any status) on its port. A deadline, not a count of short sleeps: on
+    // a loaded machine nginx may take seconds to start.
+    const deadline = Date.now() + NGINX_START_MS;
+    for (;;) {
       if (nginx.exitCode !== null) throw new Error(`nginx exited: ${stderr}`);
       const ok = await fetch(`${gw}/none`).then(
         () => true,
         () => false,
       );
       if (ok) break;
-      if (i > 200) throw new Error(`nginx did not start: ${stderr}`);
-      await new Promise((r) => setTimeout(r, 25));
+      if (Date.now() > deadline) throw new Error(`nginx did not start within ${NGINX_START_MS / 1000} s: ${stderr}`);
+      await new Promise((r) => setTimeout(r, 100));
     }
-  }, 60_000);
+  }, NGINX_START_MS + 60_000);
 
   afterAll(async () => {
     if (nginx && nginx.exitCode === null) {

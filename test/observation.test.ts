@@ -23,20 +23,21 @@ let legacy: Awaited<ReturnType<typeof startSseMcpTarget>>;
 let broken: Awaited<ReturnType<typeof startHttpStub>>;
 let sluggish: Awaited<ReturnType<typeof startHttpStub>>;
 let walled: Awaited<ReturnType<typeof startHttpStub>>;
-const slowTimers = new Set<NodeJS.Timeout>();
+// A healthy probe (SDK initialize + tools/list over loopback) must finish well inside the probe
+// timeout even on a loaded 2-core machine running two suites at once; the sluggish server never
+// answers, so it times out whatever the timeout is. 600 ms made healthy probes time out under load.
+const PROBE_TIMEOUT_MS = 5_000;
+/** Budget of one test that runs a round: the sluggish probe's timeout plus generous room for load. */
+const ROUND_TEST_MS = 60_000 + PROBE_TIMEOUT_MS;
 
 beforeAll(async () => {
   [steady, shifty, legacy] = await Promise.all([startMcpTarget([forecast]), startMcpTarget([forecast, alerts]), startSseMcpTarget([forecast])]);
   broken = await startHttpStub((_req, res) => res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"internal"}'));
-  // Answers long after the probe timeout (OBSERVE_TIMEOUT_MS below), and then with nothing useful.
-  sluggish = await startHttpStub((_req, res) => {
-    const timer = setTimeout(() => res.writeHead(503).end(), 5_000);
-    slowTimers.add(timer);
-    res.on('close', () => clearTimeout(timer));
-  });
+  // Never answers: the probe gives up at OBSERVE_TIMEOUT_MS and closes the connection.
+  sluggish = await startHttpStub(() => {});
   walled = await startHttpStub((_req, res) => res.writeHead(401, { 'www-authenticate': 'Bearer realm="mcp"', 'content-type': 'application/json' }).end('{"error":"unauthorized"}'));
   t = await startTestApp(
-    { ALLOW_PRIVATE_TARGETS: '1', OBSERVE_INTERVAL_SECONDS: '60', OBSERVE_TIMEOUT_MS: '600', OBSERVE_CONCURRENCY: '3', OBSERVE_RATE_PER_MINUTE: '1000' },
+    { ALLOW_PRIVATE_TARGETS: '1', OBSERVE_INTERVAL_SECONDS: '60', OBSERVE_TIMEOUT_MS: String(PROBE_TIMEOUT_MS), OBSERVE_CONCURRENCY: '3', OBSERVE_RATE_PER_MINUTE: '1000' },
     { now: () => clock },
   );
   const remote = (name: string, url: string, type = 'streamable-http') => ({
@@ -57,7 +58,6 @@ beforeAll(async () => {
   expect(s.added).toBe(6);
 }, 120_000);
 afterAll(async () => {
-  for (const timer of slowTimers) clearTimeout(timer);
   await t?.close();
   await Promise.all([steady, shifty, legacy, broken, sluggish, walled].map((x) => x?.close()));
 });
@@ -108,7 +108,7 @@ describe(`active observation (${backend})`, () => {
     expect(sources.map((r) => r.source)).toEqual(['observatory:probe']);
     // Nothing is due again within the interval.
     expect((await t.obs.services.observation.runRound()).probed).toBe(0);
-  });
+  }, ROUND_TEST_MS);
 
   it('over later rounds scores move and a manifest change is flagged without anyone asking', async () => {
     for (let i = 0; i < 5; i++) {
@@ -143,7 +143,7 @@ describe(`active observation (${backend})`, () => {
     const schedule = await t.obs.services.observation.schedule();
     expect(schedule.every((r) => r.probes === 6)).toBe(true);
     expect(schedule.find((r) => r.last_outcome === 'timeout')?.consecutive_failures).toBe(6);
-  });
+  }, 5 * ROUND_TEST_MS);
 
   it('the observatory never outvotes an agent: one agent reporting failures takes PASS away', async () => {
     for (let i = 0; i < 12; i++) {
@@ -176,5 +176,5 @@ describe(`active observation (${backend})`, () => {
     expect(budgeted.running).toBe(true);
     await budgeted.stop();
     expect(budgeted.running).toBe(false);
-  });
+  }, 3 * ROUND_TEST_MS);
 });

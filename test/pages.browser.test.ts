@@ -50,7 +50,10 @@ describe.skipIf(!haveChromium)('pages in Chromium', () => {
       viewport: { width: 1280, height: 900 },
       javaScriptEnabled: false,
     });
-  }, 180_000);
+    // Playwright's 30 s default waits time out on a loaded machine before anything is wrong.
+    ctx.setDefaultTimeout(120_000);
+    ctx.setDefaultNavigationTimeout(120_000);
+  }, 300_000);
 
   afterAll(async () => {
     await ctx?.close();
@@ -96,6 +99,41 @@ describe.skipIf(!haveChromium)('pages in Chromium', () => {
     await Promise.all([p.waitForURL('**/monitor?category=weather'), p.locator('form:has(#category) button').click()]);
     const board = await json(fetch(`${t.base}/api/leaderboard?category=weather`));
     expect(await p.locator('table.leaderboard tbody tr').count()).toBe(board.servers.length);
+    await p.close();
+  });
+
+  // Issue 17: chart labels rendered about 7 px (11 SVG units in a viewBox scaled to a third of the
+  // page). Effective size = computed font size x the SVG's scale for text inside an SVG.
+  async function smallestChartLabelPx(p: Page): Promise<{ px: number; labels: number }> {
+    return p.evaluate<{ px: number; labels: number }>(`(() => {
+      let px = Infinity, labels = 0;
+      for (const chart of document.querySelectorAll('svg.chart')) {
+        const box = chart.closest('figure') || chart;
+        const scale = chart.getBoundingClientRect().width / chart.viewBox.baseVal.width;
+        for (const el of box.querySelectorAll('text, .chart-label')) {
+          if (!el.textContent.trim()) continue;
+          const size = parseFloat(getComputedStyle(el).fontSize) * (el instanceof SVGElement ? scale : 1);
+          labels++;
+          px = Math.min(px, size);
+        }
+      }
+      return { px, labels };
+    })()`);
+  }
+
+  it('draws chart labels at a readable size (>= 11 px) on a desktop and a phone viewport', async () => {
+    const board = await json(fetch(`${t.base}/api/leaderboard?limit=1`));
+    const p = await ctx.newPage();
+    for (const viewport of [{ width: 1280, height: 900 }, { width: 390, height: 844 }]) {
+      await p.setViewportSize(viewport);
+      await open(p, `/monitor/server/${board.servers[0].slug}`);
+      const { px, labels } = await smallestChartLabelPx(p);
+      expect(labels, `${viewport.width} px`).toBeGreaterThan(10);
+      expect(px, `${viewport.width} px`).toBeGreaterThanOrEqual(11);
+      const { scroll, width } = await p.evaluate<{ scroll: number; width: number }>('({ scroll: document.documentElement.scrollWidth, width: window.innerWidth })');
+      expect(scroll, `${viewport.width} px`).toBeLessThanOrEqual(width);
+      await shot(p, `monitor-server-${viewport.width}`);
+    }
     await p.close();
   });
 

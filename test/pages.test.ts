@@ -82,6 +82,12 @@ describe('pages over HTTP', () => {
     expect(text).toContain(`data-field="trust_score">${rec.server.trust_score.toFixed(1)}<`);
     expect(text).toContain(`data-field="baseline_servers">${rec.category_baseline.server_count}<`);
     expect((text.match(/<svg class="chart/g) ?? []).length).toBe(3);
+    // "Generated" is when this page was made (the service clock), the last report is its own line.
+    const bench = await json(fetch(`${t.base}/benchmark/weather-now-demo-example-mcp`));
+    expect(bench.last_updated).not.toBe(NOW.toISOString());
+    expect(text).toMatch(new RegExp(`Generated <time datetime="${NOW.toISOString()}">`));
+    expect(text).toContain(`last report <time data-field="last_report" datetime="${bench.last_updated}">`);
+    expect(text).not.toContain(`Generated ${bench.last_updated}`);
     // Receipts the pre-flight checks issued about it, each resolvable.
     const ids = [...text.matchAll(/href="\/v1\/receipt\/([0-9a-f]{16})"/g)].map((m) => m[1]);
     expect(ids.length).toBe(2);

@@ -253,7 +253,8 @@ describe(`behavioral evidence (${backend})`, () => {
     const res = await fetch(`${t.base}/v1/behavioral-evidence?url=${q('https://nobody.example.com')}`);
     expect(res.status).toBe(200);
     const body = await json(res);
-    expect(body).toMatchObject({ schema: 'mcp-behavioral-evidence-v1.0', server_url: 'https://nobody.example.com', found: false, trust_score: null, behavioral_summary: null });
+    expect(body).toMatchObject({ schema: 'mcp-behavioral-evidence-v1.0', server_url: 'https://nobody.example.com', found: false, trust_score: null, verdict: 'UNRATED' });
+    expect(body.behavioral_summary).toMatchObject({ total_interactions: 0, success_rate: null, p95_latency_ms: null, last_observed: null, anomaly_flags: [] });
     expect(decode(body.attestation)).toMatchObject({ found: false, sub: 'https://nobody.example.com' });
     expect((await fetch(`${t.base}/v1/verify?jws=${body.attestation}`)).status).toBe(200);
   });
@@ -312,9 +313,9 @@ describe(`ERC-8004 attestation (${backend})`, () => {
     expect([100, 70, 69, 40, 39, 0].map(endpointHealth)).toEqual(['HEALTHY', 'HEALTHY', 'DEGRADED', 'DEGRADED', 'UNHEALTHY', 'UNHEALTHY']);
   });
 
-  it('says UNKNOWN with response 0 for a server it never observed, still signed', async () => {
+  it('says UNHEALTHY with response 0 for a server it never observed (found false), still signed', async () => {
     const body = await json(fetch(`${t.base}/v1/erc8004-attestation?url=${q('https://nobody.example.com/mcp')}`));
-    expect(body).toMatchObject({ found: false, response: 0, endpoint_health_status: 'UNKNOWN', trust_score: null });
+    expect(body).toMatchObject({ found: false, response: 0, endpoint_health_status: 'UNHEALTHY', trust_score: null });
     expect((await fetch(`${t.base}/v1/verify?jws=${body.attestation}`)).status).toBe(200);
   });
 

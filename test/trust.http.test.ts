@@ -145,7 +145,8 @@ describe(`trust reads over HTTP (${backend})`, () => {
     expect(Object.keys(dist.distribution).sort()).toEqual(['Bronze', 'Gold', 'Platinum', 'Silver', 'Unrated']);
     expect(Object.values(dist.distribution).reduce((a: number, b) => a + (b as number), 0)).toBe(4);
     await expectProblem(await fetch(`${t.base}/api/sla-tier?server=nope.example.com`), 404, 'not_tracked');
-    await expectProblem(await fetch(`${t.base}/api/sla-tier?server=`), 400, 'invalid_argument');
+    // server is optional (SPEC 4.1): empty means absent, the distribution.
+    expect((await get('/api/sla-tier?server=')).distribution).toEqual(dist.distribution);
   });
 
   it('/api/trust-delta groups new, degraded and at-risk servers over the window', async () => {

@@ -1,5 +1,5 @@
 // Category baselines (SPEC 2.1 category_baseline; docs/scoring.md "Category baselines").
-import { addHistograms, emptyHistogram, histogramQuantile } from './latency-histogram.js';
+import { addHistograms, emptyHistogram, latencyP95 } from './latency-histogram.js';
 import { combineSources, type SourceAccumulator } from './scoring.js';
 
 /** Servers need this many independent sources to shape their category's baseline (docs/integrity.md). */
@@ -54,7 +54,7 @@ export function robustCategoryBaseline(category: string, servers: readonly Robus
   return {
     category,
     avg_latency_ms: Math.round((use.reduce((s, x) => s + x.mean_latency, 0) / k) * 10) / 10,
-    p95_latency_ms: histogramQuantile(hist, 0.95) ?? 0,
+    p95_latency_ms: latencyP95(hist) ?? 0,
     avg_success_rate: Math.round((use.reduce((s, x) => s + x.success_rate, 0) / k) * 10000) / 10000,
     server_count: serverCount,
   };
@@ -75,7 +75,7 @@ export function categoryBaseline(category: string, servers: readonly ServerTotal
   return {
     category,
     avg_latency_ms: Math.round(avgLatency * 10) / 10,
-    p95_latency_ms: histogramQuantile(hist, 0.95) ?? 0,
+    p95_latency_ms: latencyP95(hist) ?? 0,
     avg_success_rate: Math.round(avgSuccess * 10000) / 10000,
     server_count: serverCount,
   };

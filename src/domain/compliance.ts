@@ -34,6 +34,15 @@ export interface AgencyObservation {
 
 const RATE_LIMIT_HEADERS = ['ratelimit', 'ratelimit-policy', 'ratelimit-limit', 'ratelimit-remaining', 'x-ratelimit-limit', 'x-ratelimit-remaining', 'x-rate-limit-limit', 'retry-after'];
 
+/**
+ * A probe's observation as control evidence: its HTTP status is `http_status` (as in
+ * auth_challenge), so the word `status` only ever means a control's pass/fail verdict.
+ */
+function probeEvidence<T extends { status: number | null }>(probe: T): Omit<T, 'status'> & { http_status: number | null } {
+  const { status, ...rest } = probe;
+  return { ...rest, http_status: status };
+}
+
 export function evaluateControls(o: AgencyObservation): Control[] {
   const https = o.url.startsWith('https:');
   const tlsOk = https && o.endpoint.tls !== null && o.endpoint.tls.authorized && /^TLSv1\.[23]$/.test(o.endpoint.tls.protocol ?? '');
@@ -75,7 +84,7 @@ export function evaluateControls(o: AgencyObservation): Control[] {
       title: 'OAuth protected resource metadata (RFC 9728)',
       category: 'auth',
       status: prmOk ? 'pass' : 'fail',
-      evidence: { ...o.protected_resource_metadata },
+      evidence: probeEvidence(o.protected_resource_metadata),
       detail: prmOk
         ? `metadata at ${o.protected_resource_metadata.url} names ${o.protected_resource_metadata.authorization_servers.length} authorization server(s)`
         : `no usable metadata (resource and authorization_servers) at ${o.protected_resource_metadata.url}`,
@@ -142,7 +151,7 @@ export function evaluateControls(o: AgencyObservation): Control[] {
       title: 'Operator identity published as did:web',
       category: 'provenance',
       status: didOk ? 'pass' : 'fail',
-      evidence: { ...o.did_document, expected_id: didExpected },
+      evidence: { ...probeEvidence(o.did_document), expected_id: didExpected },
       detail: didOk ? `${o.did_document.url} identifies ${didExpected} with ${o.did_document.verification_methods} verification method(s)` : `no did.json at ${o.did_document.url} naming ${didExpected} with a verification method`,
     },
   ];
@@ -159,6 +168,15 @@ export function summarize(controls: Control[]) {
     self_attestation_required: controls.length - passed - failed,
     pass_rate: passed + failed === 0 ? null : Math.round((passed / (passed + failed)) * 1000) / 1000,
   };
+}
+
+/**
+ * The evidence of one attestation dimension: per control, its evidence with its verdict as
+ * `status` (pass, fail or self_attestation_required). The verdict is written last, so no
+ * evidence member can ever replace it.
+ */
+export function dimensionEvidence(controls: readonly Control[]): Record<string, Record<string, unknown>> {
+  return Object.fromEntries(controls.map((c) => [c.id, { ...c.evidence, status: c.status }]));
 }
 
 /** PASS when every decidable control passes, FAIL when none passes, PARTIAL otherwise or when nothing is decidable. */

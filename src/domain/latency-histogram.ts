@@ -44,3 +44,14 @@ export function histogramQuantile(counts: readonly number[], q: number): number 
   }
   return LATENCY_BIN_EDGES[LATENCY_BIN_EDGES.length - 1]!;
 }
+
+/**
+ * THE p95 latency of the observatory (docs/scoring.md "Latency percentiles"): the 0.95-quantile
+ * of the latency histogram of the reports in question, interpolated inside its bin, one decimal;
+ * null without reports. Every p95 anyone reads (benchmark, behavioral evidence, ERC-8004 evidence,
+ * category baselines, the compliance export, agent-query) is this function over the histogram of
+ * the reports it covers, so the same reports give the same p95 everywhere.
+ */
+export function latencyP95(hist: readonly number[]): number | null {
+  return histogramQuantile(hist, 0.95);
+}

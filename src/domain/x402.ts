@@ -4,7 +4,10 @@ import { getDefaultAsset } from '@x402/evm';
 import { EVM_NETWORK_CHAIN_ID_MAP } from '@x402/evm/v1';
 import { PaymentPayloadV1Schema, PaymentPayloadV2Schema } from '@x402/core/schemas';
 import type { PaymentPayload, PaymentRequired, PaymentRequirements, PaymentRequirementsV1 } from '@x402/core/types';
-import type { PaymentNetworkId } from '../config.js';
+
+/** The chains paid verdicts can settle on (CAIP-2). */
+export const PAYMENT_NETWORKS = ['eip155:8453', 'eip155:84532'] as const;
+export type PaymentNetworkId = (typeof PAYMENT_NETWORKS)[number];
 
 // x402 micro-payments (DECISIONS.md "Access and payment"): the price, the chain, the x402 v1 and v2
 // payment requirements, the X-Payment / PAYMENT-SIGNATURE formats, the payer's proof for a

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ConnectError } from '@connectrpc/connect';
-import { isConnectionError } from '../db/index.js';
+import { isConnectionError, isRefusedValueError } from '../db/index.js';
 import { ObservatoryError, PROBLEMS, PROBLEM_CONTENT_TYPE, problemBody, problemForConnectCode, type ProblemCode } from '../errors.js';
 
 export { PROBLEM_CONTENT_TYPE, problemBody, type ProblemBody } from '../errors.js';
@@ -38,8 +38,7 @@ export function problemFromError(err: unknown): { code: ProblemCode; detail: str
   }
   // Text PostgreSQL cannot store (NUL, invalid encoding) that slipped past a service's checks is
   // the client's input, not our failure.
-  const pgCode = (err as { code?: unknown } | null)?.code;
-  if (pgCode === '22021' || pgCode === '22P05') return { code: 'invalid_argument', detail: 'the request contains characters that cannot be stored (e.g. NUL)' };
+  if (isRefusedValueError(err)) return { code: 'invalid_argument', detail: 'the request contains characters that cannot be stored (e.g. NUL)' };
   if (isConnectionError(err)) return { code: 'unavailable', detail: 'the database is unavailable; retry shortly', headers: { 'retry-after': '2' } };
   return { code: 'internal', detail: 'internal error' };
 }

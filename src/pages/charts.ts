@@ -44,14 +44,18 @@ function niceMax(v: number): number {
   return 10 * p;
 }
 
-/** A line chart over time with axes, grid lines, reference lines and a tooltip per point. */
+/**
+ * A line chart over time with grid lines, reference lines and a tooltip per point. The SVG draws
+ * only geometry and scales with its column; every label is HTML text placed over it by
+ * percentage, so labels keep the page's font size (12 px) at any width instead of shrinking
+ * with the drawing (11 SVG units in a 640-unit viewBox rendered about 6 px in a third of a
+ * 1280 px page). Labels repeat what the SVG's aria-label already says, so they are aria-hidden.
+ */
 export function lineChart(points: readonly Point[], o: LineChartOptions): SafeHtml {
-  const W = 640;
-  const H = 220;
-  const L = 64;
-  const R = 12;
-  const T = 14;
-  const B = 30;
+  // Plot coordinates (viewBox units); a small inset keeps edge points and lines inside the frame.
+  const W = 480;
+  const H = 240;
+  const PAD = 8;
   if (points.length === 0) return html`<p class="muted">No reports in this period.</p>`;
   const values = [...points.map((p) => p.v), ...(o.refs ?? []).map((r) => r.v)];
   const yMin = o.yMin ?? 0;
@@ -59,18 +63,24 @@ export function lineChart(points: readonly Point[], o: LineChartOptions): SafeHt
   const t0 = points[0]!.t.getTime();
   const t1 = points[points.length - 1]!.t.getTime();
   const span = Math.max(1, t1 - t0);
-  const x = (t: number) => r1(points.length === 1 ? L + (W - L - R) / 2 : L + ((t - t0) / span) * (W - L - R));
-  const y = (v: number) => r1(T + (1 - (Math.min(yMax, Math.max(yMin, v)) - yMin) / (yMax - yMin || 1)) * (H - T - B));
+  const x = (t: number) => r1(points.length === 1 ? W / 2 : PAD + ((t - t0) / span) * (W - 2 * PAD));
+  const y = (v: number) => r1(PAD + (1 - (Math.min(yMax, Math.max(yMin, v)) - yMin) / (yMax - yMin || 1)) * (H - 2 * PAD));
+  const pctX = (t: number) => `${r1((x(t) / W) * 100)}%`;
+  const pctY = (v: number) => `${r1((y(v) / H) * 100)}%`;
   const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => yMin + f * (yMax - yMin));
   const xTicks = points.length === 1 ? [t0] : [t0, t0 + span / 2, t1];
   const d = points.map((p, i) => `${i === 0 ? 'M' : 'L'}${x(p.t.getTime())},${y(p.v)}`).join(' ');
   const desc = `${o.title}: ${points.length} points from ${points[0]!.t.toISOString().slice(0, 10)} to ${points[points.length - 1]!.t.toISOString().slice(0, 10)}, latest ${o.format(points[points.length - 1]!.v)}`;
-  return html`<svg class="chart ${o.cls ?? ''}" viewBox="0 0 ${W} ${H}" role="img" aria-label="${desc}" preserveAspectRatio="xMidYMid meet">
+  const xAlign = (i: number) => (xTicks.length === 1 ? 'mid' : i === 0 ? 'start' : i === xTicks.length - 1 ? 'end' : 'mid');
+  return html`<figure class="chart ${o.cls ?? ''}">
+<div class="chart-y" aria-hidden="true">${ticks.map((v) => html`<span class="chart-label" style="top:${pctY(v)}">${o.format(v)}</span>`)}</div>
+<div class="chart-plot"><svg class="chart" viewBox="0 0 ${W} ${H}" role="img" aria-label="${desc}" preserveAspectRatio="xMidYMid meet">
 <title>${desc}</title>
-${ticks.map((v) => html`<line x1="${L}" x2="${W - R}" y1="${y(v)}" y2="${y(v)}" class="grid"/><text x="${L - 6}" y="${y(v) + 4}" text-anchor="end" class="axis">${o.format(v)}</text>`)}
-${xTicks.map((t, i) => html`<text x="${x(t)}" y="${H - 8}" text-anchor="${i === 0 && xTicks.length > 1 ? 'start' : i === xTicks.length - 1 && xTicks.length > 1 ? 'end' : 'middle'}" class="axis">${new Date(t).toISOString().slice(5, 10)}</text>`)}
-${(o.refs ?? []).map((r) => html`<line x1="${L}" x2="${W - R}" y1="${y(r.v)}" y2="${y(r.v)}" class="ref ${r.cls ?? ''}"/><text x="${W - R - 4}" y="${y(r.v) - 4}" text-anchor="end" class="ref-label">${r.label}</text>`)}
+${ticks.map((v) => html`<line x1="0" x2="${W}" y1="${y(v)}" y2="${y(v)}" class="grid"/>`)}
+${(o.refs ?? []).map((r) => html`<line x1="0" x2="${W}" y1="${y(r.v)}" y2="${y(r.v)}" class="ref ${r.cls ?? ''}"/>`)}
 <path d="${d}" class="line"/>
 ${points.map((p) => html`<circle cx="${x(p.t.getTime())}" cy="${y(p.v)}" r="3" class="pt"><title>${p.t.toISOString().slice(0, 10)}: ${o.format(p.v)}</title></circle>`)}
-</svg>`;
+</svg>${(o.refs ?? []).map((r) => html`<span class="chart-label chart-ref" aria-hidden="true" style="top:${pctY(r.v)}">${r.label}</span>`)}</div>
+<div class="chart-x" aria-hidden="true">${xTicks.map((t, i) => html`<span class="chart-label ${xAlign(i)}" style="left:${pctX(t)}">${new Date(t).toISOString().slice(5, 10)}</span>`)}</div>
+</figure>`;
 }

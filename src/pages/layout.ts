@@ -27,8 +27,13 @@ form.inline{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin:.4re
 input[type=url],input[type=text]{flex:1 1 280px}button{font:inherit;padding:.3rem .8rem;border:1px solid #1f883d;background:#1f883d;color:#fff;border-radius:4px;cursor:pointer}
 .notice{border:1px solid var(--line);border-left:4px solid var(--unr);background:var(--card);padding:.6rem .8rem;border-radius:4px;margin:.6rem 0}.notice.err{border-left-color:var(--fail)}.notice.ok{border-left-color:var(--pass)}
 .grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:1rem}
-svg.chart{width:100%;height:auto;background:#fff;border:1px solid var(--line);border-radius:6px}svg .grid{stroke:#eaeef2}svg .axis{font-size:11px;fill:var(--muted)}
-svg .line{fill:none;stroke:var(--link);stroke-width:2}svg .pt{fill:var(--link)}svg .ref{stroke:#8250df;stroke-dasharray:5 4}svg .ref-label{font-size:11px;fill:#8250df}
+figure.chart{margin:0;display:grid;grid-template-columns:4.8em minmax(0,1fr);grid-template-rows:auto 1.6em;column-gap:.35rem}
+.chart-plot{position:relative;grid-column:2}.chart-y{position:relative;grid-column:1;grid-row:1}.chart-x{position:relative;grid-column:2;grid-row:2}
+.chart-label{position:absolute;font-size:12px;line-height:1.2;white-space:nowrap;color:var(--muted)}
+.chart-y .chart-label{right:0;transform:translateY(-50%)}.chart-x .chart-label{top:.25em}.chart-x .mid{transform:translateX(-50%)}.chart-x .end{transform:translateX(-100%)}
+.chart-ref{right:.4em;transform:translateY(-110%);color:#8250df;background:rgba(255,255,255,.85);padding:0 .2em}
+svg.chart{display:block;width:100%;height:auto;background:#fff;border:1px solid var(--line);border-radius:6px}svg .grid{stroke:#eaeef2}
+svg .line{fill:none;stroke:var(--link);stroke-width:2}svg .pt{fill:var(--link)}svg .ref{stroke:#8250df;stroke-dasharray:5 4}
 svg.spark{vertical-align:middle}svg .spark-line{fill:none;stroke:#24292f;stroke-width:1.5}svg .spark-dot{fill:#24292f}svg .th-pass{stroke:var(--pass);stroke-opacity:.35;stroke-dasharray:2 2}svg .th-fail{stroke:var(--fail);stroke-opacity:.35;stroke-dasharray:2 2}
 .diff del{background:var(--fail-bg);color:var(--fail);text-decoration:line-through}.diff ins{background:var(--pass-bg);color:var(--pass);text-decoration:none}
 pre.textdiff{white-space:pre-wrap;word-break:break-word;padding:.4rem 0}pre.textdiff span{display:block;padding:0 .6rem}pre.textdiff del,pre.textdiff ins{display:block;padding:0 .6rem;text-decoration:none}pre.textdiff del{background:var(--fail-bg);color:var(--fail)}pre.textdiff ins{background:var(--pass-bg);color:var(--pass)}pre.textdiff .gap{color:var(--muted);font-style:italic}
@@ -41,6 +46,9 @@ const STYLE = new SafeHtml(CSS);
 
 export type Section = 'monitor' | 'drift' | 'atlas';
 
+const iso = (t: Date | string) => (typeof t === 'string' ? t : t.toISOString());
+
+/** A whole page; `generatedAt` is when this page was made (the service clock), shown in the footer. */
 export function page(title: string, section: Section, body: SafeHtml, generatedAt?: Date | string): SafeHtml {
   const nav = (s: Section, href: string, label: string) => html`<a href="${href}" class="${s === section ? 'on' : ''}">${label}</a>`;
   return html`<!doctype html>
@@ -48,7 +56,7 @@ export function page(title: string, section: Section, body: SafeHtml, generatedA
 <title>${title} · Trust Observatory</title><style>${STYLE}</style></head>
 <body><header class="top"><a class="brand" href="/monitor">Trust Observatory</a>${nav('monitor', '/monitor', 'Monitor')}${nav('drift', '/drift', 'Drift')}${nav('atlas', '/atlas/report', 'Coverage report')}<a href="/openapi.json">API</a></header>
 <main>${body}</main>
-<footer>${generatedAt ? html`Generated ${typeof generatedAt === 'string' ? generatedAt : generatedAt.toISOString()}. ` : ''}Every figure on this page comes from the same services as the JSON API.</footer>
+<footer>${generatedAt ? html`Generated <time datetime="${iso(generatedAt)}">${iso(generatedAt)}</time>. ` : ''}Every figure on this page comes from the same services as the JSON API.</footer>
 </body></html>`;
 }
 

@@ -138,7 +138,9 @@ export async function serverPage(services: Services, config: Config, slug: strin
   const body = html`
 <p class="small"><a href="/monitor">← Monitor</a></p>
 <h1>${bench.name} ${verdictPill(verdict)}</h1>
-<p class="muted small">${bench.serverUrl} · category <a href="/monitor?category=${encodeURIComponent(bench.category ?? '')}">${bench.category}</a> · tracked since ${fmtTime(rec.server?.registeredAt)}</p>
+<p class="muted small">${bench.serverUrl} · category <a href="/monitor?category=${encodeURIComponent(bench.category ?? '')}">${bench.category}</a> · tracked since ${fmtTime(rec.server?.registeredAt)} · last report ${
+    bench.lastUpdated ? html`<time data-field="last_report" datetime="${bench.lastUpdated}">${fmtTime(bench.lastUpdated)}</time>` : 'none yet'
+  }</p>
 <div class="notice ${verdict === 'PASS' ? 'ok' : verdict === 'FAIL' ? 'err' : ''}"><b>Why:</b> ${why}</div>
 <div class="cards">
   <div class="card"><div class="n" data-field="trust_score">${fmtScore(bench.trustScore)}</div><div class="l">trust score</div></div>
@@ -191,5 +193,6 @@ ${
 <p class="small">HTML</p><pre class="badge-html">${htmlSnippet}</pre>
 <p class="small muted">JSON: <a href="/api/trust?url=${encodeURIComponent(url)}">/api/trust</a> · <a href="/benchmark/${encodeURIComponent(bench.serverSlug!)}">/benchmark</a> · <a href="/api/sla-tier?server=${encodeURIComponent(url)}">/api/sla-tier</a></p>
 `;
-  return page(bench.name ?? slug, 'monitor', body, bench.lastUpdated);
+  // Generated: when this page was made (the time the series were read), not the last report.
+  return page(bench.name ?? slug, 'monitor', body, series.to);
 }

@@ -12,6 +12,7 @@ import {
   AGENCY_STANDARD,
   BadDateRange,
   CONTROL_CATEGORIES,
+  dimensionEvidence,
   dimensionResult,
   evaluateControls,
   EXIT_CODES,
@@ -22,6 +23,7 @@ import {
   type Control,
 } from '../domain/compliance.js';
 import { DRIFT_FLAG, driftFlagActive } from '../domain/drift.js';
+import { latencyP95 } from '../domain/latency-histogram.js';
 import { looksLikeUrl } from '../domain/server-identity.js';
 import { invalidArgument } from '../errors.js';
 import { probeAgency } from '../probes/agency.js';
@@ -109,7 +111,7 @@ export function createComplianceService({ db, config, now, receipts }: ServiceDe
         return {
           dimension: cat,
           result: dimensionResult(mine),
-          evidence: Object.fromEntries(mine.map((c) => [c.id, { status: c.status, ...c.evidence }])),
+          evidence: dimensionEvidence(mine),
           detail: mine.map((c) => `${c.id}: ${c.status} (${c.detail})`).join('; '),
         };
       });
@@ -173,7 +175,7 @@ export function createComplianceService({ db, config, now, receipts }: ServiceDe
           failed: total - (ev?.successful ?? 0),
           successRate: total > 0 ? ev!.successful / total : undefined,
           avgLatencyMs: ev?.avg_latency_ms ?? undefined,
-          p95LatencyMs: ev?.p95_latency_ms ?? undefined,
+          p95LatencyMs: ev ? (latencyP95(ev.latency_hist) ?? undefined) : undefined,
           firstEventAt: ev?.first_event_at?.toISOString(),
           lastEventAt: ev?.last_event_at?.toISOString(),
           byTool: (ev?.by_tool ?? []).map((t) => ({ toolName: t.tool_name, calls: t.calls, failures: t.failures })),

@@ -29,7 +29,7 @@ import {
   type XPayment,
 } from '../domain/x402.js';
 import { ObservatoryError } from '../errors.js';
-import { restJson } from '../http/rest-json.js';
+import { messageJson } from '../domain/message-json.js';
 import { createPaymentVerifier, type PaymentVerifier } from '../payments/chain.js';
 import { createFacilitator, type Facilitator } from '../payments/facilitator.js';
 import { paymentStore } from '../store/payments.js';
@@ -91,7 +91,7 @@ export function createPaymentService(deps: ServiceDeps, opts: PaymentServiceOpti
     if (v2) headers['payment-required'] = encodePaymentRequiredHeader(v2);
     const err = new ObservatoryError('payment_required', detail, {
       // x402 v1 clients read x402Version / accepts / error; the snake_case members are DECISIONS.md's.
-      extra: { ...restJson(PaymentRequiredSchema, msg), asset: chain.asset, network: chain.network, reason, x402Version: X402_VERSION, error: detail },
+      extra: { ...messageJson(PaymentRequiredSchema, msg), asset: chain.asset, network: chain.network, reason, x402Version: X402_VERSION, error: detail },
       headers,
     });
     err.details.push({ desc: PaymentRequiredSchema, value: msg });

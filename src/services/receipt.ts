@@ -10,7 +10,9 @@ import {
   type VerifyRequest,
   type VerifyResponseSchema,
 } from '../../gen/observatory/v1/receipt_pb.js';
-import { restJson } from '../http/rest-json.js';
+import { classifyCategory } from '../domain/category.js';
+import { messageJson } from '../domain/message-json.js';
+import { serverNameFromUrl } from '../domain/server-identity.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
 import { RECEIPT_ID_PATTERN } from '../signing/receipts.js';
 import { receiptStore } from '../store/receipts.js';
@@ -83,7 +85,21 @@ export function createReceiptService(deps: ServiceDeps, trust: Pick<TrustService
       rec = await trust.getTrust({ url });
     } catch (err) {
       if (err instanceof ObservatoryError && err.status === 404) {
-        return { schema: BEHAVIORAL_EVIDENCE_SCHEMA, serverUrl: url, observedAt, observer, found: false };
+        // SPEC 2.3 shows behavioral_summary as an object: an untracked server has one too, with
+        // no figures (DECISIONS "Behavioral evidence behavioral_summary"; docs/receipts.md).
+        return {
+          schema: BEHAVIORAL_EVIDENCE_SCHEMA,
+          serverUrl: url,
+          observedAt,
+          observer,
+          found: false,
+          verdict: 'UNRATED',
+          behavioralSummary: {
+            totalInteractions: 0,
+            category: classifyCategory([serverNameFromUrl(url)]),
+            anomalyFlags: [],
+          },
+        };
       }
       throw err;
     }
@@ -115,14 +131,14 @@ export function createReceiptService(deps: ServiceDeps, trust: Pick<TrustService
     const url = requireServerUrl(req.url, 'url');
     const doc = await buildEvidence(url);
     // Signed but not stored: this read has no side effects; the attestation verifies offline and at /v1/verify.
-    const body = restJson(GetBehavioralEvidenceResponseSchema, doc);
+    const body = messageJson(GetBehavioralEvidenceResponseSchema, doc);
     const signed = await receipts.issue('attestation', url, { ...body, attestation: undefined, receipt_id: undefined }, { persist: false });
     return { ...doc, attestation: signed.jws };
   }
 
   async function getErc8004Attestation(req: Partial<GetErc8004AttestationRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetErc8004AttestationResponseSchema>> {
     const url = requireServerUrl(req.url, 'url');
-    const doc = restJson(GetBehavioralEvidenceResponseSchema, await buildEvidence(url));
+    const doc = messageJson(GetBehavioralEvidenceResponseSchema, await buildEvidence(url));
     delete doc.attestation;
     delete doc.receipt_id;
     const evidenceHash = `0x${createHash('sha256').update(canonicalJson(doc)).digest('hex')}`;
@@ -130,7 +146,10 @@ export function createReceiptService(deps: ServiceDeps, trust: Pick<TrustService
     const found = doc.found === true;
     const score = typeof doc.trust_score === 'number' ? doc.trust_score : null;
     const response = score === null ? 0 : Math.max(0, Math.min(100, Math.round(score)));
-    const status = score === null ? 'UNKNOWN' : endpointHealth(response);
+    // One rule for every server (DECISIONS: HEALTHY >= 70, DEGRADED 40-69, UNHEALTHY < 40): without
+    // runtime evidence nothing was validated, so the response is 0 and the status UNHEALTHY;
+    // `found` and `trust_score: null` tell that apart from an observed failing server.
+    const status = endpointHealth(response);
     const attestedAt = now().toISOString();
     const claim = {
       schema: ERC8004_ATTESTATION_SCHEMA,

@@ -1,9 +1,10 @@
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { ReportRequest, ReportResponseSchema, ReportStreamRequest, ReportStreamResponseSchema } from '../../gen/observatory/v1/telemetry_pb.js';
 import { classifyCategory } from '../domain/category.js';
-import { canonicalServerUrl, InvalidServerUrl, serverNameFromUrl, slugify } from '../domain/server-identity.js';
+import { serverNameFromUrl, slugify } from '../domain/server-identity.js';
 import { OBSERVATORY_SOURCE } from '../domain/scoring.js';
-import { validateReport } from '../domain/telemetry.js';
+import { parseReport } from '../domain/telemetry.js';
+import { isRefusedValueError } from '../db/index.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
 import { ingestBatcher } from '../store/ingest-batcher.js';
 import { serverCache } from '../store/server-cache.js';
@@ -13,6 +14,13 @@ import { reportSourceResolver } from './report-source.js';
 
 /** Reports of one stream written per group-commit submission. */
 const STREAM_CHUNK = 500;
+/** Rejections listed in a ReportStream answer (`rejected` always counts them all). */
+const MAX_REJECTIONS_LISTED = 100;
+
+/** A value the database refused (validation should have caught it first) is the client's error. */
+function refusedValue(err: unknown): unknown {
+  return isRefusedValueError(err) ? invalidArgument('the report contains characters that cannot be stored (e.g. NUL)') : err;
+}
 
 /** TelemetryService: THE implementation of POST /api/report and its RPCs. */
 export function createTelemetryService({ db, now, observe }: ServiceDeps) {
@@ -22,23 +30,18 @@ export function createTelemetryService({ db, now, observe }: ServiceDeps) {
 
   /** Validates one report and resolves its server; the row is not written yet. */
   async function prepare(input: Partial<ReportRequest>, ctx: CallContext | undefined): Promise<IngestRow> {
-    const problem = validateReport({
+    // THE acceptance decision (domain/telemetry.ts), the same for REST, Connect and the stream.
+    const parsed = parseReport({
       server_url: input.serverUrl,
       success: input.success,
       latency_ms: input.latencyMs,
       tool_name: input.toolName,
       http_status: input.httpStatus,
     });
-    if (problem) throw invalidArgument(problem);
-    let url: string;
-    try {
-      url = canonicalServerUrl(input.serverUrl!);
-    } catch (err) {
-      if (err instanceof InvalidServerUrl) throw invalidArgument(`server_url: ${err.message}`);
-      throw err;
-    }
+    if ('problem' in parsed) throw invalidArgument(parsed.problem);
+    const url = parsed.server_url;
     const at = now();
-    const toolName = input.toolName ?? null;
+    const toolName = parsed.tool_name;
     const server = await servers.ensure(
       url,
       () => {
@@ -54,7 +57,7 @@ export function createTelemetryService({ db, now, observe }: ServiceDeps) {
     }
     return {
       serverId: server.id,
-      report: { server_url: url, success: input.success!, latency_ms: input.latencyMs!, tool_name: toolName, http_status: input.httpStatus ?? null },
+      report: parsed,
       at,
       source: await sourceOf(ctx, at),
     };
@@ -62,10 +65,14 @@ export function createTelemetryService({ db, now, observe }: ServiceDeps) {
 
   return {
     async report(req: Partial<ReportRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof ReportResponseSchema>> {
-      const row = await prepare(req, ctx);
-      // Resolves after the group-commit transaction carrying this row committed.
-      await ingest.submit([row]);
-      return { recorded: true, serverUrl: row.report.server_url };
+      try {
+        const row = await prepare(req, ctx);
+        // Resolves after the group-commit transaction carrying this row committed.
+        await ingest.submit([row]);
+        return { recorded: true, serverUrl: row.report.server_url };
+      } catch (err) {
+        throw refusedValue(err);
+      }
     },
 
     /**
@@ -89,34 +96,52 @@ export function createTelemetryService({ db, now, observe }: ServiceDeps) {
       let accepted = 0;
       let rejected = 0;
       const rejections: { index: number; serverUrl: string; code: string; detail: string }[] = [];
-      let index = 0;
+      const reject = (index: number, serverUrl: string, code: string, detail: string) => {
+        rejected++;
+        if (rejections.length < MAX_REJECTIONS_LISTED) rejections.push({ index, serverUrl, code, detail });
+      };
       // A stream's reports travel in chunks of up to STREAM_CHUNK rows through the same group
-      // commit; the response is sent only after every accepted row committed.
-      let chunk: IngestRow[] = [];
+      // commit; the response is sent only after every accepted row committed. Each row is its own
+      // submission, so a row the database still refuses (validation should have caught it) fails
+      // alone: the group commit retries a failed batch submission by submission.
+      let chunk: { row: IngestRow; index: number; serverUrl: string }[] = [];
       let writing: Promise<void> = Promise.resolve();
       const flush = async () => {
         const rows = chunk;
         chunk = [];
         await writing;
-        writing = ingest.submit(rows);
+        writing = Promise.all(
+          rows.map((r) =>
+            ingest.submit([r.row]).then(
+              () => void accepted++,
+              (thrown: unknown) => {
+                const err = refusedValue(thrown);
+                if (!(err instanceof ObservatoryError) || err.status >= 500) throw err;
+                reject(r.index, r.serverUrl, err.problem, err.rawMessage);
+              },
+            ),
+          ),
+        ).then(() => undefined);
         // Awaited at the next flush or at the end; marked handled so a failure in between is
         // not an unhandled rejection.
         writing.catch(() => {});
       };
+      let index = 0;
       for await (const item of reqs) {
+        const serverUrl = item.report?.serverUrl ?? '';
         try {
-          chunk.push(await prepare(item.report ?? {}, ctx));
-          accepted++;
+          chunk.push({ row: await prepare(item.report ?? {}, ctx), index, serverUrl });
           if (chunk.length >= STREAM_CHUNK) await flush();
-        } catch (err) {
+        } catch (thrown) {
+          const err = refusedValue(thrown);
           if (!(err instanceof ObservatoryError) || err.status >= 500) throw err;
-          rejected++;
-          if (rejections.length < 100) rejections.push({ index, serverUrl: item.report?.serverUrl ?? '', code: err.problem, detail: err.rawMessage });
+          reject(index, serverUrl, err.problem, err.rawMessage);
         }
         index++;
       }
       await flush();
       await writing;
+      rejections.sort((a, b) => a.index - b.index);
       return { accepted, rejected, rejections };
     },
   };

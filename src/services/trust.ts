@@ -16,11 +16,12 @@ import type {
   GetTrustRequest,
   GetTrustResponseSchema,
 } from '../../gen/observatory/v1/trust_pb.js';
-import { histogramQuantile } from '../domain/latency-histogram.js';
+import { latencyP95 } from '../domain/latency-histogram.js';
 import { canonicalServerUrl, InvalidServerUrl } from '../domain/server-identity.js';
 import { DEFAULT_DELTA_WINDOW, DELTA_WINDOWS, groupDeltas, isDeltaWindow, reliabilityTrend } from '../domain/trend.js';
 import { gradeFor, SLA_MIN_INTERACTIONS_30D, slaTierFor, type PreflightVerdict, type SlaTier } from '../domain/verdict.js';
 import { invalidArgument, notTracked } from '../errors.js';
+import { marketStore, type MarketFigures } from '../store/market.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
@@ -36,6 +37,8 @@ export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
 export const DELTA_SCHEMA = 'mcp-trust-delta-v1.0';
 export const LEADERBOARD_DEFAULT_LIMIT = 20;
 export const LEADERBOARD_MAX_LIMIT = 100;
+/** `market_validation` counts whole tables; each instance recounts at most this often. */
+export const MARKET_FIGURES_MS = 60_000;
 /** Stale scores are recomputed (and snapshotted) at least this often. */
 export const SNAPSHOT_INTERVAL_MS = 10 * 60_000;
 const SLA_RULES: { tier: SlaTier; min: number }[] = [
@@ -138,6 +141,21 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     return new Map(all.map((r) => [r.url, r.n > 0 && r.trust_score !== null ? slaTierFor(r.trust_score, counts.get(r.id) ?? 0) : 'Unrated']));
   }
 
+  const market = marketStore(db);
+  let marketCache: { at: Date; figures: Promise<MarketFigures> } | null = null;
+  /** Demand figures, counted at most once per MARKET_FIGURES_MS (a failed count is not kept). */
+  function marketFigures(at: Date): Promise<{ at: Date; figures: MarketFigures }> {
+    const c = marketCache;
+    if (c && at.getTime() - c.at.getTime() < MARKET_FIGURES_MS && at.getTime() >= c.at.getTime()) return c.figures.then((figures) => ({ at: c.at, figures }));
+    const figures = market.figures(new Date(at.getTime() - DAY_MS));
+    const entry = { at, figures };
+    marketCache = entry;
+    figures.catch(() => {
+      if (marketCache === entry) marketCache = null;
+    });
+    return figures.then((f) => ({ at, figures: f }));
+  }
+
   const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
 
   // Keeps the hourly score history (deltas, trends) complete even when nobody reads scores. With
@@ -160,6 +178,16 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       const at = now();
       const [s, drift] = await Promise.all([engine.scoreFor(server, at), toolManifestDriftFlags(db, server.id, at)]);
       return drift.length > 0 ? { ...s, anomaly_flags: [...s.anomaly_flags, ...drift] } : s;
+    },
+
+    /**
+     * A tracked server's p95 latency over all its reports (null without reports): latencyP95 of
+     * its rollup histogram, the figure /benchmark, /v1/behavioral-evidence and the ERC-8004
+     * evidence show. Callers outside this service (agent-query) use this, never their own p95.
+     */
+    async p95LatencyFor(server: Pick<ServerRow, 'id'>): Promise<number | null> {
+      const t = (await telemetry.totals([server.id])).get(server.id);
+      return t ? latencyP95(t.hist) : null;
     },
 
     async getTrust(req: Partial<GetTrustRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustResponseSchema>> {
@@ -255,7 +283,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
     async getStats(_req: Partial<GetStatsRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetStatsResponseSchema>> {
       const at = now();
-      const [all, last24] = await Promise.all([engine.ranked(null, at), telemetry.countsSince(new Date(at.getTime() - DAY_MS))]);
+      const [all, last24, m] = await Promise.all([engine.ranked(null, at), telemetry.countsSince(new Date(at.getTime() - DAY_MS)), marketFigures(at)]);
       const cov = coverageOf(all);
       const mix = { pass: 0, uncertain: 0, fail: 0, unrated: 0 };
       for (const r of all) mix[(isRated(r) ? r.verdict! : 'UNRATED').toLowerCase() as keyof typeof mix]++;
@@ -269,6 +297,19 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         categories: cov.categories.map((c) => ({ name: c.name, servers: c.servers, rated: c.rated, unrated: c.unrated, averageTrustScore: c.averageTrustScore })),
         verdictMix: mix,
         generatedAt: at.toISOString(),
+        marketValidation: {
+          preflightChecksTotal: m.figures.preflight_checks_total,
+          preflightChecksLast24h: m.figures.preflight_checks_last_24h,
+          uniquePreflightTargets: m.figures.unique_preflight_targets,
+          trackedServersVetted: m.figures.tracked_servers_vetted,
+          gatewayDecisions: m.figures.gateway_decisions,
+          agentKeysIssued: m.figures.agent_keys_issued,
+          agentQueriesServed: m.figures.agent_queries_served,
+          paidVerdicts: m.figures.paid_verdicts,
+          receiptsIssued: m.figures.receipts_issued,
+          vettedShare: cov.totals.servers > 0 ? Math.round((Math.min(m.figures.tracked_servers_vetted, cov.totals.servers) / cov.totals.servers) * 10000) / 10000 : undefined,
+          computedAt: m.at.toISOString(),
+        },
       };
     },
 
@@ -302,7 +343,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         },
         latency: {
           avgMs: ms(t?.latency_sum ?? 0, n),
-          p95Ms: t ? (histogramQuantile(t.hist, 0.95) ?? undefined) : undefined,
+          p95Ms: t ? (latencyP95(t.hist) ?? undefined) : undefined,
           avg7dMs: ms(w7.latency_sum, w7.n),
         },
         volume: { totalCalls: n, calls7d: w7.n, daysObserved: days },
@@ -313,7 +354,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     async getSlaTier(req: Partial<GetSlaTierRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetSlaTierResponseSchema>> {
       const at = now();
       const since30 = new Date(at.getTime() - 30 * DAY_MS);
-      if (req.server !== undefined) {
+      // `server` is optional (SPEC 4.1): absent or empty asks for the distribution.
+      if (req.server !== undefined && req.server.trim() !== '') {
         const server = await resolveTracked(req.server, 'server');
         const [score, w30] = await Promise.all([engine.scoreFor(server, at), telemetry.windowSums(server.id, since30, null)]);
         return {

@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/index.js';
+import { emptyHistogram, LATENCY_BIN_EDGES } from '../domain/latency-histogram.js';
 
 // Read-only evidence queries behind the compliance exports and the agency checklist: telemetry
 // history depth (rollups), telemetry summaries over a period (raw rows, so limited to
@@ -15,7 +16,8 @@ export interface PeriodEvents {
   total: number;
   successful: number;
   avg_latency_ms: number | null;
-  p95_latency_ms: number | null;
+  /** Latency histogram of the period's reports (domain/latency-histogram.ts bins; latencyP95 reads it). */
+  latency_hist: number[];
   first_event_at: Date | null;
   last_event_at: Date | null;
   by_tool: { tool_name: string; calls: number; failures: number }[];
@@ -40,12 +42,21 @@ export function evidenceStore(db: Queryable) {
 
     /** Telemetry of a server with received_at in [from, to). */
     async events(serverId: number, from: Date, to: Date): Promise<PeriodEvents> {
-      const [agg] = await db.query<{ n: number; s: number | null; lat: number | null; p95: number | null; first: Date | null; last: Date | null }>(
+      const [agg] = await db.query<{ n: number; s: number | null; lat: number | null; first: Date | null; last: Date | null }>(
         `SELECT count(*)::int8 AS n, sum(CASE WHEN success THEN 1 ELSE 0 END)::int8 AS s, avg(latency_ms)::float8 AS lat,
-                (percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms))::float8 AS p95, min(received_at) AS first, max(received_at) AS last
+                min(received_at) AS first, max(received_at) AS last
            FROM telemetry WHERE server_id = $1 AND received_at >= $2 AND received_at < $3`,
         [serverId, from, to],
       );
+      // The same bins as the rollups: width_bucket over the lower edges puts a latency equal to an
+      // edge in the bin above it, as latencyBin does.
+      const bins = await db.query<{ bin: number; c: number }>(
+        `SELECT width_bucket(latency_ms, $4::float8[])::int4 AS bin, count(*)::int8 AS c
+           FROM telemetry WHERE server_id = $1 AND received_at >= $2 AND received_at < $3 GROUP BY 1`,
+        [serverId, from, to, LATENCY_BIN_EDGES],
+      );
+      const hist = emptyHistogram();
+      for (const b of bins) hist[b.bin] = Number(b.c);
       const byTool = await db.query<{ tool_name: string; calls: number; failures: number }>(
         `SELECT coalesce(tool_name, 'unknown') AS tool_name, count(*)::int8 AS calls, sum(CASE WHEN success THEN 0 ELSE 1 END)::int8 AS failures
            FROM telemetry WHERE server_id = $1 AND received_at >= $2 AND received_at < $3
@@ -56,7 +67,7 @@ export function evidenceStore(db: Queryable) {
         total: agg!.n,
         successful: agg!.s ?? 0,
         avg_latency_ms: agg!.lat,
-        p95_latency_ms: agg!.p95,
+        latency_hist: hist,
         first_event_at: agg!.first,
         last_event_at: agg!.last,
         by_tool: byTool,

@@ -253,7 +253,7 @@ export type GetBehavioralEvidenceResponse = Message<"observatory.v1.GetBehaviora
   trustScore?: number | undefined;
 
   /**
-   * Observed behaviour; unset when not found.
+   * Observed behaviour; always set (for a server not found: no figures, category from the classifier).
    *
    * @generated from field: observatory.v1.BehavioralSummary behavioral_summary = 7;
    */
@@ -414,7 +414,8 @@ export type GetErc8004AttestationResponse = Message<"observatory.v1.GetErc8004At
   found: boolean;
 
   /**
-   * HEALTHY (>= 70), DEGRADED (40-69) or UNHEALTHY (< 40).
+   * HEALTHY (>= 70), DEGRADED (40-69) or UNHEALTHY (< 40), from `response` alone; a server
+   * without runtime evidence has response 0 and is UNHEALTHY (found false or trust_score null).
    *
    * @generated from field: string endpoint_health_status = 6;
    */

@@ -13,7 +13,7 @@ export function behavioralEvidenceJsonSchema(publicBaseUrl: string) {
     description:
       'Runtime behaviour of an MCP server as observed by a Trust Observatory, compatible with the A2A evidence_ref format. `attestation` is this document signed as an Ed25519 compact JWS (verify against the observer\'s /.well-known/jwks.json).',
     type: 'object',
-    required: ['schema', 'server_url', 'observed_at', 'observer', 'found'],
+    required: ['schema', 'server_url', 'observed_at', 'observer', 'found', 'behavioral_summary'],
     properties: {
       schema: { const: 'mcp-behavioral-evidence-v1.0' },
       server_url: { type: 'string', format: 'uri', description: 'Canonical server URL' },
@@ -23,7 +23,8 @@ export function behavioralEvidenceJsonSchema(publicBaseUrl: string) {
       trust_score: nullableNumber('Trust score 0 to 100; null when not found or without evidence', { minimum: 0, maximum: 100 }),
       verdict: { type: ['string', 'null'], enum: ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED', null] },
       behavioral_summary: {
-        type: ['object', 'null'],
+        type: 'object',
+        description: 'Observed behaviour; for a server the observer does not track (found: false) the figures are 0, null and empty',
         required: ['total_interactions', 'success_rate', 'avg_latency_ms', 'p95_latency_ms', 'last_observed', 'category', 'anomaly_flags'],
         properties: {
           total_interactions: { type: 'integer', minimum: 0 },

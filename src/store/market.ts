@@ -1,0 +1,46 @@
+import type { Queryable } from '../db/index.js';
+
+// Demand and adoption figures behind `market_validation` in GET /api/stats (SPEC 4.1 "market
+// validation metrics"; docs/scoring.md "Market validation"). Read-only counts over the tables
+// that record demand: pre-flight checks (every kind), keys, paid verdicts, receipts.
+
+export interface MarketFigures {
+  preflight_checks_total: number;
+  preflight_checks_last_24h: number;
+  unique_preflight_targets: number;
+  /** Distinct tracked servers named by at least one pre-flight check (any kind). */
+  tracked_servers_vetted: number;
+  /** Pre-flight checks made by gateways (`kind = gateway`). */
+  gateway_decisions: number;
+  agent_keys_issued: number;
+  /** Verdicts served by /agent-query (trial keys and payments). */
+  agent_queries_served: number;
+  /** On-chain payments that bought a verdict (the verdict's receipt is attached to the payment). */
+  paid_verdicts: number;
+  receipts_issued: number;
+}
+
+export function marketStore(db: Queryable) {
+  return {
+    async figures(since24h: Date): Promise<MarketFigures> {
+      const [r] = await db.query<{ [K in keyof MarketFigures]: number | null }>(
+        `SELECT d.total AS preflight_checks_total, d.last_24h AS preflight_checks_last_24h, d.targets AS unique_preflight_targets,
+                d.gateway AS gateway_decisions, d.agent_query AS agent_queries_served,
+                (SELECT count(DISTINCT p.server_url)::int8 FROM preflight_demand p JOIN servers s ON s.url = p.server_url) AS tracked_servers_vetted,
+                (SELECT count(*)::int8 FROM api_keys) AS agent_keys_issued,
+                (SELECT count(*)::int8 FROM payments WHERE receipt_id IS NOT NULL) AS paid_verdicts,
+                (SELECT count(*)::int8 FROM receipts) AS receipts_issued
+           FROM (SELECT count(*)::int8 AS total,
+                        count(*) FILTER (WHERE checked_at >= $1)::int8 AS last_24h,
+                        count(DISTINCT target)::int8 AS targets,
+                        count(*) FILTER (WHERE kind = 'gateway')::int8 AS gateway,
+                        count(*) FILTER (WHERE kind = 'agent_query')::int8 AS agent_query
+                   FROM preflight_demand) d`,
+        [since24h],
+      );
+      const out = {} as MarketFigures;
+      for (const [k, v] of Object.entries(r!)) out[k as keyof MarketFigures] = Number(v ?? 0);
+      return out;
+    },
+  };
+}
