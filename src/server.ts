@@ -106,7 +106,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   await app.register(cors, {
     origin: '*',
     methods: [...new Set(['GET', 'HEAD', 'POST', 'OPTIONS', ...connectCors.allowedMethods])],
-    allowedHeaders: [...connectCors.allowedHeaders, 'Authorization', 'X-Payment', 'X-Request-Id', 'Mcp-Session-Id', 'Mcp-Protocol-Version', 'Last-Event-ID'],
+    allowedHeaders: [...connectCors.allowedHeaders, 'Authorization', 'X-Payment', 'X-Request-Id', 'Mcp-Session-Id', 'Mcp-Protocol-Version', 'Last-Event-ID', 'A2A-Version', 'A2A-Extensions'],
     exposedHeaders: [...connectCors.exposedHeaders, 'X-Request-Id', 'X-Interface-Version', 'Retry-After', 'WWW-Authenticate', 'X-Payment-Required', 'X-Payment-Wallet', 'RateLimit', 'RateLimit-Policy', 'Mcp-Session-Id'],
     maxAge: 7200,
   });
