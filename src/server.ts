@@ -134,6 +134,8 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
       const address = await app.listen({ port: config.port, host: config.host });
       // Active observation runs wherever the service serves (OBSERVE_ENABLED, docs/observation.md).
       if (config.observe.enabled) services.observation.start();
+      // The MCP Registry sync runs wherever the service serves, once per period across instances.
+      if (config.registrySync.url !== null) services.registrySync.start();
       return address;
     },
     close() {

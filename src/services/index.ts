@@ -21,6 +21,7 @@ import { createComplianceService } from './compliance.js';
 import { createCatalogueService } from './catalogue.js';
 import { createObservationService } from './observation.js';
 import { createTelemetryRetention } from './telemetry-retention.js';
+import { createRegistrySync } from './registry-sync.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
@@ -30,6 +31,8 @@ export function createServices(deps: ServiceDeps) {
   const drift = createDriftService(deps);
   const observation = createObservationService(deps, { telemetry, drift }, { onError: deps.onBackgroundError });
   const telemetryRetention = createTelemetryRetention(deps, { onError: deps.onBackgroundError });
+  const catalogue = createCatalogueService(deps);
+  const registrySync = createRegistrySync(deps, catalogue, { onError: deps.onBackgroundError });
   return {
     keyring: deps.keyring,
     receipts: deps.receipts,
@@ -46,7 +49,9 @@ export function createServices(deps: ServiceDeps) {
     receipt: createReceiptService(deps, trust),
     drift,
     /** Catalogue import from an MCP Registry (the `observatory import` command). */
-    catalogue: createCatalogueService(deps),
+    catalogue,
+    /** The standing MCP Registry sync (REGISTRY_SYNC_URL; started by `serve`). */
+    registrySync,
     /** Active observation: the observatory's own scheduled probes (started by `serve` and `observe`). */
     observation,
     probes: createProbeService(deps),
@@ -60,6 +65,7 @@ export function createServices(deps: ServiceDeps) {
       await observation.stop();
       trust.close();
       await telemetryRetention.close();
+      await registrySync.close();
     },
   };
 }
