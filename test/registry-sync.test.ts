@@ -2,13 +2,15 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.js';
 import { createCatalogueService } from '../src/services/catalogue.js';
 import { createRegistrySync } from '../src/services/registry-sync.js';
 import { observationStore } from '../src/store/observation.js';
 import { registrySyncStore } from '../src/store/registry-sync.js';
-import { json, startTestApp, type TestApp } from './support/app.js';
+import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 
 // MCP Registry API v0.1 and the standing sync (issue 19 item 4): `import` of a registry base URL
@@ -135,6 +137,23 @@ describe(`MCP Registry v0.1 and the standing sync (${backend})`, () => {
     expect((await trust('io.github.newco/maps')).registry).toMatchObject({ status: 'active', updated_at: '2025-11-13T07:00:00.999Z' });
     const [search] = await t.obs.db.query<{ title: string; registry_version: string }>("SELECT title, registry_version FROM servers WHERE registry_name = 'com.example/web-search'");
     expect(search).toEqual({ title: 'Web Search Pro', registry_version: '2.1.0' });
+
+    // The agent doors answer with the same records, listing included.
+    const client = new Client({ name: 'registry-sync-test', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${t.base}/mcp`)));
+    try {
+      const mcp = await client.callTool({ name: 'check_trust', arguments: { server: 'io.github.acme/travel' } });
+      expect(mcp.isError).toBeFalsy();
+      expect((mcp.structuredContent as { registry: unknown }).registry).toEqual(travel.registry);
+      const pf = await client.callTool({ name: 'preflight_check', arguments: { target: 'io.github.acme/weather' } });
+      expect((pf.structuredContent as { registry: { status: string } }).registry.status).toBe('deprecated');
+    } finally {
+      await client.close();
+    }
+    const a2a = await json(
+      postJson(`${t.base}/a2a`, { jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message: { role: 'ROLE_USER', messageId: 'r1', parts: [{ text: 'trust score for io.github.acme/travel' }] } } }, { 'A2A-Version': '1.0' }),
+    );
+    expect(a2a.result.task.artifacts[0].parts[0].data.registry).toEqual(travel.registry);
   });
 
   it('a failed sync keeps the mark and says why; the next run asks from the same mark; a listed-again server is observed again', async () => {
