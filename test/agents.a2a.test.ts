@@ -531,4 +531,19 @@ describe('subscriptions across instances', () => {
     await reading;
     expect(seen).toEqual(['task', 'artifact-update', 'status-update:completed']);
   });
+
+  it('open subscriptions per instance are bounded; a closed one frees its place', async () => {
+    const runner: A2aSkillRunner = { run: async () => ({ data: {}, text: 'x', name: 'r', description: 'r' }) };
+    const a = createA2aService({ db: app.obs.db, now: () => new Date() }, runner, { pollMs: 20, maxSubscriptions: 1 });
+    const asked = await a.send({ kind: 'message', role: 'user', messageId: 'c1', parts: [{ kind: 'text', text: 'preflight' }] });
+    const controller = new AbortController();
+    const first = (await a.subscribe(asked.id, controller.signal))[Symbol.asyncIterator]();
+    expect((await first.next()).value).toMatchObject({ kind: 'task' });
+    await expect(a.subscribe(asked.id)).rejects.toMatchObject({ kind: 'unsupported_operation', message: expect.stringMatching(/open subscriptions/) });
+    controller.abort();
+    expect((await first.next()).done).toBe(true);
+    const again = (await a.subscribe(asked.id, AbortSignal.abort()))[Symbol.asyncIterator]();
+    expect((await again.next()).value).toMatchObject({ kind: 'task' });
+    await again.return?.(undefined);
+  });
 });

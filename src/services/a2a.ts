@@ -123,6 +123,8 @@ export const A2A_LIMITS = {
   pollMs: 1000,
   /** A subscription ends after this long without the task finishing; the client may subscribe again. */
   subscribeMaxMs: 5 * 60_000,
+  /** Open subscriptions per instance (each polls the database); beyond it SubscribeToTask is refused. */
+  maxSubscriptions: 200,
 } as const;
 
 const USAGE =
@@ -136,11 +138,17 @@ function whichServerQuestion(skill: AgentSkillId): string {
 
 const sameStatus = (a: StoredTask, b: StoredTask) => a.status.state === b.status.state && a.status.timestamp === b.status.timestamp;
 
-export function createA2aService(deps: { db: Queryable; now: () => Date }, runner: A2aSkillRunner, limits: { pollMs?: number; subscribeMaxMs?: number } = {}) {
+export function createA2aService(
+  deps: { db: Queryable; now: () => Date },
+  runner: A2aSkillRunner,
+  limits: { pollMs?: number; subscribeMaxMs?: number; maxSubscriptions?: number } = {},
+) {
   const { now } = deps;
   const store = a2aTaskStore(deps.db);
   const pollMs = limits.pollMs ?? A2A_LIMITS.pollMs;
   const subscribeMaxMs = limits.subscribeMaxMs ?? A2A_LIMITS.subscribeMaxMs;
+  const maxSubscriptions = limits.maxSubscriptions ?? A2A_LIMITS.maxSubscriptions;
+  let openSubscriptions = 0;
   // Subscribers in this process, woken as soon as this process changes their task; changes made
   // by other instances are seen by polling.
   const watchers = new Map<string, Set<() => void>>();
@@ -349,7 +357,20 @@ export function createA2aService(deps: { db: Queryable; now: () => Date }, runne
     if (isTerminal(first.status.state)) {
       throw new A2aError('unsupported_operation', `task ${id} is ${first.status.state}; there is nothing more to stream (GetTask returns it)`, { taskId: id });
     }
+    if (openSubscriptions >= maxSubscriptions) {
+      throw new A2aError('unsupported_operation', `this instance holds ${maxSubscriptions} open subscriptions already; poll GetTask, or subscribe again later`, { taskId: id });
+    }
     return (async function* () {
+      // Counted while it runs (a stream that is never read never started).
+      openSubscriptions++;
+      try {
+        yield* watch(first);
+      } finally {
+        openSubscriptions--;
+      }
+    })();
+
+    async function* watch(first: StoredTask): AsyncGenerator<TaskEvent> {
       yield { kind: 'task', task: first } satisfies TaskEvent;
       let seen = first;
       const deadline = performance.now() + subscribeMaxMs;
@@ -366,7 +387,7 @@ export function createA2aService(deps: { db: Queryable; now: () => Date }, runne
         seen = current;
         if (event.kind === 'status-update' && event.final) return;
       }
-    })();
+    }
   }
 
   function waitForChange(id: string, ms: number, signal?: AbortSignal): Promise<void> {
