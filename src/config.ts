@@ -51,6 +51,15 @@ export interface Config {
   telemetryRetentionDays: number;
   /** Active observation: the observatory probes tracked servers itself (docs/observation.md). */
   observe: ObserveConfig;
+  /** The standing MCP Registry sync (docs/observation.md "Registry sync"). */
+  registrySync: RegistrySyncConfig;
+}
+
+export interface RegistrySyncConfig {
+  /** REGISTRY_SYNC_URL: a registry base URL (its /v0.1/servers is read) or list URL; null: no sync. */
+  url: string | null;
+  /** REGISTRY_SYNC_INTERVAL_SECONDS (default 3600): one sync per interval, across all instances. */
+  intervalSeconds: number;
 }
 
 export interface ObserveConfig {
@@ -216,6 +225,7 @@ export function loadConfig(env: Env = process.env): Config {
       throw new ConfigError('SIGNING_KEY_JWK', 'must be an Ed25519 private key as a JSON JWK (kty OKP, crv Ed25519, d)');
     }
   }
+  const syncUrl = str(env, 'REGISTRY_SYNC_URL');
   const logLevel = str(env, 'LOG_LEVEL') ?? 'info';
   if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) {
     throw new ConfigError('LOG_LEVEL', `must be one of fatal, error, warn, info, debug, trace, silent; got "${logLevel}"`);
@@ -259,6 +269,10 @@ export function loadConfig(env: Env = process.env): Config {
       concurrency: int(env, 'OBSERVE_CONCURRENCY', 4, 1, 64),
       ratePerMinute: int(env, 'OBSERVE_RATE_PER_MINUTE', 60, 1, 100_000),
       timeoutMs: int(env, 'OBSERVE_TIMEOUT_MS', 10_000, 100, 120_000),
+    },
+    registrySync: {
+      url: syncUrl === undefined ? null : httpUrl('REGISTRY_SYNC_URL', syncUrl),
+      intervalSeconds: int(env, 'REGISTRY_SYNC_INTERVAL_SECONDS', 3600, 60, 7 * 86_400),
     },
   };
 }

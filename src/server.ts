@@ -108,7 +108,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     methods: [...new Set(['GET', 'HEAD', 'POST', 'OPTIONS', ...connectCors.allowedMethods])],
     // x402: v1 X-Payment; v2 PAYMENT-SIGNATURE. @x402/fetch also sends Access-Control-Expose-Headers
     // on its paid retry, so a browser pre-flight names it and must be allowed.
-    allowedHeaders: [...connectCors.allowedHeaders, 'Authorization', 'X-Payment', 'PAYMENT-SIGNATURE', 'Access-Control-Expose-Headers', 'X-Request-Id', 'Mcp-Session-Id', 'Mcp-Protocol-Version', 'Last-Event-ID'],
+    allowedHeaders: [...connectCors.allowedHeaders, 'Authorization', 'X-Payment', 'PAYMENT-SIGNATURE', 'Access-Control-Expose-Headers', 'X-Request-Id', 'Mcp-Session-Id', 'Mcp-Protocol-Version', 'Last-Event-ID', 'A2A-Version', 'A2A-Extensions'],
     exposedHeaders: [
       ...connectCors.exposedHeaders,
       'X-Request-Id',
@@ -155,6 +155,8 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
       const address = await app.listen({ port: config.port, host: config.host });
       // Active observation runs wherever the service serves (OBSERVE_ENABLED, docs/observation.md).
       if (config.observe.enabled) services.observation.start();
+      // The MCP Registry sync runs wherever the service serves, once per period across instances.
+      if (config.registrySync.url !== null) services.registrySync.start();
       return address;
     },
     close() {

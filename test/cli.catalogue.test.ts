@@ -55,7 +55,7 @@ describe(`observatory command line (${backend})`, () => {
     for (const c of COMMANDS) expect(stdout).toMatch(new RegExp(`^  ${c}\\b`, 'm'));
     const bad = io();
     expect(await runCli(['import', PAGE1, '--bogus'], bad.cli)).toBe(2);
-    expect(bad.err[0]).toBe('unknown option --bogus\nusage: observatory import <file-or-url> [--json]');
+    expect(bad.err[0]).toBe('unknown option --bogus\nusage: observatory import <file-or-url> [--updated-since <time>] [--json]');
     expect(await runCli(['import'], bad.cli)).toBe(2);
     expect(await runCli(['observe', 'extra'], bad.cli)).toBe(2);
     expect(await runCli(['observe', '--once=yes'], bad.cli)).toBe(2);

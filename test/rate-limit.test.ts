@@ -5,7 +5,9 @@ import { Code, ConnectError, createClient, type Interceptor } from '@connectrpc/
 import { createConnectTransport, createGrpcTransport } from '@connectrpc/connect-node';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { SendMessageRequest } from '@a2a-js/sdk';
 import { ClientFactory } from '@a2a-js/sdk/client';
+import { ClientFactory as V03ClientFactory } from '@a2a-js/sdk-v03/client';
 import { TrustService } from '../gen/observatory/v1/trust_pb.js';
 import { Authorization } from '../gen/envoy/service/auth/v3/external_auth_pb.js';
 import { StatusCode } from '../gen/envoy/type/v3/http_status_pb.js';
@@ -339,13 +341,24 @@ describe(`the gate, MCP preflight_check and A2A skills have limits of their own 
     expect(JSON.parse(single.body)).toMatchObject({ jsonrpc: '2.0', id: 5, error: { code: JSONRPC_RATE_LIMITED, data: { policy: 'a2a_skills', limit: 2 } } });
   });
 
-  it('A2A: the stock @a2a-js/sdk client surfaces the refusal with its message', async () => {
+  it('A2A: the stock @a2a-js/sdk 0.3 client surfaces the refusal with its message', async () => {
     // The SDK sends from 127.0.0.1 (no X-Forwarded-For), a bucket no other test uses.
-    const client = await new ClientFactory().createFromUrl(t.base);
+    const client = await new V03ClientFactory().createFromUrl(t.base);
     const msg = () => ({ message: { kind: 'message' as const, role: 'user' as const, messageId: crypto.randomUUID(), parts: [{ kind: 'text' as const, text: 'trust score for https://rl.example.com/mcp' }] } });
     await client.sendMessage(msg());
     await client.sendMessage(msg());
     const err = await client.sendMessage(msg()).then(
+      () => null,
+      (e: unknown) => e as Error,
+    );
+    expect(err?.message).toMatch(/rate limited: at most 2 A2A skill invocations per minute/);
+  });
+
+  it('A2A: the stock @a2a-js/sdk 1.x client (SendMessage) takes from the same limit', async () => {
+    // Same 127.0.0.1 bucket as the 0.3 client above, which emptied it: SendMessage is refused too.
+    const client = await new ClientFactory().createFromUrl(t.base);
+    const msg = SendMessageRequest.fromJSON({ message: { role: 'ROLE_USER', messageId: crypto.randomUUID(), parts: [{ text: 'trust score for https://rl.example.com/mcp' }] } });
+    const err = await client.sendMessage(msg).then(
       () => null,
       (e: unknown) => e as Error,
     );

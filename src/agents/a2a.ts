@@ -1,59 +1,61 @@
-import { randomUUID } from 'node:crypto';
-import type { FastifyInstance } from 'fastify';
-import type { Db } from '../db/index.js';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { RouteDeps } from '../http/routes.js';
-import { a2aTaskStore, type StoredTask } from '../store/a2a-tasks.js';
-import { A2A_METHODS, a2aDescriptor, matchSkill } from './a2a-card.js';
+import { createA2aService, SkillRefused, type A2aService, type A2aSkillRunner } from '../services/a2a.js';
+import { A2A_SKILLS, A2A_VERSIONS, a2aDescriptor } from './a2a-card.js';
+import { isObject, RPC, RpcError, type MethodContext, type VersionBinding } from './a2a-rpc.js';
+import { a2aV03, A2A_V03_VERSION } from './a2a-v03.js';
+import { a2aV1, A2A_V1_VERSION } from './a2a-v1.js';
 import { createAgentSkills, SkillError, type AgentSkills, type JsonObject } from './skills.js';
 import { a2aSkillLimit, type RateLimitedRpcError } from './rate-limit.js';
 
-// /a2a: A2A protocol 0.3 over JSON-RPC 2.0 (message/send, tasks/get). Every message/send runs
-// one skill synchronously and answers a Task in a terminal state, stored so tasks/get returns it.
+// /a2a: A2A over JSON-RPC 2.0, protocol versions 1.0 and 0.3 on one endpoint (docs/agents.md).
+// The A2A-Version header (or ?A2A-Version=) picks the version; none means 0.3 (A2A 1.0 section
+// 3.6.2). Each version's methods read and write its own shapes (a2a-v1.ts, a2a-v03.ts) and call
+// the one A2A service (src/services/a2a.ts). Streaming methods answer Server-Sent Events.
+
+export { RPC } from './a2a-rpc.js';
 
 type Id = string | number | null;
-type RpcResponse = { jsonrpc: '2.0'; id: Id; result: unknown } | { jsonrpc: '2.0'; id: Id; error: { code: number; message: string; data?: unknown } };
-
-export const RPC = {
-  parseError: -32700,
-  invalidRequest: -32600,
-  methodNotFound: -32601,
-  invalidParams: -32602,
-  internal: -32603,
-  taskNotFound: -32001,
-  unsupportedOperation: -32004,
-} as const;
-
-class RpcError extends Error {
-  constructor(
-    readonly code: number,
-    message: string,
-    readonly data?: unknown,
-  ) {
-    super(message);
-  }
-}
-
-const MAX_TEXT = 4096;
-const MAX_PARTS = 32;
-const ID_MAX = 256;
-
-const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
-const error = (id: Id, code: number, message: string, data?: unknown): RpcResponse => ({ jsonrpc: '2.0', id, error: data === undefined ? { code, message } : { code, message, data } });
-
+type RpcErrorObject = { code: number; message: string; data?: unknown };
+type RpcResponse = { jsonrpc: '2.0'; id: Id; result: unknown } | { jsonrpc: '2.0'; id: Id; error: RpcErrorObject };
+type Log = { error(o: object, m: string): void };
 /** Counts one skill invocation against the caller's limit; the error when it is refused (src/agents/rate-limit.ts). */
 type SkillLimit = { take(): RateLimitedRpcError | null };
+/** Methods that run a skill (and store a task): each call takes one token of the caller's limit. */
+const SKILL_METHODS: ReadonlySet<string> = new Set(['SendMessage', 'SendStreamingMessage', 'message/send', 'message/stream']);
 
-function historyLength(v: unknown, where: string): number | undefined {
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new RpcError(RPC.invalidParams, `${where} must be a non-negative integer`);
-  return v;
+/** Both versions' method names, to tell a client that used the other version's name. */
+const BINDINGS: readonly VersionBinding<A2aService>[] = [a2aV1, a2aV03];
+const V03_TO_V1: Record<string, string> = {
+  'message/send': 'SendMessage',
+  'message/stream': 'SendStreamingMessage',
+  'tasks/get': 'GetTask',
+  'tasks/cancel': 'CancelTask',
+  'tasks/resubscribe': 'SubscribeToTask',
+  'tasks/pushNotificationConfig/set': 'CreateTaskPushNotificationConfig',
+  'tasks/pushNotificationConfig/get': 'GetTaskPushNotificationConfig',
+  'tasks/pushNotificationConfig/list': 'ListTaskPushNotificationConfigs',
+  'tasks/pushNotificationConfig/delete': 'DeleteTaskPushNotificationConfig',
+  'agent/getAuthenticatedExtendedCard': 'GetExtendedAgentCard',
+};
+const V1_TO_V03 = Object.fromEntries(Object.entries(V03_TO_V1).map(([a, b]) => [b, a]));
+
+/** The version a request asks for: its A2A-Version (header first, then query), 0.3 when empty. */
+export function negotiateVersion(raw: string | undefined): VersionBinding<A2aService> | RpcError {
+  const given = (raw ?? '').trim();
+  if (given === '') return a2aV03;
+  // Major.Minor decides; a patch number is ignored (A2A 1.0 section 3.6).
+  const m = /^(\d{1,4})(?:\.(\d{1,4}))?(?:\.\d{1,4})?$/.exec(given);
+  const version = m ? `${Number(m[1])}.${Number(m[2] ?? 0)}` : null;
+  const binding = BINDINGS.find((b) => b.version === version);
+  if (binding) return binding;
+  return new RpcError(RPC.versionNotSupported, `A2A version ${JSON.stringify(given.slice(0, 40))} is not supported; this agent speaks ${A2A_VERSIONS.join(' and ')} (A2A-Version header)`, {
+    requestedVersion: given.slice(0, 40),
+    supportedVersions: A2A_VERSIONS.join(', '),
+  });
 }
 
-function trimHistory(task: StoredTask, n: number | undefined): StoredTask {
-  if (n === undefined || !Array.isArray(task.history)) return task;
-  return { ...task, history: n === 0 ? [] : task.history.slice(-n) };
-}
-
+/** One-line summary of a skill's answer (the text part of the artifact and the status message). */
 function summary(skillId: string, answer: JsonObject): string {
   if (skillId === 'preflight') {
     const score = answer.trust_score === null || answer.trust_score === undefined ? 'no score' : `score ${String(answer.trust_score)}`;
@@ -65,144 +67,132 @@ function summary(skillId: string, answer: JsonObject): string {
   return `Trust score for ${String(server.url)}: ${String(server.trust_score)} (${String(answer.verdict)}) over ${String(metrics.total_interactions)} interactions.`;
 }
 
-export function createA2aHandler(skills: AgentSkills, db: Db, now: () => Date) {
-  const tasks = a2aTaskStore(db);
-
-  function agentMessage(text: string, taskId: string, contextId: string) {
-    return { role: 'agent', parts: [{ kind: 'text', text }], messageId: randomUUID(), taskId, contextId, kind: 'message' };
-  }
-
-  async function messageSend(params: Record<string, unknown>): Promise<StoredTask> {
-    const message = params.message;
-    if (!isObject(message)) throw new RpcError(RPC.invalidParams, 'params.message must be a Message object');
-    if (message.role !== 'user') throw new RpcError(RPC.invalidParams, 'params.message.role must be "user"');
-    if (typeof message.messageId !== 'string' || message.messageId === '' || message.messageId.length > ID_MAX) {
-      throw new RpcError(RPC.invalidParams, 'params.message.messageId must be a non-empty string');
-    }
-    if (message.kind !== undefined && message.kind !== 'message') throw new RpcError(RPC.invalidParams, 'params.message.kind must be "message"');
-    const parts = message.parts;
-    if (!Array.isArray(parts) || parts.length === 0 || parts.length > MAX_PARTS || !parts.every(isObject)) {
-      throw new RpcError(RPC.invalidParams, `params.message.parts must be an array of 1 to ${MAX_PARTS} parts`);
-    }
-    for (const k of ['contextId', 'taskId'] as const) {
-      const v = message[k];
-      if (v !== undefined && (typeof v !== 'string' || v === '' || v.length > ID_MAX)) throw new RpcError(RPC.invalidParams, `params.message.${k} must be a string`);
-    }
-    const config = params.configuration;
-    if (config !== undefined && !isObject(config)) throw new RpcError(RPC.invalidParams, 'params.configuration must be an object');
-    const keep = historyLength(config?.historyLength, 'params.configuration.historyLength');
-    if (typeof message.taskId === 'string') {
-      // Every task we create ends in a terminal state, so it cannot take further messages.
-      if (!(await tasks.get(message.taskId))) throw new RpcError(RPC.taskNotFound, `task ${message.taskId} not found`);
-      throw new RpcError(RPC.unsupportedOperation, `task ${message.taskId} is in a terminal state and accepts no more messages; send a new message without taskId`);
-    }
-    const text = parts
-      .filter((p) => p.kind === 'text')
-      .map((p) => p.text)
-      .filter((t): t is string => typeof t === 'string')
-      .join('\n')
-      .trim();
-    if (text === '') throw new RpcError(RPC.invalidParams, 'params.message needs a text part, e.g. "trust score for <server>" or "preflight <server>"');
-    if (text.length > MAX_TEXT) throw new RpcError(RPC.invalidParams, `the text is longer than ${MAX_TEXT} characters`);
-
-    const id = randomUUID();
-    const contextId = typeof message.contextId === 'string' ? message.contextId : randomUUID();
-    const userMessage = { ...message, parts, taskId: id, contextId, kind: 'message' };
-    const at = now();
-    const status = (state: string, reply: string) => ({ state, timestamp: at.toISOString(), message: agentMessage(reply, id, contextId) });
-
-    let task: StoredTask;
-    const matched = matchSkill(text);
-    if (!matched) {
-      const reply = 'I answer "trust score for <server>" and "preflight <server>", where <server> is an MCP server URL, name or slug.';
-      task = { id, contextId, status: status('rejected', reply), artifacts: [], history: [userMessage, agentMessage(reply, id, contextId)], kind: 'task' };
-    } else {
+/** The skills the A2A service runs: the same functions the MCP tools call. */
+export function a2aSkillRunner(skills: AgentSkills): A2aSkillRunner {
+  return {
+    async run(skill, server) {
+      const def = A2A_SKILLS.find((s) => s.id === skill)!;
       try {
-        const answer = matched.skill.id === 'preflight' ? await skills.preflight(matched.server) : await skills.checkTrust(matched.server);
-        const text = summary(matched.skill.id, answer);
-        task = {
-          id,
-          contextId,
-          status: status('completed', text),
-          artifacts: [
-            {
-              artifactId: randomUUID(),
-              name: matched.skill.id === 'preflight' ? 'preflight-verdict' : 'trust-record',
-              description: matched.skill.name,
-              parts: [
-                { kind: 'data', data: answer },
-                { kind: 'text', text },
-              ],
-            },
-          ],
-          history: [userMessage, agentMessage(text, id, contextId)],
-          kind: 'task',
-          metadata: { skill: matched.skill.id },
-        };
+        const answer = skill === 'preflight' ? await skills.preflight(server) : await skills.checkTrust(server);
+        return { data: answer, text: summary(skill, answer), name: skill === 'preflight' ? 'preflight-verdict' : 'trust-record', description: def.name };
       } catch (err) {
-        if (!(err instanceof SkillError)) throw err;
-        task = { id, contextId, status: status('failed', err.message), artifacts: [], history: [userMessage, agentMessage(err.message, id, contextId)], kind: 'task', metadata: { skill: matched.skill.id } };
+        if (err instanceof SkillError) throw new SkillRefused(err.message);
+        throw err;
       }
+    },
+  };
+}
+
+type Answer = { kind: 'json'; body: RpcResponse | RpcResponse[] } | { kind: 'none' } | { kind: 'stream'; id: Id; binding: VersionBinding<A2aService>; events: AsyncIterable<unknown> };
+
+export function createA2aHandler(a2a: A2aService) {
+  const errorOf = (binding: VersionBinding<A2aService>, err: RpcError) => binding.errorObject(err);
+  const fail = (id: Id, binding: VersionBinding<A2aService>, err: RpcError): RpcResponse => ({ jsonrpc: '2.0', id, error: errorOf(binding, err) });
+  const plain = (id: Id, code: number, message: string): RpcResponse => ({ jsonrpc: '2.0', id, error: { code, message } });
+
+  function unknownMethod(binding: VersionBinding<A2aService>, method: string): RpcError {
+    const shown = method.slice(0, 100);
+    const names = binding.version === A2A_V1_VERSION ? V03_TO_V1 : V1_TO_V03;
+    const other = Object.hasOwn(names, method) ? names[method] : undefined;
+    if (other) {
+      const otherVersion = binding.version === A2A_V1_VERSION ? A2A_V03_VERSION : A2A_V1_VERSION;
+      return new RpcError(RPC.methodNotFound, `Method not found: ${shown} is an A2A ${otherVersion} method; under A2A-Version ${binding.version} call ${other} (or send A2A-Version: ${otherVersion})`);
     }
-    await tasks.insert(task, at);
-    return trimHistory(task, keep);
+    return new RpcError(RPC.methodNotFound, `Method not found: ${shown}`);
   }
 
-  async function tasksGet(params: Record<string, unknown>): Promise<StoredTask> {
-    if (typeof params.id !== 'string' || params.id === '' || params.id.length > ID_MAX) throw new RpcError(RPC.invalidParams, 'params.id must be a task id string');
-    const keep = historyLength(params.historyLength, 'params.historyLength');
-    const task = await tasks.get(params.id);
-    if (!task) throw new RpcError(RPC.taskNotFound, `task ${params.id} not found`);
-    return trimHistory(task, keep);
-  }
-
-  /** One JSON-RPC element; undefined for a notification (no answer). */
-  async function one(req: unknown, log: { error(o: object, m: string): void }, limit?: SkillLimit): Promise<RpcResponse | undefined> {
-    if (!isObject(req)) return error(null, RPC.invalidRequest, 'Invalid Request: not a JSON-RPC request object');
+  /** One JSON-RPC element. */
+  async function one(req: unknown, version: VersionBinding<A2aService> | RpcError, ctx: MethodContext & { inBatch: boolean; limit?: SkillLimit }, log: Log): Promise<Answer> {
+    if (!isObject(req)) return { kind: 'json', body: plain(null, RPC.invalidRequest, 'Invalid Request: not a JSON-RPC request object') };
     const hasId = 'id' in req;
     const idOk = !hasId || req.id === null || typeof req.id === 'string' || (typeof req.id === 'number' && Number.isFinite(req.id));
-    const id: Id = hasId && idOk ? (req.id as Id) : null;
-    if (!idOk) return error(null, RPC.invalidRequest, 'Invalid Request: id must be a string, a number or null');
-    if (req.jsonrpc !== '2.0') return error(id, RPC.invalidRequest, 'Invalid Request: jsonrpc must be exactly "2.0"');
-    if (typeof req.method !== 'string') return error(id, RPC.invalidRequest, 'Invalid Request: method must be a string');
-    if ('params' in req && !isObject(req.params) && !Array.isArray(req.params)) {
-      return error(id, RPC.invalidRequest, 'Invalid Request: params must be an object or an array');
+    if (!idOk) return { kind: 'json', body: plain(null, RPC.invalidRequest, 'Invalid Request: id must be a string, a number or null') };
+    const id: Id = hasId ? (req.id as Id) : null;
+    if (req.jsonrpc !== '2.0') return { kind: 'json', body: plain(id, RPC.invalidRequest, 'Invalid Request: jsonrpc must be exactly "2.0"') };
+    if (typeof req.method !== 'string') return { kind: 'json', body: plain(id, RPC.invalidRequest, 'Invalid Request: method must be a string') };
+    if ('params' in req && req.params !== undefined && !isObject(req.params) && !Array.isArray(req.params)) {
+      return { kind: 'json', body: plain(id, RPC.invalidRequest, 'Invalid Request: params must be an object or an array') };
     }
-    let result: unknown;
+    const done = (body: RpcResponse): Answer => (hasId ? { kind: 'json', body } : { kind: 'none' });
+    if (version instanceof RpcError) return done(fail(id, a2aV1, version));
+    const binding = version;
     try {
-      if (!(A2A_METHODS as readonly string[]).includes(req.method)) throw new RpcError(RPC.methodNotFound, `Method not found: ${req.method.slice(0, 100)}`);
-      if (!isObject(req.params)) throw new RpcError(RPC.invalidParams, 'params must be an object');
-      // Each message/send runs a skill and stores a task: one token of the caller's limit.
-      const refused = req.method === 'message/send' ? limit?.take() : null;
+      const handler = binding.methods.get(req.method);
+      if (!handler) throw unknownMethod(binding, req.method);
+      if (Array.isArray(req.params)) throw new RpcError(RPC.invalidParams, 'params must be an object (A2A methods take named parameters)');
+      const refused = SKILL_METHODS.has(req.method) ? ctx.limit?.take() : null;
       if (refused) throw new RpcError(refused.code, refused.message, refused.data);
-      result = req.method === 'message/send' ? await messageSend(req.params) : await tasksGet(req.params);
+      const params = req.params as Record<string, unknown> | undefined;
+      if (!handler.stream) return done({ jsonrpc: '2.0', id, result: await handler.run(params, a2a, ctx) });
+      if (ctx.inBatch) throw new RpcError(RPC.unsupportedOperation, `${req.method} streams Server-Sent Events and cannot be part of a batch; send it alone`);
+      const events = await handler.open(params, a2a, ctx);
+      if (!hasId) {
+        // A notification gets no answer; the work (e.g. a streamed message's task) still happens.
+        for await (const _ of events) if (ctx.signal.aborted) break;
+        return { kind: 'none' };
+      }
+      return { kind: 'stream', id, binding, events };
     } catch (err) {
-      if (!hasId) return undefined;
-      if (err instanceof RpcError) return error(id, err.code, err.message, err.data);
+      if (err instanceof RpcError) return done(fail(id, binding, err));
       log.error({ err }, 'a2a request failed');
-      return error(id, RPC.internal, 'Internal error');
+      return done(plain(id, RPC.internal, 'Internal error'));
     }
-    return hasId ? { jsonrpc: '2.0', id, result } : undefined;
   }
 
-  /** A parsed body: one request or a batch (JSON-RPC 2.0 section 6). undefined means "no content". */
-  async function handle(body: unknown, log: { error(o: object, m: string): void }, limit?: SkillLimit): Promise<RpcResponse | RpcResponse[] | undefined> {
-    if (!Array.isArray(body)) return one(body, log, limit);
-    if (body.length === 0) return error(null, RPC.invalidRequest, 'Invalid Request: empty batch');
-    if (body.length > 50) return error(null, RPC.invalidRequest, 'Invalid Request: a batch holds at most 50 requests');
+  /** A parsed body: one request or a batch (JSON-RPC 2.0 section 6). */
+  async function handle(body: unknown, versionHeader: string | undefined, ctx: MethodContext & { limit?: SkillLimit }, log: Log): Promise<Answer> {
+    const version = negotiateVersion(versionHeader);
+    if (!Array.isArray(body)) return one(body, version, { ...ctx, inBatch: false }, log);
+    if (body.length === 0) return { kind: 'json', body: plain(null, RPC.invalidRequest, 'Invalid Request: empty batch') };
+    if (body.length > 50) return { kind: 'json', body: plain(null, RPC.invalidRequest, 'Invalid Request: a batch holds at most 50 requests') };
     const answers: RpcResponse[] = [];
     for (const r of body) {
-      const a = await one(r, log, limit);
-      if (a) answers.push(a);
+      const a = await one(r, version, { ...ctx, inBatch: true }, log);
+      if (a.kind === 'json' && !Array.isArray(a.body)) answers.push(a.body);
     }
-    return answers.length > 0 ? answers : undefined;
+    return answers.length > 0 ? { kind: 'json', body: answers } : { kind: 'none' };
   }
 
   return { handle };
 }
 
+/** How often an idle event stream sends an SSE comment, so proxies keep the connection open. */
+const SSE_HEARTBEAT_MS = 15_000;
+
+async function sendEventStream(reply: FastifyReply, answer: Extract<Answer, { kind: 'stream' }>, log: Log): Promise<void> {
+  reply.hijack();
+  const raw = reply.raw;
+  const headers: Record<string, string> = {};
+  for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : String(v);
+  raw.writeHead(200, { ...headers, 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+  const write = (payload: RpcResponse) => raw.write(`data: ${JSON.stringify(payload)}\n\n`);
+  const it = answer.events[Symbol.asyncIterator]();
+  try {
+    for (;;) {
+      let timer: NodeJS.Timeout | undefined;
+      const next = it.next();
+      let step: IteratorResult<unknown> | 'tick';
+      do {
+        step = await Promise.race([next, new Promise<'tick'>((r) => (timer = setTimeout(() => r('tick'), SSE_HEARTBEAT_MS)))]);
+        clearTimeout(timer);
+        if (step === 'tick') raw.write(': keep-alive\n\n');
+      } while (step === 'tick');
+      if (step.done || raw.destroyed) break;
+      write({ jsonrpc: '2.0', id: answer.id, result: step.value });
+    }
+  } catch (err) {
+    const rpc = err instanceof RpcError ? err : new RpcError(RPC.internal, 'Internal error');
+    if (!(err instanceof RpcError)) log.error({ err }, 'a2a stream failed');
+    if (!raw.destroyed) write({ jsonrpc: '2.0', id: answer.id, error: answer.binding.errorObject(rpc) });
+  } finally {
+    await it.return?.();
+    raw.end();
+  }
+}
+
 export function a2aRoutes(app: FastifyInstance, { services, db, config }: RouteDeps, now: () => Date = () => new Date()) {
-  const handler = createA2aHandler(createAgentSkills(services, db), db, now);
+  const a2a = createA2aService({ db, now }, a2aSkillRunner(createAgentSkills(services, db)));
+  const handler = createA2aHandler(a2a);
 
   void app.register(async (scope) => {
     // Raw text in, so malformed JSON is a JSON-RPC parse error; body limit and Content-Type
@@ -220,13 +210,19 @@ export function a2aRoutes(app: FastifyInstance, { services, db, config }: RouteD
       try {
         body = JSON.parse(String(req.body ?? ''));
       } catch {
-        return reply.type('application/json').send(error(null, RPC.parseError, 'Parse error: the body is not valid JSON'));
+        return reply.type('application/json').send({ jsonrpc: '2.0', id: null, error: { code: RPC.parseError, message: 'Parse error: the body is not valid JSON' } });
       }
+      const header = req.headers['a2a-version'];
+      const query = (req.query as Record<string, unknown> | undefined)?.['A2A-Version'];
+      const version = typeof header === 'string' ? header : Array.isArray(header) ? header.join(',') : typeof query === 'string' ? query : undefined;
+      const aborted = new AbortController();
+      reply.raw.once('close', () => aborted.abort());
       const limit = a2aSkillLimit(services.limits, req.ip);
-      const answer = await handler.handle(body, req.log, limit);
-      limit.finish(reply, answer);
-      if (answer === undefined) return reply.code(204).send();
-      return reply.type('application/json').send(answer);
+      const answer = await handler.handle(body, version, { signal: aborted.signal, limit }, req.log);
+      limit.finish(reply, answer.kind === 'json' ? answer.body : undefined);
+      if (answer.kind === 'none') return reply.code(204).send();
+      if (answer.kind === 'stream') return sendEventStream(reply, answer, req.log);
+      return reply.type('application/json').send(answer.body);
     });
   });
 }

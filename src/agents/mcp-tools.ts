@@ -16,6 +16,18 @@ const trustServer = z.looseObject({
   registered_at: z.string(),
 });
 
+// What the MCP Registry says about the server (RegistryListing in trust.proto); null when unlisted.
+const registryListing = z
+  .looseObject({
+    name: z.string(),
+    status: z.enum(['active', 'deprecated', 'deleted']),
+    status_message: z.string().nullable(),
+    status_changed_at: z.string().nullable(),
+    updated_at: z.string().nullable(),
+  })
+  .nullable()
+  .optional();
+
 export const MCP_TOOLS = {
   preflight_check: {
     title: 'Pre-flight trust check',
@@ -41,6 +53,7 @@ export const MCP_TOOLS = {
       tracked: z.boolean().optional(),
       total_interactions: z.number().int().min(0).optional(),
       anomaly_flags: z.array(z.string()).optional(),
+      registry: registryListing,
     },
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },
   },
@@ -65,6 +78,7 @@ export const MCP_TOOLS = {
       category_baseline: looseObject.optional(),
       anomaly: z.looseObject({ is_anomalous: z.boolean(), anomaly_flags: z.array(z.string()) }).optional(),
       score_breakdown: looseObject.nullable().optional(),
+      registry: registryListing,
     },
     annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   },

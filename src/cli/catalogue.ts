@@ -11,6 +11,10 @@ function printImport(s: ImportSummary, io: CliIo): void {
   io.out(`imported ${s.source}: ${s.pages} page${s.pages === 1 ? '' : 's'}, ${s.entries} entries`);
   io.out(`  remote servers: ${s.added} added, ${s.updated} already tracked (metadata updated); tracked without runtime evidence (UNRATED) until observed or reported`);
   io.out(`  local-only servers (packages, no remote): ${s.localOnly} counted, not tracked`);
+  if (s.deprecated > 0) io.out(`  deprecated in the registry: ${s.deprecated} (tracked and observed; the trust record and pre-flight say so)`);
+  if (s.withdrawn.entries > 0) {
+    io.out(`  deleted in the registry: ${s.withdrawn.entries} (${s.withdrawn.servers} tracked server${s.withdrawn.servers === 1 ? '' : 's'} marked deleted, no longer probed): ${s.withdrawn.names.join(', ')}`);
+  }
   io.out(`  skipped: ${s.skippedCount}`);
   for (const k of s.skipped) io.out(`    - ${k.name}: ${k.reason}`);
   if (s.skippedCount > s.skipped.length) io.out(`    ... and ${s.skippedCount - s.skipped.length} more`);
@@ -20,14 +24,21 @@ function printImport(s: ImportSummary, io: CliIo): void {
 
 export const importCommand: Command = {
   name: 'import',
-  usage: 'import <file-or-url> [--json]',
+  usage: 'import <file-or-url> [--updated-since <time>] [--json]',
   summary:
-    'Track every remote server of an MCP Registry server list (/v0/servers format): a page saved as a file, or a registry URL whose pages are followed (e.g. https://registry.modelcontextprotocol.io/v0/servers)',
-  options: { json: 'flag' },
+    'Track every remote server of an MCP Registry server list (API v0.1 or v0 format): a page saved as a file, or a registry whose pages are followed (a base URL such as https://registry.modelcontextprotocol.io reads /v0.1/servers; a list URL is read as given); --updated-since <RFC 3339 time> asks only for entries updated since then. Deprecated and deleted listings are marked (deleted servers are no longer probed). REGISTRY_SYNC_URL keeps this current while the service runs',
+  options: { json: 'flag', 'updated-since': 'value' },
   positional: { min: 1, max: 1, message: 'import takes one file path or registry URL' },
   async run({ args, options, io }) {
     const config = configOf(io);
-    const summary = await withDatabase(config, (db) => createCatalogueService({ db, config, now: () => new Date() }).import(args[0]!));
+    const since = options['updated-since'];
+    if (typeof since === 'string' && (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/i.test(since) || Number.isNaN(Date.parse(since)))) {
+      io.err(`--updated-since must be an RFC 3339 time such as 2026-01-31T00:00:00Z, got "${since}"`);
+      return EXIT.usage;
+    }
+    const summary = await withDatabase(config, (db) =>
+      createCatalogueService({ db, config, now: () => new Date() }).import(args[0]!, { updatedSince: typeof since === 'string' ? since : null }),
+    );
     if (options.json) io.out(JSON.stringify(summary, null, 2));
     else printImport(summary, io);
     return EXIT.ok;

@@ -1,9 +1,11 @@
-// The MCP Registry catalogue format (docs/observation.md): one page of the official registry's
-// `GET /v0/servers` list, `{servers: [{server: {name, title, description, version, repository,
-// remotes: [{type, url}], packages}, _meta}], metadata: {count, nextCursor}}`. Pure: the parser
-// turns whatever arrives (hostile or not) into remotes to track, a count of local-only servers
-// and skipped entries with their reasons. It never throws for a bad entry, only for a document
-// that is not such a page at all.
+// The MCP Registry catalogue format (docs/observation.md): one page of the registry API's
+// `GET /v0.1/servers` (or `/v0/servers`) list, `{servers: [{server: {name, title, description,
+// version, repository, remotes: [{type, url}], packages}, _meta: {"io.modelcontextprotocol.
+// registry/official": {status, publishedAt, updatedAt, statusChangedAt, statusMessage, isLatest}}}],
+// metadata: {count, nextCursor}}`. Pure: the parser turns whatever arrives (hostile or not) into
+// remotes to track with their listing status, servers the registry deleted, a count of local-only
+// servers and skipped entries with their reasons. It never throws for a bad entry, only for a
+// document that is not such a page at all.
 import { classifyCategory } from './category.js';
 import { canonicalServerUrl, InvalidServerUrl, slugify } from './server-identity.js';
 
@@ -22,8 +24,28 @@ const REGISTRY_NAME = /^[a-zA-Z0-9.-]+\/[a-zA-Z0-9._-]+$/;
 /** The registry's extension member in `_meta`. */
 export const OFFICIAL_META = 'io.modelcontextprotocol.registry/official';
 
+/** The registry's status of an entry (`_meta` official `status`); anything else reads as active. */
+export type RegistryStatus = 'active' | 'deprecated' | 'deleted';
+
+/** What the registry says about an entry's listing. */
+export interface ListingInfo {
+  status: RegistryStatus;
+  /** `statusMessage`: deprecation reason or migration hint; null when none. */
+  statusMessage: string | null;
+  /** `statusChangedAt`, RFC 3339 as given; null when absent or not a timestamp. */
+  statusChangedAt: string | null;
+  /** `updatedAt`, RFC 3339 as given; null when absent or not a timestamp. */
+  updatedAt: string | null;
+}
+
+/** A server the registry deleted: tracked servers under this name stop being observed. */
+export interface WithdrawnEntry extends ListingInfo {
+  registryName: string;
+}
+
 /** One remote of a registry server, ready to be tracked. */
 export interface CatalogueRemote {
+  listing: ListingInfo;
   registryName: string;
   title: string | null;
   description: string | null;
@@ -49,8 +71,47 @@ export interface ParsedPage {
   /** Registry names of servers that list only local packages (stdio, not observable over the network). */
   localOnly: string[];
   skipped: SkippedEntry[];
+  /** Latest versions the registry marked deleted. */
+  withdrawn: WithdrawnEntry[];
+  /** The greatest entry `updatedAt` on the page (any entry), as given; null when none had one. */
+  latestUpdate: string | null;
   /** Cursor of the next page, null on the last one. */
   nextCursor: string | null;
+}
+
+/** RFC 3339 date-time, the form the registry writes (`2025-10-21T09:14:03.412918Z`). */
+const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})$/i;
+
+function timestamp(v: unknown): string | null {
+  return typeof v === 'string' && v.length <= 40 && RFC3339.test(v) && !Number.isNaN(Date.parse(v)) ? v : null;
+}
+
+/**
+ * Orders two RFC 3339 timestamps (negative when a is earlier). Date.parse keeps milliseconds;
+ * the registry writes microseconds, so equal milliseconds are ordered by the digits after them.
+ */
+export function compareTimestamps(a: string, b: string): number {
+  const d = Date.parse(a) - Date.parse(b);
+  if (d !== 0) return d;
+  const frac = (t: string) => (/\.(\d+)/.exec(t)?.[1] ?? '').padEnd(9, '0');
+  return frac(a) < frac(b) ? -1 : frac(a) > frac(b) ? 1 : 0;
+}
+
+/** The later of two optional timestamps. */
+export function laterTimestamp(a: string | null, b: string | null): string | null {
+  if (a === null) return b;
+  if (b === null) return a;
+  return compareTimestamps(a, b) >= 0 ? a : b;
+}
+
+function listingOf(official: Record<string, unknown> | null): ListingInfo {
+  const status = official?.status === 'deprecated' || official?.status === 'deleted' ? official.status : 'active';
+  return {
+    status,
+    statusMessage: text(official?.statusMessage, 500),
+    statusChangedAt: timestamp(official?.statusChangedAt),
+    updatedAt: timestamp(official?.updatedAt),
+  };
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -86,9 +147,12 @@ export function parseRegistryPage(doc: unknown): ParsedPage {
     nextCursor = meta.nextCursor;
   }
 
-  const out: ParsedPage = { entries: doc.servers.length, remotes: [], localOnly: [], skipped: [], nextCursor };
+  const out: ParsedPage = { entries: doc.servers.length, remotes: [], localOnly: [], skipped: [], withdrawn: [], latestUpdate: null, nextCursor };
   doc.servers.forEach((entry: unknown, index: number) => {
     const label = `entry ${index}`;
+    const entryOfficial = isObject(entry) && isObject(entry._meta) && isObject(entry._meta[OFFICIAL_META]) ? entry._meta[OFFICIAL_META] : null;
+    // Every entry moves the sync's high-water mark, whatever becomes of it.
+    out.latestUpdate = laterTimestamp(out.latestUpdate, timestamp(entryOfficial?.updatedAt));
     if (!isObject(entry) || !isObject(entry.server)) {
       out.skipped.push({ name: label, reason: 'no "server" object' });
       return;
@@ -99,13 +163,14 @@ export function parseRegistryPage(doc: unknown): ParsedPage {
       return;
     }
     const name = s.name;
-    const official = isObject(entry._meta) && isObject(entry._meta[OFFICIAL_META]) ? entry._meta[OFFICIAL_META] : null;
-    if (official?.status === 'deleted') {
-      out.skipped.push({ name, reason: 'deleted in the registry' });
-      return;
-    }
+    const official = entryOfficial;
     if (official?.isLatest === false) {
       out.skipped.push({ name, reason: 'not the latest version' });
+      return;
+    }
+    const listing = listingOf(official);
+    if (listing.status === 'deleted') {
+      out.withdrawn.push({ registryName: name, ...listing });
       return;
     }
     const remotes = Array.isArray(s.remotes) ? s.remotes : [];
@@ -122,6 +187,7 @@ export function parseRegistryPage(doc: unknown): ParsedPage {
     const title = text(s.title, LIMITS.title);
     const description = text(s.description, LIMITS.description);
     const base = {
+      listing,
       registryName: name,
       title,
       description,

@@ -160,14 +160,14 @@ const OPS: Op[] = [
   { method: 'get', path: '/api/payment-info', id: 'getPaymentInfo', tag: 'access', summary: 'Payment configuration (x402 v1 and v2)', ok: okJson('wallet, amount, currency, chain, x402_versions and how each version pays') },
   { method: 'post', path: '/agent/auth', id: 'register', tag: 'access', summary: 'Anonymous registration: a trial API key (scope trust:read, 50 checks, no expiry)', body: obj({ type: { type: 'string', enum: ['anonymous'], default: 'anonymous' }, requested_credential_type: { type: 'string', enum: ['api_key'], default: 'api_key' } }, []), ok: okJson('credential', ref('Credential')), errors: { 400: 'unsupported type', 429: 'more than 5 registrations per hour from one address' } },
   { method: 'get', path: '/a2a', id: 'getA2aDescriptor', tag: 'agents', summary: 'A2A JSON-RPC descriptor: methods, skills, usage example', ok: okJson('descriptor') },
-  { method: 'post', path: '/a2a', id: 'a2a', tag: 'agents', summary: 'A2A 0.3 JSON-RPC 2.0: message/send, tasks/get (errors are JSON-RPC errors with HTTP 200)', body: { oneOf: [{ type: 'object' }, { type: 'array' }] }, ok: okJson('JSON-RPC response (or an array for a batch)', { oneOf: [ref('JsonRpcResponse'), { type: 'array', items: ref('JsonRpcResponse') }] }), errors: { 413: 'body too large', 415: 'not JSON' } },
+  { method: 'post', path: '/a2a', id: 'a2a', tag: 'agents', summary: 'A2A 1.0 and 0.3 over JSON-RPC 2.0 (A2A-Version header: 1.0 for SendMessage, GetTask, ListTasks, CancelTask, ...; none or 0.3 for message/send, tasks/get, ...). Streaming methods answer text/event-stream; errors are JSON-RPC errors with HTTP 200', body: { oneOf: [{ type: 'object' }, { type: 'array' }] }, ok: okJson('JSON-RPC response (or an array for a batch)', { oneOf: [ref('JsonRpcResponse'), { type: 'array', items: ref('JsonRpcResponse') }] }), errors: { 413: 'body too large', 415: 'not JSON' } },
   { method: 'get', path: '/mcp', id: 'getMcpDiscovery', tag: 'agents', summary: 'MCP discovery document (without Accept: text/event-stream)', ok: okJson('server info and tools') },
   { method: 'post', path: '/mcp', id: 'mcp', tag: 'agents', summary: 'MCP Streamable HTTP (stateless): tools preflight_check, check_trust, verify_attestation', body: { type: 'object' }, ok: okJson('JSON-RPC response', ref('JsonRpcResponse')), errors: { 413: 'body too large', 415: 'not JSON' } },
 ];
 
 const DOCS: [path: string, id: string, summary: string, type?: string][] = [
   ['/.well-known/jwks.json', 'getJwks', 'Public Ed25519 keys (JWK Set) that verify every receipt'],
-  ['/.well-known/agent-card.json', 'getAgentCard', 'A2A agent card (protocol 0.3.0)'],
+  ['/.well-known/agent-card.json', 'getAgentCard', 'A2A agent card (a signed 1.0 card that 0.3 clients read too)'],
   ['/.well-known/agent.json', 'getAgentJson', 'A2A agent card (legacy location)'],
   ['/.well-known/did.json', 'getDidDocument', 'did:web document; verification methods are the JWKS keys'],
   ['/.well-known/mcp.json', 'getMcpJson', 'MCP server discovery document'],

@@ -1,14 +1,18 @@
 // Catalogue import (docs/observation.md): tracks every remote MCP server an MCP Registry lists,
 // without runtime evidence (UNRATED until someone, or the observatory's own probes, reports).
-// Reads one page from a file, or follows `nextCursor` through a registry URL with the safe
-// outbound client. Idempotent: keyed by canonical URL, a second import only refreshes metadata.
+// Reads one page from a file, or follows `nextCursor` through a registry URL (API v0.1, or v0)
+// with the safe outbound client, optionally only entries `updated_since` a time (the registry
+// sync, src/services/registry-sync.ts). Records each listing's status (active, deprecated); a
+// server the registry deleted is marked so and no longer probed. Idempotent: keyed by canonical
+// URL, a second import only refreshes metadata.
 import { readFile, stat } from 'node:fs/promises';
 import type { Config } from '../config.js';
 import type { Db } from '../db/index.js';
-import { CatalogueFormatError, parseRegistryPage, type ParsedPage, type SkippedEntry } from '../domain/catalogue.js';
+import { CatalogueFormatError, laterTimestamp, parseRegistryPage, type ParsedPage, type SkippedEntry } from '../domain/catalogue.js';
 import { looksLikeUrl } from '../domain/server-identity.js';
 import { createSafeFetcher, ProbeFailed, TargetRefused, type SafeFetcher } from '../probes/safe-fetch.js';
 import { observationStore } from '../store/observation.js';
+import { registrySyncStore } from '../store/registry-sync.js';
 import { serverStore } from '../store/servers.js';
 import { notifyServersChanged } from '../store/telemetry.js';
 
@@ -42,8 +46,35 @@ export interface ImportSummary {
   /** Skipped entries with reasons (at most 200 listed). */
   skipped: SkippedEntry[];
   servers: ImportedServer[];
+  /** Remotes the registry lists as deprecated (tracked and observed; the status is shown). */
+  deprecated: number;
+  /** Entries the registry marks deleted, and the tracked servers under them now marked deleted (no longer probed). */
+  withdrawn: { entries: number; servers: number; names: string[] };
+  /** The greatest entry updatedAt seen (the registry sync's next updated_since); null when none. */
+  latestUpdate: string | null;
   /** Why pagination stopped early (cursor loop, page limit), if it did. */
   stoppedEarly: string | null;
+}
+
+/** Registry API list paths, newest first: a registry base URL is read at the first that answers. */
+export const REGISTRY_LIST_PATHS = ['/v0.1/servers', '/v0/servers'] as const;
+
+/**
+ * The list URLs to try for what a user gave: a registry base URL (nothing or "/" as path) means
+ * its /v0.1/servers, then /v0/servers (older registries); any other URL is taken as the list itself.
+ */
+export function registryListUrls(given: URL): URL[] {
+  if (given.pathname !== '/' && given.pathname !== '') return [given];
+  return REGISTRY_LIST_PATHS.map((p) => {
+    const u = new URL(given.href);
+    u.pathname = p;
+    return u;
+  });
+}
+
+export interface ImportUrlOptions {
+  /** Only entries updated since this RFC 3339 time (the registry's `updated_since`; deleted entries included). */
+  updatedSince?: string | null;
 }
 
 export function createCatalogueService({ db, config, now }: { db: Db; config: Pick<Config, 'allowPrivateTargets'>; now: () => Date }, opts: { fetcher?: SafeFetcher } = {}) {
@@ -51,7 +82,21 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
   const servers = serverStore(db);
 
   function emptySummary(source: string): ImportSummary {
-    return { source, pages: 0, entries: 0, added: 0, updated: 0, localOnly: 0, skippedCount: 0, skipped: [], servers: [], stoppedEarly: null };
+    return {
+      source,
+      pages: 0,
+      entries: 0,
+      added: 0,
+      updated: 0,
+      localOnly: 0,
+      skippedCount: 0,
+      skipped: [],
+      servers: [],
+      deprecated: 0,
+      withdrawn: { entries: 0, servers: 0, names: [] },
+      latestUpdate: null,
+      stoppedEarly: null,
+    };
   }
 
   /** Writes one parsed page; each remote in its own short transaction (server row + schedule row). */
@@ -60,8 +105,17 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
     summary.entries += page.entries;
     summary.localOnly += page.localOnly.length;
     summary.skippedCount += page.skipped.length;
+    summary.latestUpdate = laterTimestamp(summary.latestUpdate, page.latestUpdate);
     for (const s of page.skipped) if (summary.skipped.length < MAX_LISTED_SKIPS) summary.skipped.push(s);
     const at = now();
+    const date = (t: string | null) => (t === null ? null : new Date(t));
+    for (const w of page.withdrawn) {
+      const ids = await db.transaction((tx) => registrySyncStore(tx).withdraw(w.registryName, { message: w.statusMessage, changedAt: date(w.statusChangedAt), updatedAt: date(w.updatedAt) }));
+      if (ids.length > 0) notifyServersChanged(db, ids);
+      summary.withdrawn.entries++;
+      summary.withdrawn.servers += ids.length;
+      if (summary.withdrawn.names.length < MAX_LISTED_SKIPS) summary.withdrawn.names.push(w.registryName);
+    }
     for (const r of page.remotes) {
       const res = await db.transaction(async (tx) => {
         const row = await serverStore(tx).upsertCatalogued(
@@ -79,10 +133,18 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
           },
           at,
         );
-        // Due at once: the first observation round probes newly catalogued servers.
+        await registrySyncStore(tx).setListing(row.id, {
+          status: r.listing.status,
+          message: r.listing.statusMessage,
+          changedAt: date(r.listing.statusChangedAt),
+          updatedAt: date(r.listing.updatedAt),
+        });
+        // Due at once: the first observation round probes newly catalogued servers (and ones the
+        // registry lists again after deleting them).
         await observationStore(tx).schedule(row.id, at);
         return row;
       });
+      if (r.listing.status === 'deprecated') summary.deprecated++;
       notifyServersChanged(db, [res.id]);
       if (res.added) summary.added++;
       else summary.updated++;
@@ -135,14 +197,33 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
     return summary;
   }
 
-  /** Follows `nextCursor` (query parameter `cursor`) until the last page, a repeated cursor or the page limit. */
-  async function importUrl(url: string): Promise<ImportSummary> {
-    let base: URL;
+  /** One page: the registry's JSON, or why not (404 is reported apart, for the v0 fallback). */
+  async function fetchPage(pageUrl: URL): Promise<{ status: 404 } | { status: 200; body: string }> {
     try {
-      base = new URL(url);
+      const res = await fetcher.request(pageUrl, { headers: { accept: 'application/json' }, maxBytes: CATALOGUE_LIMITS.maxPageBytes, totalTimeoutMs: CATALOGUE_LIMITS.pageTimeoutMs });
+      if (res.status === 404) return { status: 404 };
+      if (res.status !== 200) throw new CatalogueImportError(`${pageUrl.href} answered HTTP ${res.status}`);
+      return { status: 200, body: res.text() };
+    } catch (err) {
+      if (err instanceof TargetRefused) throw new CatalogueImportError(`registry refused: ${err.reason}`);
+      if (err instanceof ProbeFailed) throw new CatalogueImportError(`registry unreachable: ${err.message}`);
+      throw err;
+    }
+  }
+
+  /**
+   * Follows `nextCursor` (query parameter `cursor`) until the last page, a repeated cursor or the
+   * page limit. A registry base URL reads /v0.1/servers, or /v0/servers where v0.1 is not served.
+   */
+  async function importUrl(url: string, opts: ImportUrlOptions = {}): Promise<ImportSummary> {
+    let given: URL;
+    try {
+      given = new URL(url);
     } catch {
       throw new CatalogueImportError(`not a URL: ${url}`);
     }
+    const candidates = registryListUrls(given);
+    let base = candidates[0]!;
     const summary = emptySummary(url);
     const seen = new Set<string>();
     let cursor: string | null = null;
@@ -153,17 +234,18 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
       }
       const pageUrl = new URL(base.href);
       if (cursor !== null) pageUrl.searchParams.set('cursor', cursor);
-      let body: string;
-      try {
-        const res = await fetcher.request(pageUrl, { headers: { accept: 'application/json' }, maxBytes: CATALOGUE_LIMITS.maxPageBytes, totalTimeoutMs: CATALOGUE_LIMITS.pageTimeoutMs });
-        if (res.status !== 200) throw new CatalogueImportError(`${pageUrl.href} answered HTTP ${res.status}`);
-        body = res.text();
-      } catch (err) {
-        if (err instanceof TargetRefused) throw new CatalogueImportError(`registry refused: ${err.reason}`);
-        if (err instanceof ProbeFailed) throw new CatalogueImportError(`registry unreachable: ${err.message}`);
-        throw err;
+      if (opts.updatedSince) pageUrl.searchParams.set('updated_since', opts.updatedSince);
+      const got = await fetchPage(pageUrl);
+      if (got.status === 404) {
+        // The first page of a base URL's newest API path is missing: try the next (v0.1, then v0).
+        const next = summary.pages === 0 ? candidates[candidates.indexOf(base) + 1] : undefined;
+        if (next) {
+          base = next;
+          continue;
+        }
+        throw new CatalogueImportError(`${pageUrl.href} answered HTTP 404${candidates.length > 1 ? ` (tried ${candidates.map((c) => c.pathname).join(' and ')})` : ''}`);
       }
-      const page = parse(parseJson(body, pageUrl.href), pageUrl.href);
+      const page = parse(parseJson(got.body, pageUrl.href), pageUrl.href);
       await store(page, summary);
       if (page.nextCursor === null) break;
       if (seen.has(page.nextCursor)) {
@@ -173,6 +255,7 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
       seen.add(page.nextCursor);
       cursor = page.nextCursor;
     }
+    summary.source = base.href;
     return summary;
   }
 
@@ -181,8 +264,9 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
     importFile,
     importUrl,
     /** A registry URL (http/https) or a file path. */
-    import(source: string): Promise<ImportSummary> {
-      return looksLikeUrl(source) ? importUrl(source) : importFile(source);
+    import(source: string, opts: ImportUrlOptions = {}): Promise<ImportSummary> {
+      if (opts.updatedSince && !looksLikeUrl(source)) throw new CatalogueImportError('updated_since applies to a registry URL, not to a file');
+      return looksLikeUrl(source) ? importUrl(source, opts) : importFile(source);
     },
   };
 }

@@ -22,6 +22,7 @@ import { createCatalogueService } from './catalogue.js';
 import { createObservationService } from './observation.js';
 import { createTelemetryRetention } from './telemetry-retention.js';
 import { createRateLimiter } from './rate-limits.js';
+import { createRegistrySync } from './registry-sync.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
@@ -32,6 +33,8 @@ export function createServices(deps: ServiceDeps) {
   const observation = createObservationService(deps, { telemetry, drift }, { onError: deps.onBackgroundError });
   const telemetryRetention = createTelemetryRetention(deps, { onError: deps.onBackgroundError });
   const limits = createRateLimiter(deps.config);
+  const catalogue = createCatalogueService(deps);
+  const registrySync = createRegistrySync(deps, catalogue, { onError: deps.onBackgroundError });
   return {
     keyring: deps.keyring,
     receipts: deps.receipts,
@@ -50,7 +53,9 @@ export function createServices(deps: ServiceDeps) {
     receipt: createReceiptService(deps, trust),
     drift,
     /** Catalogue import from an MCP Registry (the `observatory import` command). */
-    catalogue: createCatalogueService(deps),
+    catalogue,
+    /** The standing MCP Registry sync (REGISTRY_SYNC_URL; started by `serve`). */
+    registrySync,
     /** Active observation: the observatory's own scheduled probes (started by `serve` and `observe`). */
     observation,
     probes: createProbeService(deps),
@@ -64,6 +69,7 @@ export function createServices(deps: ServiceDeps) {
       await observation.stop();
       trust.close();
       await telemetryRetention.close();
+      await registrySync.close();
     },
   };
 }

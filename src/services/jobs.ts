@@ -13,6 +13,7 @@ export const INSTANCE_ID = randomUUID();
 export const JOB_LOCKS = {
   'trust-score-refresh': 72_620_101,
   'telemetry-partitions': 72_620_102,
+  'registry-sync': 72_620_103,
 } as const;
 export type JobName = keyof typeof JOB_LOCKS;
 

@@ -8,6 +8,8 @@ import { demandStore, type VerdictCounts } from '../store/demand.js';
 import { receiptBatcher } from '../store/receipt-batcher.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
+import { rememberedListings, type RegistryListingRow } from '../store/registry-sync.js';
+import { listingMessage } from './registry-sync.js';
 import { SCORE_CACHE_MS } from './trust-engine.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import type { TrustService } from './trust.js';
@@ -51,6 +53,8 @@ export interface PreflightAssessment {
   trustScore: number | undefined;
   totalInteractions: number;
   anomalyFlags: string[];
+  /** The server's MCP Registry listing; null when untracked or never listed. */
+  listing: RegistryListingRow | null;
 }
 
 const VERDICTS: readonly string[] = ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'];
@@ -67,6 +71,8 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   const store = receiptBatcher(db, { onBatch: deps.observe?.receiptBatch });
   // Resolved targets (hits only) for SCORE_CACHE_MS: a server row only ever changes its category.
   const resolve = rememberedHits((target) => servers.resolve(target), SCORE_CACHE_MS);
+  // What the MCP Registry says about the server (registry sync), remembered like the scores.
+  const registryListing = rememberedListings(db, SCORE_CACHE_MS);
 
   /**
    * The lookup half of a pre-flight: what the observatory knows about `target` right now. The
@@ -89,7 +95,9 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     let trustScore: number | undefined;
     let totalInteractions = 0;
     let anomalyFlags: string[] = [];
+    let listing: RegistryListingRow | null = null;
     if (server) {
+      listing = await registryListing(server.id);
       // The trust service's cheap, cached score (never recomputed here: one source per figure).
       const score = await trust.scoreFor(server);
       totalInteractions = score.total_interactions;
@@ -101,7 +109,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       }
     }
 
-    return { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags };
+    return { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags, listing };
   }
 
   async function preflight(req: Partial<PreflightRequest>, _ctx?: CallContext, opts: PreflightOptions = {}): Promise<PreflightResult> {
@@ -110,7 +118,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     if (target.length > MAX_TARGET_LENGTH) throw invalidArgument(`target is longer than ${MAX_TARGET_LENGTH} characters`);
     // NUL and other control characters are never part of a URL or a name (and PostgreSQL cannot store NUL).
     if (/[\u0000-\u001f\u007f]/.test(target)) throw invalidArgument('target must not contain control characters');
-    const { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags } = opts.assessment ?? (await assess(target));
+    const { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags, listing } = opts.assessment ?? (await assess(target));
 
     const serverUrl = server?.url ?? givenUrl;
     const recommendation = RECOMMENDATIONS[verdict];
@@ -155,6 +163,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       tracked: server !== null,
       totalInteractions,
       anomalyFlags,
+      registry: listingMessage(listing),
     };
   }
 

@@ -25,11 +25,13 @@ import { marketStore, type MarketFigures } from '../store/market.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
+import { rememberedListings } from '../store/registry-sync.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { serversWithDriftFlag, toolManifestDriftFlags } from './drift.js';
 import { DRIFT_FLAG } from '../domain/drift.js';
 import { periodicJob } from './jobs.js';
+import { listingMessage } from './registry-sync.js';
 import { createTrustEngine, SCORE_CACHE_MS, type ComputedScore, type ScoreSummary } from './trust-engine.js';
 
 const DAY_MS = 86_400_000;
@@ -135,6 +137,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   // response built once per computation. Responses are shared: callers must not mutate them.
   const trustResponses = new WeakMap<ComputedScore, MessageInitShape<typeof GetTrustResponseSchema>>();
   const trackedByUrl = rememberedHits((url) => servers.byUrl(url), SCORE_CACHE_MS);
+  // What the MCP Registry says about a server (registry sync), remembered like the scores.
+  const registryListing = rememberedListings(db, SCORE_CACHE_MS);
 
   async function tiersOf(category: string | null, at: Date): Promise<Map<string, SlaTier>> {
     const [all, counts] = await Promise.all([engine.ranked(category, at), telemetry.countsSince(new Date(at.getTime() - 30 * DAY_MS))]);
@@ -204,10 +208,13 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       const at = now();
       // Drift flags change with manifests, not telemetry, so they are read each time; the cached
       // response is only reused while no drift flag is active.
-      const [c, driftFlags] = await Promise.all([engine.current(tracked, at), toolManifestDriftFlags(db, tracked.id, at)]);
+      const [c, driftFlags, listing] = await Promise.all([engine.current(tracked, at), toolManifestDriftFlags(db, tracked.id, at), registryListing(tracked.id)]);
       const server = c.server;
+      const registry = listingMessage(listing);
       const known = driftFlags.length === 0 ? trustResponses.get(c) : undefined;
-      if (known) return known;
+      // Responses are plain init objects (never created messages), so the listing spreads onto them.
+      const withListing = (r: MessageInitShape<typeof GetTrustResponseSchema>) => (registry ? ({ ...r, registry } as MessageInitShape<typeof GetTrustResponseSchema>) : r);
+      if (known) return withListing(known);
       const flags = [...c.anomaly.flags, ...driftFlags];
       const n = c.totals?.n ?? 0;
       const res: MessageInitShape<typeof GetTrustResponseSchema> = {
@@ -236,7 +243,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         verdict: c.verdict,
       };
       if (driftFlags.length === 0) trustResponses.set(c, res);
-      return res;
+      return withListing(res);
     },
 
     async getLeaderboard(req: Partial<GetLeaderboardRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetLeaderboardResponseSchema>> {

@@ -1,4 +1,4 @@
-import { createPrivateKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { createPrivateKey, generateKeyPairSync, sign as edSign, type KeyObject } from 'node:crypto';
 import { calculateJwkThumbprint } from 'jose';
 import type { Db } from '../db/index.js';
 import { signingKeyStore, type StoredKey } from '../store/signing-keys.js';
@@ -25,6 +25,12 @@ export interface PublicJwk {
 export interface KeyRing {
   /** Signs a payload with the active key. */
   sign(payload: object): Promise<{ jws: string; kid: string }>;
+  /**
+   * Signs arbitrary bytes with the active key as a JWS (RFC 7515) whose protected header is
+   * `header` plus alg EdDSA and the key's kid; returns the base64url protected header and
+   * signature, for flattened or detached JWS (A2A agent card signatures, docs/agents.md).
+   */
+  signJws(payload: string, header: Record<string, unknown>): Promise<{ protected: string; signature: string; kid: string }>;
   /** Every published public key (active first). */
   jwks(): Promise<{ keys: PublicJwk[] }>;
   /** The public key for a kid, or null when it is not ours. */
@@ -117,6 +123,15 @@ export async function openKeyRing(db: Db, opts: { signingKeyJwk: string | null; 
       if (!active) throw new Error('no active signing key');
       const { key, kid } = active;
       return { jws: await signCompactAsync(payload, key, kid), kid };
+    },
+    async signJws(payload, header) {
+      await ensure(ACTIVE_TTL_MS);
+      if (!active) throw new Error('no active signing key');
+      const { key, kid } = active;
+      const protectedHeader = Buffer.from(JSON.stringify({ ...header, alg: 'EdDSA', kid }), 'utf8').toString('base64url');
+      const input = `${protectedHeader}.${Buffer.from(payload, 'utf8').toString('base64url')}`;
+      const signature = await new Promise<Buffer>((resolve, reject) => edSign(null, Buffer.from(input), key, (err, sig) => (err ? reject(err) : resolve(sig))));
+      return { protected: protectedHeader, signature: signature.toString('base64url'), kid };
     },
     async jwks() {
       await ensure(ACTIVE_TTL_MS);

@@ -1,27 +1,94 @@
 import type { Queryable } from '../db/index.js';
 
-/** A stored A2A Task (the JSON object exactly as /a2a returned it). */
+/**
+ * A stored A2A Task: the version-neutral task document (docs/agents.md "Tasks"), in the shape
+ * A2A 0.3 sends it (states in kebab case, parts with `kind`). The 1.0 wire form is derived from
+ * it by src/agents/a2a-v1.ts.
+ */
 export interface StoredTask {
   id: string;
   contextId: string;
-  status: { state: string; timestamp: string };
+  status: { state: string; timestamp: string; message?: unknown };
   [k: string]: unknown;
 }
 
+export interface TaskListFilter {
+  contextId: string;
+  /** Only tasks in this state. */
+  state?: string;
+  /** Only tasks whose status changed at or after this time. */
+  updatedAfter?: Date;
+}
+
+/** Position after the last task of a page: tasks are ordered newest status first, then by id. */
+export interface TaskCursor {
+  updatedAt: Date;
+  id: string;
+}
+
 export function a2aTaskStore(db: Queryable) {
+  const where = (f: TaskListFilter, params: unknown[]) => {
+    params.push(f.contextId);
+    const clauses = [`context_id = $${params.length}`];
+    if (f.state !== undefined) {
+      params.push(f.state);
+      clauses.push(`state = $${params.length}`);
+    }
+    if (f.updatedAfter !== undefined) {
+      params.push(f.updatedAfter);
+      clauses.push(`updated_at >= $${params.length}`);
+    }
+    return clauses.join(' AND ');
+  };
+
   return {
     async insert(task: StoredTask, createdAt: Date): Promise<void> {
-      await db.query('INSERT INTO a2a_tasks (id, context_id, state, created_at, task) VALUES ($1, $2, $3, $4, $5)', [
+      await db.query('INSERT INTO a2a_tasks (id, context_id, state, created_at, updated_at, task) VALUES ($1, $2, $3, $4, $5, $6)', [
         task.id,
         task.contextId,
         task.status.state,
         createdAt,
+        new Date(task.status.timestamp),
         JSON.stringify(task),
       ]);
     },
+
     async get(id: string): Promise<StoredTask | null> {
       const rows = await db.query<{ task: StoredTask }>('SELECT task FROM a2a_tasks WHERE id = $1', [id]);
       return rows[0]?.task ?? null;
+    },
+
+    /**
+     * Replaces the task document only while the stored task is still in `expectedState`: of two
+     * instances moving the same task on (an answer and a cancel), exactly one wins. True when this
+     * call did.
+     */
+    async replaceIfState(task: StoredTask, expectedState: string): Promise<boolean> {
+      const rows = await db.query<{ id: string }>(
+        'UPDATE a2a_tasks SET state = $3, updated_at = $4, task = $5 WHERE id = $1 AND state = $2 RETURNING id',
+        [task.id, expectedState, task.status.state, new Date(task.status.timestamp), JSON.stringify(task)],
+      );
+      return rows.length === 1;
+    },
+
+    /** One page of a context's tasks, newest status first, starting after `after`. */
+    async list(filter: TaskListFilter, after: TaskCursor | null, limit: number): Promise<{ task: StoredTask; updatedAt: Date }[]> {
+      const params: unknown[] = [];
+      let sql = `SELECT task, updated_at FROM a2a_tasks WHERE ${where(filter, params)}`;
+      if (after) {
+        params.push(after.updatedAt, after.id);
+        sql += ` AND (updated_at, id) < ($${params.length - 1}::timestamptz, $${params.length})`;
+      }
+      params.push(limit);
+      sql += ` ORDER BY updated_at DESC, id DESC LIMIT $${params.length}`;
+      const rows = await db.query<{ task: StoredTask; updated_at: Date }>(sql, params);
+      return rows.map((r) => ({ task: r.task, updatedAt: r.updated_at }));
+    },
+
+    async count(filter: TaskListFilter): Promise<number> {
+      const params: unknown[] = [];
+      const rows = await db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM a2a_tasks WHERE ${where(filter, params)}`, params);
+      return Number(rows[0]?.n ?? 0);
     },
   };
 }

@@ -35,11 +35,15 @@ export function observationStore(db: Queryable) {
       await db.query('INSERT INTO observation_schedule (server_id, next_due_at) VALUES ($1, $2) ON CONFLICT (server_id) DO NOTHING', [serverId, dueAt]);
     },
 
-    /** Puts every tracked server that is not on the schedule yet on it, due at `dueAt`. */
+    /**
+     * Puts every tracked server that is not on the schedule yet on it, due at `dueAt`; servers the
+     * MCP Registry deleted stay off it (docs/observation.md "Registry sync").
+     */
     async scheduleUnscheduled(dueAt: Date): Promise<number> {
       const rows = await db.query<{ server_id: number }>(
         `INSERT INTO observation_schedule (server_id, next_due_at)
-         SELECT s.id, $1::timestamptz FROM servers s WHERE NOT EXISTS (SELECT 1 FROM observation_schedule o WHERE o.server_id = s.id)
+         SELECT s.id, $1::timestamptz FROM servers s
+          WHERE s.registry_status IS DISTINCT FROM 'deleted' AND NOT EXISTS (SELECT 1 FROM observation_schedule o WHERE o.server_id = s.id)
          ON CONFLICT (server_id) DO NOTHING RETURNING server_id`,
         [dueAt],
       );

@@ -15,7 +15,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file observatory/v1/trust.proto.
  */
 export const file_observatory_v1_trust: GenFile = /*@__PURE__*/
-  fileDesc("ChpvYnNlcnZhdG9yeS92MS90cnVzdC5wcm90bxIOb2JzZXJ2YXRvcnkudjEiHgoPR2V0VHJ1c3RSZXF1ZXN0EgsKA3VybBgBIAEoCSKYAgoQR2V0VHJ1c3RSZXNwb25zZRIrCgZzZXJ2ZXIYASABKAsyGy5vYnNlcnZhdG9yeS52MS5UcnVzdFNlcnZlchItCgdtZXRyaWNzGAIgASgLMhwub2JzZXJ2YXRvcnkudjEuVHJ1c3RNZXRyaWNzEjsKEWNhdGVnb3J5X2Jhc2VsaW5lGAMgASgLMiAub2JzZXJ2YXRvcnkudjEuQ2F0ZWdvcnlCYXNlbGluZRIoCgdhbm9tYWx5GAQgASgLMhcub2JzZXJ2YXRvcnkudjEuQW5vbWFseRIwCg9zY29yZV9icmVha2Rvd24YBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KB3ZlcmRpY3QYBiABKAkidAoLVHJ1c3RTZXJ2ZXISDAoEbmFtZRgBIAEoCRILCgN1cmwYAiABKAkSEAoIY2F0ZWdvcnkYAyABKAkSEwoLdHJ1c3Rfc2NvcmUYBCABKAESFQoNcmVnaXN0ZXJlZF9hdBgFIAEoCRIMCgRzbHVnGAYgASgJIm4KDFRydXN0TWV0cmljcxIaChJ0b3RhbF9pbnRlcmFjdGlvbnMYASABKAESFgoOYXZnX2xhdGVuY3lfbXMYAiABKAESGQoMc3VjY2Vzc19yYXRlGAMgASgBSACIAQFCDwoNX3N1Y2Nlc3NfcmF0ZSIiChBQcmVmbGlnaHRSZXF1ZXN0Eg4KBnRhcmdldBgBIAEoCSLBAgoRUHJlZmxpZ2h0UmVzcG9uc2USDgoGdGFyZ2V0GAEgASgJEhcKCnNlcnZlcl91cmwYAiABKAlIAIgBARIPCgd2ZXJkaWN0GAMgASgJEhgKC3RydXN0X3Njb3JlGAQgASgBSAGIAQESFgoOcmVjb21tZW5kYXRpb24YBSABKAkSGQoRZGlsaWdlbmNlX3JlY2VpcHQYBiABKAkSEgoKcmVjZWlwdF9pZBgHIAEoCRISCgpjaGVja2VkX2F0GAggASgJEhEKBG5hbWUYCSABKAlIAogBARIPCgd0cmFja2VkGAogASgIEhoKEnRvdGFsX2ludGVyYWN0aW9ucxgLIAEoARIVCg1hbm9tYWx5X2ZsYWdzGAwgAygJQg0KC19zZXJ2ZXJfdXJsQg4KDF90cnVzdF9zY29yZUIHCgVfbmFtZSI3ChRHZXRTa2lsbFRydXN0UmVxdWVzdBIQCghyZWdpc3RyeRgBIAEoCRINCgVza2lsbBgCIAEoCSLLAQoVR2V0U2tpbGxUcnVzdFJlc3BvbnNlEhAKCHJlZ2lzdHJ5GAEgASgJEg0KBXNraWxsGAIgASgJEg0KBXNjb3JlGAMgASgBEg0KBWJhZGdlGAQgASgJEi0KB3NpZ25hbHMYBSABKAsyHC5vYnNlcnZhdG9yeS52MS5Ta2lsbFNpZ25hbHMSEgoKY2hlY2tlZF9hdBgGIAEoCRIwCg9zY29yZV9icmVha2Rvd24YByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ir4CCgxTa2lsbFNpZ25hbHMSGQoMZGlzcGxheV9uYW1lGAEgASgJSACIAQESFAoHc3VtbWFyeRgCIAEoCUgBiAEBEhIKBW93bmVyGAMgASgJSAKIAQESGwoObGF0ZXN0X3ZlcnNpb24YBCABKAlIA4gBARIXCgp1cGRhdGVkX2F0GAUgASgJSASIAQESJgoFc3RhdHMYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjMKCm1vZGVyYXRpb24YByABKAsyHy5vYnNlcnZhdG9yeS52MS5Ta2lsbE1vZGVyYXRpb24SDQoFZmxhZ3MYCCADKAlCDwoNX2Rpc3BsYXlfbmFtZUIKCghfc3VtbWFyeUIICgZfb3duZXJCEQoPX2xhdGVzdF92ZXJzaW9uQg0KC191cGRhdGVkX2F0ImYKD1NraWxsTW9kZXJhdGlvbhIVCg1pc19zdXNwaWNpb3VzGAEgASgIEhoKEmlzX21hbHdhcmVfYmxvY2tlZBgCIAEoCBIUCgd2ZXJkaWN0GAMgASgJSACIAQFCCgoIX3ZlcmRpY3QiIQoPR2V0RHJpZnRSZXF1ZXN0Eg4KBnNlcnZlchgBIAEoCSLbAwoQR2V0RHJpZnRSZXNwb25zZRISCgpzZXJ2ZXJfdXJsGAEgASgJEhMKC2Jhc2VsaW5lX2lkGAIgASgJEhMKC2Jhc2VsaW5lX2F0GAMgASgJEiEKFHByZXZpb3VzX2Jhc2VsaW5lX2F0GAQgASgJSACIAQESFgoOZHJpZnRfZGV0ZWN0ZWQYBSABKAgSEwoLdG9vbHNfYWRkZWQYBiADKAkSFQoNdG9vbHNfcmVtb3ZlZBgHIAMoCRIxCg10b29sc19jaGFuZ2VkGAggAygLMhoub2JzZXJ2YXRvcnkudjEuVG9vbENoYW5nZRISCgp0b29sX2NvdW50GAkgASgFEiAKE3ByZXZpb3VzX3Rvb2xfY291bnQYCiABKAVIAYgBARIMCgRuYW1lGAsgASgJEhUKDW1hbmlmZXN0X2hhc2gYDCABKAkSIwoWcHJldmlvdXNfbWFuaWZlc3RfaGFzaBgNIAEoCUgCiAEBEhIKCnJlY2VpcHRfaWQYDiABKAkSDwoHcmVjZWlwdBgPIAEoCUIXChVfcHJldmlvdXNfYmFzZWxpbmVfYXRCFgoUX3ByZXZpb3VzX3Rvb2xfY291bnRCGQoXX3ByZXZpb3VzX21hbmlmZXN0X2hhc2giKwoKVG9vbENoYW5nZRIMCgRuYW1lGAEgASgJEg8KB2NoYW5nZXMYAiADKAkiEgoQR2V0RGVtYW5kUmVxdWVzdCLPAQoRR2V0RGVtYW5kUmVzcG9uc2USFAoMZ2VuZXJhdGVkX2F0GAEgASgJEh4KFnRvdGFsX3ByZWZsaWdodF9jaGVja3MYAiABKAESFgoOdW5pcXVlX3RhcmdldHMYAyABKAESLwoLdmVyZGljdF9taXgYBCABKAsyGi5vYnNlcnZhdG9yeS52MS5WZXJkaWN0TWl4Ei0KB3dpbmRvd3MYBSADKAsyHC5vYnNlcnZhdG9yeS52MS5EZW1hbmRXaW5kb3cSDAoEbm90ZRgGIAEoCSKsAQoMRGVtYW5kV2luZG93Eg4KBndpbmRvdxgBIAEoCRIUCgx0b3RhbF9jaGVja3MYAiABKAESFgoOdW5pcXVlX3RhcmdldHMYAyABKAESLwoLdmVyZGljdF9taXgYBCABKAsyGi5vYnNlcnZhdG9yeS52MS5WZXJkaWN0TWl4Ei0KB3NlcnZlcnMYBSADKAsyHC5vYnNlcnZhdG9yeS52MS5EZW1hbmRTZXJ2ZXIi0gEKDERlbWFuZFNlcnZlchIOCgZ0YXJnZXQYASABKAkSFwoKc2VydmVyX3VybBgCIAEoCUgAiAEBEhEKBG5hbWUYAyABKAlIAYgBARIOCgZjaGVja3MYBCABKAESLwoLdmVyZGljdF9taXgYBSABKAsyGi5vYnNlcnZhdG9yeS52MS5WZXJkaWN0TWl4EhcKD2xhc3RfY2hlY2tlZF9hdBgGIAEoCRIUCgxsYXN0X3ZlcmRpY3QYByABKAlCDQoLX3NlcnZlcl91cmxCBwoFX25hbWUiMwoRR2V0U2xhVGllclJlcXVlc3QSEwoGc2VydmVyGAEgASgJSACIAQFCCQoHX3NlcnZlciKQBAoSR2V0U2xhVGllclJlc3BvbnNlEg4KBnNjaGVtYRgBIAEoCRIXCgpzZXJ2ZXJfdXJsGAIgASgJSACIAQESEQoEbmFtZRgDIAEoCUgBiAEBEhEKBHRpZXIYBCABKAlIAogBARIYCgt0cnVzdF9zY29yZRgFIAEoAUgDiAEBEhkKDGNlcnRpZmllZF9hdBgGIAEoCUgEiAEBEi0KCGNyaXRlcmlhGAcgASgLMhsub2JzZXJ2YXRvcnkudjEuU2xhQ3JpdGVyaWESFgoJYmFkZ2VfdXJsGAggASgJSAWIAQESGQoMZ2VuZXJhdGVkX2F0GAkgASgJSAaIAQESSgoMZGlzdHJpYnV0aW9uGAogAygLMjQub2JzZXJ2YXRvcnkudjEuR2V0U2xhVGllclJlc3BvbnNlLkRpc3RyaWJ1dGlvbkVudHJ5Eh0KEGludGVyYWN0aW9uc18zMGQYCyABKAFIB4gBARozChFEaXN0cmlidXRpb25FbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAU6AjgBQg0KC19zZXJ2ZXJfdXJsQgcKBV9uYW1lQgcKBV90aWVyQg4KDF90cnVzdF9zY29yZUIPCg1fY2VydGlmaWVkX2F0QgwKCl9iYWRnZV91cmxCDwoNX2dlbmVyYXRlZF9hdEITChFfaW50ZXJhY3Rpb25zXzMwZCJsCgtTbGFDcml0ZXJpYRIqCgV0aWVycxgBIAMoCzIbLm9ic2VydmF0b3J5LnYxLlNsYVRpZXJSdWxlEhwKFG1pbl9pbnRlcmFjdGlvbnNfMzBkGAIgASgFEhMKC2Rlc2NyaXB0aW9uGAMgASgJIjQKC1NsYVRpZXJSdWxlEgwKBHRpZXIYASABKAkSFwoPbWluX3RydXN0X3Njb3JlGAIgASgBIjYKFEdldFRydXN0RGVsdGFSZXF1ZXN0EhMKBndpbmRvdxgBIAEoCUgAiAEBQgkKB193aW5kb3ci7gIKFUdldFRydXN0RGVsdGFSZXNwb25zZRIOCgZzY2hlbWEYASABKAkSFAoMZ2VuZXJhdGVkX2F0GAIgASgJEg4KBndpbmRvdxgDIAEoCRIyCgdzdW1tYXJ5GAQgASgLMiEub2JzZXJ2YXRvcnkudjEuVHJ1c3REZWx0YVN1bW1hcnkSOAoLc2VydmVyc19uZXcYBSADKAsyIy5vYnNlcnZhdG9yeS52MS5UcnVzdERlbHRhTmV3U2VydmVyEjoKEHNlcnZlcnNfaW1wcm92ZWQYBiADKAsyIC5vYnNlcnZhdG9yeS52MS5UcnVzdERlbHRhQ2hhbmdlEjoKEHNlcnZlcnNfZGVncmFkZWQYByADKAsyIC5vYnNlcnZhdG9yeS52MS5UcnVzdERlbHRhQ2hhbmdlEjkKD3NlcnZlcnNfYXRfcmlzaxgIIAMoCzIgLm9ic2VydmF0b3J5LnYxLlRydXN0RGVsdGFBdFJpc2sidQoRVHJ1c3REZWx0YVN1bW1hcnkSEwoLbmV3X3NlcnZlcnMYASABKAESGAoQc2VydmVyc19pbXByb3ZlZBgCIAEoARIYChBzZXJ2ZXJzX2RlZ3JhZGVkGAMgASgBEhcKD3NlcnZlcnNfYXRfcmlzaxgEIAEoASJuChNUcnVzdERlbHRhTmV3U2VydmVyEgsKA3VybBgBIAEoCRIMCgRuYW1lGAIgASgJEhAKCGNhdGVnb3J5GAMgASgJEhMKC3RydXN0X3Njb3JlGAQgASgBEhUKDXJlZ2lzdGVyZWRfYXQYBSABKAkiZQoQVHJ1c3REZWx0YUNoYW5nZRILCgN1cmwYASABKAkSDAoEbmFtZRgCIAEoCRITCgt0cnVzdF9zY29yZRgDIAEoARISCgpwcmV2X3Njb3JlGAQgASgBEg0KBWRlbHRhGAUgASgBIkIKEFRydXN0RGVsdGFBdFJpc2sSCwoDdXJsGAEgASgJEgwKBG5hbWUYAiABKAkSEwoLdHJ1c3Rfc2NvcmUYAyABKAEiKgoTR2V0QmVuY2htYXJrUmVxdWVzdBITCgtzZXJ2ZXJfc2x1ZxgBIAEoCSLlAgoUR2V0QmVuY2htYXJrUmVzcG9uc2USEwoLc2VydmVyX3NsdWcYASABKAkSEgoKc2VydmVyX3VybBgCIAEoCRIMCgRuYW1lGAMgASgJEhAKCGNhdGVnb3J5GAQgASgJEhMKC3RydXN0X3Njb3JlGAUgASgBEhMKC3RydXN0X2dyYWRlGAYgASgJEg8KB3ZlcmRpY3QYByABKAkSOQoLcmVsaWFiaWxpdHkYCCABKAsyJC5vYnNlcnZhdG9yeS52MS5CZW5jaG1hcmtSZWxpYWJpbGl0eRIxCgdsYXRlbmN5GAkgASgLMiAub2JzZXJ2YXRvcnkudjEuQmVuY2htYXJrTGF0ZW5jeRIvCgZ2b2x1bWUYCiABKAsyHy5vYnNlcnZhdG9yeS52MS5CZW5jaG1hcmtWb2x1bWUSGQoMbGFzdF91cGRhdGVkGAsgASgJSACIAQFCDwoNX2xhc3RfdXBkYXRlZCLHAQoUQmVuY2htYXJrUmVsaWFiaWxpdHkSHAoPc3VjY2Vzc19yYXRlXzdkGAEgASgBSACIAQESHQoQc3VjY2Vzc19yYXRlXzMwZBgCIAEoAUgBiAEBEiEKFHN1Y2Nlc3NfcmF0ZV9hbGx0aW1lGAMgASgBSAKIAQESDQoFdHJlbmQYBCABKAlCEgoQX3N1Y2Nlc3NfcmF0ZV83ZEITChFfc3VjY2Vzc19yYXRlXzMwZEIXChVfc3VjY2Vzc19yYXRlX2FsbHRpbWUieAoQQmVuY2htYXJrTGF0ZW5jeRITCgZhdmdfbXMYASABKAFIAIgBARITCgZwOTVfbXMYAiABKAFIAYgBARIWCglhdmdfN2RfbXMYAyABKAFIAogBAUIJCgdfYXZnX21zQgkKB19wOTVfbXNCDAoKX2F2Z183ZF9tcyJPCg9CZW5jaG1hcmtWb2x1bWUSEwoLdG90YWxfY2FsbHMYASABKAESEAoIY2FsbHNfN2QYAiABKAESFQoNZGF5c19vYnNlcnZlZBgDIAEoBSIRCg9HZXRTdGF0c1JlcXVlc3QiogMKEEdldFN0YXRzUmVzcG9uc2USHQoVdG90YWxfc2VydmVyc190cmFja2VkGAEgASgBEiMKG3RvdGFsX2ludGVyYWN0aW9uc19yZWNvcmRlZBgCIAEoARIgChNhdmVyYWdlX3RydXN0X3Njb3JlGAMgASgBSACIAQESHQoVaW50ZXJhY3Rpb25zX2xhc3RfMjRoGAQgASgBEjEKCmNhdGVnb3JpZXMYBSADKAsyHS5vYnNlcnZhdG9yeS52MS5DYXRlZ29yeUNvdW50Ei8KC3ZlcmRpY3RfbWl4GAYgASgLMhoub2JzZXJ2YXRvcnkudjEuVmVyZGljdE1peBIUCgxnZW5lcmF0ZWRfYXQYByABKAkSOwoRbWFya2V0X3ZhbGlkYXRpb24YCCABKAsyIC5vYnNlcnZhdG9yeS52MS5NYXJrZXRWYWxpZGF0aW9uEhsKE3RvdGFsX3NlcnZlcnNfcmF0ZWQYCSABKAESHQoVdG90YWxfc2VydmVyc191bnJhdGVkGAogASgBQhYKFF9hdmVyYWdlX3RydXN0X3Njb3JlIogBCg1DYXRlZ29yeUNvdW50EgwKBG5hbWUYASABKAkSDwoHc2VydmVycxgCIAEoARIgChNhdmVyYWdlX3RydXN0X3Njb3JlGAMgASgBSACIAQESDQoFcmF0ZWQYBCABKAESDwoHdW5yYXRlZBgFIAEoAUIWChRfYXZlcmFnZV90cnVzdF9zY29yZSLcAgoQTWFya2V0VmFsaWRhdGlvbhIeChZwcmVmbGlnaHRfY2hlY2tzX3RvdGFsGAEgASgBEiEKGXByZWZsaWdodF9jaGVja3NfbGFzdF8yNGgYAiABKAESIAoYdW5pcXVlX3ByZWZsaWdodF90YXJnZXRzGAMgASgBEhkKEWFnZW50X2tleXNfaXNzdWVkGAQgASgBEhwKFGFnZW50X3F1ZXJpZXNfc2VydmVkGAUgASgBEhcKD3JlY2VpcHRzX2lzc3VlZBgGIAEoARIeChZ0cmFja2VkX3NlcnZlcnNfdmV0dGVkGAcgASgBEhkKEWdhdGV3YXlfZGVjaXNpb25zGAggASgBEhUKDXBhaWRfdmVyZGljdHMYCSABKAESGQoMdmV0dGVkX3NoYXJlGAogASgBSACIAQESEwoLY29tcHV0ZWRfYXQYCyABKAlCDwoNX3ZldHRlZF9zaGFyZSJZChVHZXRMZWFkZXJib2FyZFJlcXVlc3QSFQoIY2F0ZWdvcnkYASABKAlIAIgBARISCgVsaW1pdBgCIAEoBUgBiAEBQgsKCV9jYXRlZ29yeUIICgZfbGltaXQioQEKFkdldExlYWRlcmJvYXJkUmVzcG9uc2USEAoIY2F0ZWdvcnkYASABKAkSMQoHc2VydmVycxgCIAMoCzIgLm9ic2VydmF0b3J5LnYxLkxlYWRlcmJvYXJkRW50cnkSFQoNdG90YWxfcmVzdWx0cxgDIAEoARIUCgxnZW5lcmF0ZWRfYXQYBCABKAkSFQoNdW5yYXRlZF9jb3VudBgFIAEoASL4AQoQTGVhZGVyYm9hcmRFbnRyeRILCgN1cmwYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRzbHVnGAMgASgJEhAKCGNhdGVnb3J5GAQgASgJEhMKC3RydXN0X3Njb3JlGAUgASgBEg8KB3ZlcmRpY3QYBiABKAkSGQoMc3VjY2Vzc19yYXRlGAcgASgBSACIAQESFgoOYXZnX2xhdGVuY3lfbXMYCCABKAESGgoSdG90YWxfaW50ZXJhY3Rpb25zGAkgASgBEhUKDXRyYWNrZWRfc2luY2UYCiABKAkSDAoEcmFuaxgLIAEoBUIPCg1fc3VjY2Vzc19yYXRlIicKGEdldEFnZW50UmVhZGluZXNzUmVxdWVzdBILCgN1cmwYASABKAkiiwMKGUdldEFnZW50UmVhZGluZXNzUmVzcG9uc2USCwoDdXJsGAEgASgJEg0KBXNjb3JlGAIgASgBEh0KFWRpc2NvdmVyYWJpbGl0eV9zY29yZRgDIAEoARIbChNjb21wcmVoZW5zaW9uX3Njb3JlGAQgASgBEhcKD3VzYWJpbGl0eV9zY29yZRgFIAEoARIaChJ0cnVzdGFiaWxpdHlfc2NvcmUYBiABKAESHQoVdHJhbnNhY3RhYmlsaXR5X3Njb3JlGAcgASgBEhkKEWRldGVjdGVkX3N1cmZhY2VzGAggAygJEhgKEG1pc3Npbmdfc3VyZmFjZXMYCSADKAkSKAoHcmVhc29ucxgKIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSHwoXcmVjb21tZW5kZWRfbmV4dF9hY3Rpb24YCyABKAkSEgoKY2hlY2tlZF9hdBgMIAEoCRIuCgZwcm9iZXMYDSADKAsyHi5vYnNlcnZhdG9yeS52MS5SZWFkaW5lc3NQcm9iZSJXCg5SZWFkaW5lc3NQcm9iZRIMCgRwYXRoGAEgASgJEg0KBWZvdW5kGAIgASgIEhgKC2h0dHBfc3RhdHVzGAMgASgFSACIAQFCDgoMX2h0dHBfc3RhdHVzIh4KD0dldEJhZGdlUmVxdWVzdBILCgN1cmwYASABKAkiWgoQR2V0QmFkZ2VSZXNwb25zZRILCgNzdmcYASABKAkSDwoHdmVyZGljdBgCIAEoCRIYCgt0cnVzdF9zY29yZRgDIAEoAUgAiAEBQg4KDF90cnVzdF9zY29yZTLXCAoMVHJ1c3RTZXJ2aWNlElIKCEdldFRydXN0Eh8ub2JzZXJ2YXRvcnkudjEuR2V0VHJ1c3RSZXF1ZXN0GiAub2JzZXJ2YXRvcnkudjEuR2V0VHJ1c3RSZXNwb25zZSIDkAIBElAKCVByZWZsaWdodBIgLm9ic2VydmF0b3J5LnYxLlByZWZsaWdodFJlcXVlc3QaIS5vYnNlcnZhdG9yeS52MS5QcmVmbGlnaHRSZXNwb25zZRJhCg1HZXRTa2lsbFRydXN0EiQub2JzZXJ2YXRvcnkudjEuR2V0U2tpbGxUcnVzdFJlcXVlc3QaJS5vYnNlcnZhdG9yeS52MS5HZXRTa2lsbFRydXN0UmVzcG9uc2UiA5ACARJNCghHZXREcmlmdBIfLm9ic2VydmF0b3J5LnYxLkdldERyaWZ0UmVxdWVzdBogLm9ic2VydmF0b3J5LnYxLkdldERyaWZ0UmVzcG9uc2USVQoJR2V0RGVtYW5kEiAub2JzZXJ2YXRvcnkudjEuR2V0RGVtYW5kUmVxdWVzdBohLm9ic2VydmF0b3J5LnYxLkdldERlbWFuZFJlc3BvbnNlIgOQAgESWAoKR2V0U2xhVGllchIhLm9ic2VydmF0b3J5LnYxLkdldFNsYVRpZXJSZXF1ZXN0GiIub2JzZXJ2YXRvcnkudjEuR2V0U2xhVGllclJlc3BvbnNlIgOQAgESYQoNR2V0VHJ1c3REZWx0YRIkLm9ic2VydmF0b3J5LnYxLkdldFRydXN0RGVsdGFSZXF1ZXN0GiUub2JzZXJ2YXRvcnkudjEuR2V0VHJ1c3REZWx0YVJlc3BvbnNlIgOQAgESXgoMR2V0QmVuY2htYXJrEiMub2JzZXJ2YXRvcnkudjEuR2V0QmVuY2htYXJrUmVxdWVzdBokLm9ic2VydmF0b3J5LnYxLkdldEJlbmNobWFya1Jlc3BvbnNlIgOQAgESUgoIR2V0U3RhdHMSHy5vYnNlcnZhdG9yeS52MS5HZXRTdGF0c1JlcXVlc3QaIC5vYnNlcnZhdG9yeS52MS5HZXRTdGF0c1Jlc3BvbnNlIgOQAgESZAoOR2V0TGVhZGVyYm9hcmQSJS5vYnNlcnZhdG9yeS52MS5HZXRMZWFkZXJib2FyZFJlcXVlc3QaJi5vYnNlcnZhdG9yeS52MS5HZXRMZWFkZXJib2FyZFJlc3BvbnNlIgOQAgESbQoRR2V0QWdlbnRSZWFkaW5lc3MSKC5vYnNlcnZhdG9yeS52MS5HZXRBZ2VudFJlYWRpbmVzc1JlcXVlc3QaKS5vYnNlcnZhdG9yeS52MS5HZXRBZ2VudFJlYWRpbmVzc1Jlc3BvbnNlIgOQAgESUgoIR2V0QmFkZ2USHy5vYnNlcnZhdG9yeS52MS5HZXRCYWRnZVJlcXVlc3QaIC5vYnNlcnZhdG9yeS52MS5HZXRCYWRnZVJlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_google_protobuf_struct, file_observatory_v1_common]);
+  fileDesc("ChpvYnNlcnZhdG9yeS92MS90cnVzdC5wcm90bxIOb2JzZXJ2YXRvcnkudjEiHgoPR2V0VHJ1c3RSZXF1ZXN0EgsKA3VybBgBIAEoCSLLAgoQR2V0VHJ1c3RSZXNwb25zZRIrCgZzZXJ2ZXIYASABKAsyGy5vYnNlcnZhdG9yeS52MS5UcnVzdFNlcnZlchItCgdtZXRyaWNzGAIgASgLMhwub2JzZXJ2YXRvcnkudjEuVHJ1c3RNZXRyaWNzEjsKEWNhdGVnb3J5X2Jhc2VsaW5lGAMgASgLMiAub2JzZXJ2YXRvcnkudjEuQ2F0ZWdvcnlCYXNlbGluZRIoCgdhbm9tYWx5GAQgASgLMhcub2JzZXJ2YXRvcnkudjEuQW5vbWFseRIwCg9zY29yZV9icmVha2Rvd24YBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KB3ZlcmRpY3QYBiABKAkSMQoIcmVnaXN0cnkYByABKAsyHy5vYnNlcnZhdG9yeS52MS5SZWdpc3RyeUxpc3RpbmcivQEKD1JlZ2lzdHJ5TGlzdGluZxIMCgRuYW1lGAEgASgJEg4KBnN0YXR1cxgCIAEoCRIbCg5zdGF0dXNfbWVzc2FnZRgDIAEoCUgAiAEBEh4KEXN0YXR1c19jaGFuZ2VkX2F0GAQgASgJSAGIAQESFwoKdXBkYXRlZF9hdBgFIAEoCUgCiAEBQhEKD19zdGF0dXNfbWVzc2FnZUIUChJfc3RhdHVzX2NoYW5nZWRfYXRCDQoLX3VwZGF0ZWRfYXQidAoLVHJ1c3RTZXJ2ZXISDAoEbmFtZRgBIAEoCRILCgN1cmwYAiABKAkSEAoIY2F0ZWdvcnkYAyABKAkSEwoLdHJ1c3Rfc2NvcmUYBCABKAESFQoNcmVnaXN0ZXJlZF9hdBgFIAEoCRIMCgRzbHVnGAYgASgJIm4KDFRydXN0TWV0cmljcxIaChJ0b3RhbF9pbnRlcmFjdGlvbnMYASABKAESFgoOYXZnX2xhdGVuY3lfbXMYAiABKAESGQoMc3VjY2Vzc19yYXRlGAMgASgBSACIAQFCDwoNX3N1Y2Nlc3NfcmF0ZSIiChBQcmVmbGlnaHRSZXF1ZXN0Eg4KBnRhcmdldBgBIAEoCSL0AgoRUHJlZmxpZ2h0UmVzcG9uc2USDgoGdGFyZ2V0GAEgASgJEhcKCnNlcnZlcl91cmwYAiABKAlIAIgBARIPCgd2ZXJkaWN0GAMgASgJEhgKC3RydXN0X3Njb3JlGAQgASgBSAGIAQESFgoOcmVjb21tZW5kYXRpb24YBSABKAkSGQoRZGlsaWdlbmNlX3JlY2VpcHQYBiABKAkSEgoKcmVjZWlwdF9pZBgHIAEoCRISCgpjaGVja2VkX2F0GAggASgJEhEKBG5hbWUYCSABKAlIAogBARIPCgd0cmFja2VkGAogASgIEhoKEnRvdGFsX2ludGVyYWN0aW9ucxgLIAEoARIVCg1hbm9tYWx5X2ZsYWdzGAwgAygJEjEKCHJlZ2lzdHJ5GA0gASgLMh8ub2JzZXJ2YXRvcnkudjEuUmVnaXN0cnlMaXN0aW5nQg0KC19zZXJ2ZXJfdXJsQg4KDF90cnVzdF9zY29yZUIHCgVfbmFtZSI3ChRHZXRTa2lsbFRydXN0UmVxdWVzdBIQCghyZWdpc3RyeRgBIAEoCRINCgVza2lsbBgCIAEoCSLLAQoVR2V0U2tpbGxUcnVzdFJlc3BvbnNlEhAKCHJlZ2lzdHJ5GAEgASgJEg0KBXNraWxsGAIgASgJEg0KBXNjb3JlGAMgASgBEg0KBWJhZGdlGAQgASgJEi0KB3NpZ25hbHMYBSABKAsyHC5vYnNlcnZhdG9yeS52MS5Ta2lsbFNpZ25hbHMSEgoKY2hlY2tlZF9hdBgGIAEoCRIwCg9zY29yZV9icmVha2Rvd24YByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ir4CCgxTa2lsbFNpZ25hbHMSGQoMZGlzcGxheV9uYW1lGAEgASgJSACIAQESFAoHc3VtbWFyeRgCIAEoCUgBiAEBEhIKBW93bmVyGAMgASgJSAKIAQESGwoObGF0ZXN0X3ZlcnNpb24YBCABKAlIA4gBARIXCgp1cGRhdGVkX2F0GAUgASgJSASIAQESJgoFc3RhdHMYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjMKCm1vZGVyYXRpb24YByABKAsyHy5vYnNlcnZhdG9yeS52MS5Ta2lsbE1vZGVyYXRpb24SDQoFZmxhZ3MYCCADKAlCDwoNX2Rpc3BsYXlfbmFtZUIKCghfc3VtbWFyeUIICgZfb3duZXJCEQoPX2xhdGVzdF92ZXJzaW9uQg0KC191cGRhdGVkX2F0ImYKD1NraWxsTW9kZXJhdGlvbhIVCg1pc19zdXNwaWNpb3VzGAEgASgIEhoKEmlzX21hbHdhcmVfYmxvY2tlZBgCIAEoCBIUCgd2ZXJkaWN0GAMgASgJSACIAQFCCgoIX3ZlcmRpY3QiIQoPR2V0RHJpZnRSZXF1ZXN0Eg4KBnNlcnZlchgBIAEoCSLbAwoQR2V0RHJpZnRSZXNwb25zZRISCgpzZXJ2ZXJfdXJsGAEgASgJEhMKC2Jhc2VsaW5lX2lkGAIgASgJEhMKC2Jhc2VsaW5lX2F0GAMgASgJEiEKFHByZXZpb3VzX2Jhc2VsaW5lX2F0GAQgASgJSACIAQESFgoOZHJpZnRfZGV0ZWN0ZWQYBSABKAgSEwoLdG9vbHNfYWRkZWQYBiADKAkSFQoNdG9vbHNfcmVtb3ZlZBgHIAMoCRIxCg10b29sc19jaGFuZ2VkGAggAygLMhoub2JzZXJ2YXRvcnkudjEuVG9vbENoYW5nZRISCgp0b29sX2NvdW50GAkgASgFEiAKE3ByZXZpb3VzX3Rvb2xfY291bnQYCiABKAVIAYgBARIMCgRuYW1lGAsgASgJEhUKDW1hbmlmZXN0X2hhc2gYDCABKAkSIwoWcHJldmlvdXNfbWFuaWZlc3RfaGFzaBgNIAEoCUgCiAEBEhIKCnJlY2VpcHRfaWQYDiABKAkSDwoHcmVjZWlwdBgPIAEoCUIXChVfcHJldmlvdXNfYmFzZWxpbmVfYXRCFgoUX3ByZXZpb3VzX3Rvb2xfY291bnRCGQoXX3ByZXZpb3VzX21hbmlmZXN0X2hhc2giKwoKVG9vbENoYW5nZRIMCgRuYW1lGAEgASgJEg8KB2NoYW5nZXMYAiADKAkiEgoQR2V0RGVtYW5kUmVxdWVzdCLPAQoRR2V0RGVtYW5kUmVzcG9uc2USFAoMZ2VuZXJhdGVkX2F0GAEgASgJEh4KFnRvdGFsX3ByZWZsaWdodF9jaGVja3MYAiABKAESFgoOdW5pcXVlX3RhcmdldHMYAyABKAESLwoLdmVyZGljdF9taXgYBCABKAsyGi5vYnNlcnZhdG9yeS52MS5WZXJkaWN0TWl4Ei0KB3dpbmRvd3MYBSADKAsyHC5vYnNlcnZhdG9yeS52MS5EZW1hbmRXaW5kb3cSDAoEbm90ZRgGIAEoCSKsAQoMRGVtYW5kV2luZG93Eg4KBndpbmRvdxgBIAEoCRIUCgx0b3RhbF9jaGVja3MYAiABKAESFgoOdW5pcXVlX3RhcmdldHMYAyABKAESLwoLdmVyZGljdF9taXgYBCABKAsyGi5vYnNlcnZhdG9yeS52MS5WZXJkaWN0TWl4Ei0KB3NlcnZlcnMYBSADKAsyHC5vYnNlcnZhdG9yeS52MS5EZW1hbmRTZXJ2ZXIi0gEKDERlbWFuZFNlcnZlchIOCgZ0YXJnZXQYASABKAkSFwoKc2VydmVyX3VybBgCIAEoCUgAiAEBEhEKBG5hbWUYAyABKAlIAYgBARIOCgZjaGVja3MYBCABKAESLwoLdmVyZGljdF9taXgYBSABKAsyGi5vYnNlcnZhdG9yeS52MS5WZXJkaWN0TWl4EhcKD2xhc3RfY2hlY2tlZF9hdBgGIAEoCRIUCgxsYXN0X3ZlcmRpY3QYByABKAlCDQoLX3NlcnZlcl91cmxCBwoFX25hbWUiMwoRR2V0U2xhVGllclJlcXVlc3QSEwoGc2VydmVyGAEgASgJSACIAQFCCQoHX3NlcnZlciKQBAoSR2V0U2xhVGllclJlc3BvbnNlEg4KBnNjaGVtYRgBIAEoCRIXCgpzZXJ2ZXJfdXJsGAIgASgJSACIAQESEQoEbmFtZRgDIAEoCUgBiAEBEhEKBHRpZXIYBCABKAlIAogBARIYCgt0cnVzdF9zY29yZRgFIAEoAUgDiAEBEhkKDGNlcnRpZmllZF9hdBgGIAEoCUgEiAEBEi0KCGNyaXRlcmlhGAcgASgLMhsub2JzZXJ2YXRvcnkudjEuU2xhQ3JpdGVyaWESFgoJYmFkZ2VfdXJsGAggASgJSAWIAQESGQoMZ2VuZXJhdGVkX2F0GAkgASgJSAaIAQESSgoMZGlzdHJpYnV0aW9uGAogAygLMjQub2JzZXJ2YXRvcnkudjEuR2V0U2xhVGllclJlc3BvbnNlLkRpc3RyaWJ1dGlvbkVudHJ5Eh0KEGludGVyYWN0aW9uc18zMGQYCyABKAFIB4gBARozChFEaXN0cmlidXRpb25FbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAU6AjgBQg0KC19zZXJ2ZXJfdXJsQgcKBV9uYW1lQgcKBV90aWVyQg4KDF90cnVzdF9zY29yZUIPCg1fY2VydGlmaWVkX2F0QgwKCl9iYWRnZV91cmxCDwoNX2dlbmVyYXRlZF9hdEITChFfaW50ZXJhY3Rpb25zXzMwZCJsCgtTbGFDcml0ZXJpYRIqCgV0aWVycxgBIAMoCzIbLm9ic2VydmF0b3J5LnYxLlNsYVRpZXJSdWxlEhwKFG1pbl9pbnRlcmFjdGlvbnNfMzBkGAIgASgFEhMKC2Rlc2NyaXB0aW9uGAMgASgJIjQKC1NsYVRpZXJSdWxlEgwKBHRpZXIYASABKAkSFwoPbWluX3RydXN0X3Njb3JlGAIgASgBIjYKFEdldFRydXN0RGVsdGFSZXF1ZXN0EhMKBndpbmRvdxgBIAEoCUgAiAEBQgkKB193aW5kb3ci7gIKFUdldFRydXN0RGVsdGFSZXNwb25zZRIOCgZzY2hlbWEYASABKAkSFAoMZ2VuZXJhdGVkX2F0GAIgASgJEg4KBndpbmRvdxgDIAEoCRIyCgdzdW1tYXJ5GAQgASgLMiEub2JzZXJ2YXRvcnkudjEuVHJ1c3REZWx0YVN1bW1hcnkSOAoLc2VydmVyc19uZXcYBSADKAsyIy5vYnNlcnZhdG9yeS52MS5UcnVzdERlbHRhTmV3U2VydmVyEjoKEHNlcnZlcnNfaW1wcm92ZWQYBiADKAsyIC5vYnNlcnZhdG9yeS52MS5UcnVzdERlbHRhQ2hhbmdlEjoKEHNlcnZlcnNfZGVncmFkZWQYByADKAsyIC5vYnNlcnZhdG9yeS52MS5UcnVzdERlbHRhQ2hhbmdlEjkKD3NlcnZlcnNfYXRfcmlzaxgIIAMoCzIgLm9ic2VydmF0b3J5LnYxLlRydXN0RGVsdGFBdFJpc2sidQoRVHJ1c3REZWx0YVN1bW1hcnkSEwoLbmV3X3NlcnZlcnMYASABKAESGAoQc2VydmVyc19pbXByb3ZlZBgCIAEoARIYChBzZXJ2ZXJzX2RlZ3JhZGVkGAMgASgBEhcKD3NlcnZlcnNfYXRfcmlzaxgEIAEoASJuChNUcnVzdERlbHRhTmV3U2VydmVyEgsKA3VybBgBIAEoCRIMCgRuYW1lGAIgASgJEhAKCGNhdGVnb3J5GAMgASgJEhMKC3RydXN0X3Njb3JlGAQgASgBEhUKDXJlZ2lzdGVyZWRfYXQYBSABKAkiZQoQVHJ1c3REZWx0YUNoYW5nZRILCgN1cmwYASABKAkSDAoEbmFtZRgCIAEoCRITCgt0cnVzdF9zY29yZRgDIAEoARISCgpwcmV2X3Njb3JlGAQgASgBEg0KBWRlbHRhGAUgASgBIkIKEFRydXN0RGVsdGFBdFJpc2sSCwoDdXJsGAEgASgJEgwKBG5hbWUYAiABKAkSEwoLdHJ1c3Rfc2NvcmUYAyABKAEiKgoTR2V0QmVuY2htYXJrUmVxdWVzdBITCgtzZXJ2ZXJfc2x1ZxgBIAEoCSLlAgoUR2V0QmVuY2htYXJrUmVzcG9uc2USEwoLc2VydmVyX3NsdWcYASABKAkSEgoKc2VydmVyX3VybBgCIAEoCRIMCgRuYW1lGAMgASgJEhAKCGNhdGVnb3J5GAQgASgJEhMKC3RydXN0X3Njb3JlGAUgASgBEhMKC3RydXN0X2dyYWRlGAYgASgJEg8KB3ZlcmRpY3QYByABKAkSOQoLcmVsaWFiaWxpdHkYCCABKAsyJC5vYnNlcnZhdG9yeS52MS5CZW5jaG1hcmtSZWxpYWJpbGl0eRIxCgdsYXRlbmN5GAkgASgLMiAub2JzZXJ2YXRvcnkudjEuQmVuY2htYXJrTGF0ZW5jeRIvCgZ2b2x1bWUYCiABKAsyHy5vYnNlcnZhdG9yeS52MS5CZW5jaG1hcmtWb2x1bWUSGQoMbGFzdF91cGRhdGVkGAsgASgJSACIAQFCDwoNX2xhc3RfdXBkYXRlZCLHAQoUQmVuY2htYXJrUmVsaWFiaWxpdHkSHAoPc3VjY2Vzc19yYXRlXzdkGAEgASgBSACIAQESHQoQc3VjY2Vzc19yYXRlXzMwZBgCIAEoAUgBiAEBEiEKFHN1Y2Nlc3NfcmF0ZV9hbGx0aW1lGAMgASgBSAKIAQESDQoFdHJlbmQYBCABKAlCEgoQX3N1Y2Nlc3NfcmF0ZV83ZEITChFfc3VjY2Vzc19yYXRlXzMwZEIXChVfc3VjY2Vzc19yYXRlX2FsbHRpbWUieAoQQmVuY2htYXJrTGF0ZW5jeRITCgZhdmdfbXMYASABKAFIAIgBARITCgZwOTVfbXMYAiABKAFIAYgBARIWCglhdmdfN2RfbXMYAyABKAFIAogBAUIJCgdfYXZnX21zQgkKB19wOTVfbXNCDAoKX2F2Z183ZF9tcyJPCg9CZW5jaG1hcmtWb2x1bWUSEwoLdG90YWxfY2FsbHMYASABKAESEAoIY2FsbHNfN2QYAiABKAESFQoNZGF5c19vYnNlcnZlZBgDIAEoBSIRCg9HZXRTdGF0c1JlcXVlc3QiogMKEEdldFN0YXRzUmVzcG9uc2USHQoVdG90YWxfc2VydmVyc190cmFja2VkGAEgASgBEiMKG3RvdGFsX2ludGVyYWN0aW9uc19yZWNvcmRlZBgCIAEoARIgChNhdmVyYWdlX3RydXN0X3Njb3JlGAMgASgBSACIAQESHQoVaW50ZXJhY3Rpb25zX2xhc3RfMjRoGAQgASgBEjEKCmNhdGVnb3JpZXMYBSADKAsyHS5vYnNlcnZhdG9yeS52MS5DYXRlZ29yeUNvdW50Ei8KC3ZlcmRpY3RfbWl4GAYgASgLMhoub2JzZXJ2YXRvcnkudjEuVmVyZGljdE1peBIUCgxnZW5lcmF0ZWRfYXQYByABKAkSOwoRbWFya2V0X3ZhbGlkYXRpb24YCCABKAsyIC5vYnNlcnZhdG9yeS52MS5NYXJrZXRWYWxpZGF0aW9uEhsKE3RvdGFsX3NlcnZlcnNfcmF0ZWQYCSABKAESHQoVdG90YWxfc2VydmVyc191bnJhdGVkGAogASgBQhYKFF9hdmVyYWdlX3RydXN0X3Njb3JlIogBCg1DYXRlZ29yeUNvdW50EgwKBG5hbWUYASABKAkSDwoHc2VydmVycxgCIAEoARIgChNhdmVyYWdlX3RydXN0X3Njb3JlGAMgASgBSACIAQESDQoFcmF0ZWQYBCABKAESDwoHdW5yYXRlZBgFIAEoAUIWChRfYXZlcmFnZV90cnVzdF9zY29yZSLcAgoQTWFya2V0VmFsaWRhdGlvbhIeChZwcmVmbGlnaHRfY2hlY2tzX3RvdGFsGAEgASgBEiEKGXByZWZsaWdodF9jaGVja3NfbGFzdF8yNGgYAiABKAESIAoYdW5pcXVlX3ByZWZsaWdodF90YXJnZXRzGAMgASgBEhkKEWFnZW50X2tleXNfaXNzdWVkGAQgASgBEhwKFGFnZW50X3F1ZXJpZXNfc2VydmVkGAUgASgBEhcKD3JlY2VpcHRzX2lzc3VlZBgGIAEoARIeChZ0cmFja2VkX3NlcnZlcnNfdmV0dGVkGAcgASgBEhkKEWdhdGV3YXlfZGVjaXNpb25zGAggASgBEhUKDXBhaWRfdmVyZGljdHMYCSABKAESGQoMdmV0dGVkX3NoYXJlGAogASgBSACIAQESEwoLY29tcHV0ZWRfYXQYCyABKAlCDwoNX3ZldHRlZF9zaGFyZSJZChVHZXRMZWFkZXJib2FyZFJlcXVlc3QSFQoIY2F0ZWdvcnkYASABKAlIAIgBARISCgVsaW1pdBgCIAEoBUgBiAEBQgsKCV9jYXRlZ29yeUIICgZfbGltaXQioQEKFkdldExlYWRlcmJvYXJkUmVzcG9uc2USEAoIY2F0ZWdvcnkYASABKAkSMQoHc2VydmVycxgCIAMoCzIgLm9ic2VydmF0b3J5LnYxLkxlYWRlcmJvYXJkRW50cnkSFQoNdG90YWxfcmVzdWx0cxgDIAEoARIUCgxnZW5lcmF0ZWRfYXQYBCABKAkSFQoNdW5yYXRlZF9jb3VudBgFIAEoASL4AQoQTGVhZGVyYm9hcmRFbnRyeRILCgN1cmwYASABKAkSDAoEbmFtZRgCIAEoCRIMCgRzbHVnGAMgASgJEhAKCGNhdGVnb3J5GAQgASgJEhMKC3RydXN0X3Njb3JlGAUgASgBEg8KB3ZlcmRpY3QYBiABKAkSGQoMc3VjY2Vzc19yYXRlGAcgASgBSACIAQESFgoOYXZnX2xhdGVuY3lfbXMYCCABKAESGgoSdG90YWxfaW50ZXJhY3Rpb25zGAkgASgBEhUKDXRyYWNrZWRfc2luY2UYCiABKAkSDAoEcmFuaxgLIAEoBUIPCg1fc3VjY2Vzc19yYXRlIicKGEdldEFnZW50UmVhZGluZXNzUmVxdWVzdBILCgN1cmwYASABKAkiiwMKGUdldEFnZW50UmVhZGluZXNzUmVzcG9uc2USCwoDdXJsGAEgASgJEg0KBXNjb3JlGAIgASgBEh0KFWRpc2NvdmVyYWJpbGl0eV9zY29yZRgDIAEoARIbChNjb21wcmVoZW5zaW9uX3Njb3JlGAQgASgBEhcKD3VzYWJpbGl0eV9zY29yZRgFIAEoARIaChJ0cnVzdGFiaWxpdHlfc2NvcmUYBiABKAESHQoVdHJhbnNhY3RhYmlsaXR5X3Njb3JlGAcgASgBEhkKEWRldGVjdGVkX3N1cmZhY2VzGAggAygJEhgKEG1pc3Npbmdfc3VyZmFjZXMYCSADKAkSKAoHcmVhc29ucxgKIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSHwoXcmVjb21tZW5kZWRfbmV4dF9hY3Rpb24YCyABKAkSEgoKY2hlY2tlZF9hdBgMIAEoCRIuCgZwcm9iZXMYDSADKAsyHi5vYnNlcnZhdG9yeS52MS5SZWFkaW5lc3NQcm9iZSJXCg5SZWFkaW5lc3NQcm9iZRIMCgRwYXRoGAEgASgJEg0KBWZvdW5kGAIgASgIEhgKC2h0dHBfc3RhdHVzGAMgASgFSACIAQFCDgoMX2h0dHBfc3RhdHVzIh4KD0dldEJhZGdlUmVxdWVzdBILCgN1cmwYASABKAkiWgoQR2V0QmFkZ2VSZXNwb25zZRILCgNzdmcYASABKAkSDwoHdmVyZGljdBgCIAEoCRIYCgt0cnVzdF9zY29yZRgDIAEoAUgAiAEBQg4KDF90cnVzdF9zY29yZTLXCAoMVHJ1c3RTZXJ2aWNlElIKCEdldFRydXN0Eh8ub2JzZXJ2YXRvcnkudjEuR2V0VHJ1c3RSZXF1ZXN0GiAub2JzZXJ2YXRvcnkudjEuR2V0VHJ1c3RSZXNwb25zZSIDkAIBElAKCVByZWZsaWdodBIgLm9ic2VydmF0b3J5LnYxLlByZWZsaWdodFJlcXVlc3QaIS5vYnNlcnZhdG9yeS52MS5QcmVmbGlnaHRSZXNwb25zZRJhCg1HZXRTa2lsbFRydXN0EiQub2JzZXJ2YXRvcnkudjEuR2V0U2tpbGxUcnVzdFJlcXVlc3QaJS5vYnNlcnZhdG9yeS52MS5HZXRTa2lsbFRydXN0UmVzcG9uc2UiA5ACARJNCghHZXREcmlmdBIfLm9ic2VydmF0b3J5LnYxLkdldERyaWZ0UmVxdWVzdBogLm9ic2VydmF0b3J5LnYxLkdldERyaWZ0UmVzcG9uc2USVQoJR2V0RGVtYW5kEiAub2JzZXJ2YXRvcnkudjEuR2V0RGVtYW5kUmVxdWVzdBohLm9ic2VydmF0b3J5LnYxLkdldERlbWFuZFJlc3BvbnNlIgOQAgESWAoKR2V0U2xhVGllchIhLm9ic2VydmF0b3J5LnYxLkdldFNsYVRpZXJSZXF1ZXN0GiIub2JzZXJ2YXRvcnkudjEuR2V0U2xhVGllclJlc3BvbnNlIgOQAgESYQoNR2V0VHJ1c3REZWx0YRIkLm9ic2VydmF0b3J5LnYxLkdldFRydXN0RGVsdGFSZXF1ZXN0GiUub2JzZXJ2YXRvcnkudjEuR2V0VHJ1c3REZWx0YVJlc3BvbnNlIgOQAgESXgoMR2V0QmVuY2htYXJrEiMub2JzZXJ2YXRvcnkudjEuR2V0QmVuY2htYXJrUmVxdWVzdBokLm9ic2VydmF0b3J5LnYxLkdldEJlbmNobWFya1Jlc3BvbnNlIgOQAgESUgoIR2V0U3RhdHMSHy5vYnNlcnZhdG9yeS52MS5HZXRTdGF0c1JlcXVlc3QaIC5vYnNlcnZhdG9yeS52MS5HZXRTdGF0c1Jlc3BvbnNlIgOQAgESZAoOR2V0TGVhZGVyYm9hcmQSJS5vYnNlcnZhdG9yeS52MS5HZXRMZWFkZXJib2FyZFJlcXVlc3QaJi5vYnNlcnZhdG9yeS52MS5HZXRMZWFkZXJib2FyZFJlc3BvbnNlIgOQAgESbQoRR2V0QWdlbnRSZWFkaW5lc3MSKC5vYnNlcnZhdG9yeS52MS5HZXRBZ2VudFJlYWRpbmVzc1JlcXVlc3QaKS5vYnNlcnZhdG9yeS52MS5HZXRBZ2VudFJlYWRpbmVzc1Jlc3BvbnNlIgOQAgESUgoIR2V0QmFkZ2USHy5vYnNlcnZhdG9yeS52MS5HZXRCYWRnZVJlcXVlc3QaIC5vYnNlcnZhdG9yeS52MS5HZXRCYWRnZVJlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_google_protobuf_struct, file_observatory_v1_common]);
 
 /**
  * Request of GET /api/trust.
@@ -85,6 +85,13 @@ export type GetTrustResponse = Message<"observatory.v1.GetTrustResponse"> & {
    * @generated from field: string verdict = 6;
    */
   verdict: string;
+
+  /**
+   * What the MCP Registry says about the server; null when no registry import listed it (extra field).
+   *
+   * @generated from field: observatory.v1.RegistryListing registry = 7;
+   */
+  registry?: RegistryListing | undefined;
 };
 
 /**
@@ -93,6 +100,56 @@ export type GetTrustResponse = Message<"observatory.v1.GetTrustResponse"> & {
  */
 export const GetTrustResponseSchema: GenMessage<GetTrustResponse> = /*@__PURE__*/
   messageDesc(file_observatory_v1_trust, 1);
+
+/**
+ * A catalogued server's MCP Registry listing (docs/observation.md "Registry sync"). A deleted
+ * server stays tracked (its evidence is kept) but the observatory no longer probes it.
+ *
+ * @generated from message observatory.v1.RegistryListing
+ */
+export type RegistryListing = Message<"observatory.v1.RegistryListing"> & {
+  /**
+   * MCP Registry name, e.g. io.github.acme/weather.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The registry's status of the entry: active, deprecated or deleted.
+   *
+   * @generated from field: string status = 2;
+   */
+  status: string;
+
+  /**
+   * The registry's explanation of the status (deprecation reason, migration hint); null when none.
+   *
+   * @generated from field: optional string status_message = 3;
+   */
+  statusMessage?: string | undefined;
+
+  /**
+   * When the registry last changed the status, RFC 3339; null when it did not say.
+   *
+   * @generated from field: optional string status_changed_at = 4;
+   */
+  statusChangedAt?: string | undefined;
+
+  /**
+   * When the registry last updated the entry, RFC 3339; null when it did not say.
+   *
+   * @generated from field: optional string updated_at = 5;
+   */
+  updatedAt?: string | undefined;
+};
+
+/**
+ * Describes the message observatory.v1.RegistryListing.
+ * Use `create(RegistryListingSchema)` to create a new message.
+ */
+export const RegistryListingSchema: GenMessage<RegistryListing> = /*@__PURE__*/
+  messageDesc(file_observatory_v1_trust, 2);
 
 /**
  * The `server` object of the trust record (GET /api/trust).
@@ -148,7 +205,7 @@ export type TrustServer = Message<"observatory.v1.TrustServer"> & {
  * Use `create(TrustServerSchema)` to create a new message.
  */
 export const TrustServerSchema: GenMessage<TrustServer> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 2);
+  messageDesc(file_observatory_v1_trust, 3);
 
 /**
  * The `metrics` object of the trust record (GET /api/trust).
@@ -183,7 +240,7 @@ export type TrustMetrics = Message<"observatory.v1.TrustMetrics"> & {
  * Use `create(TrustMetricsSchema)` to create a new message.
  */
 export const TrustMetricsSchema: GenMessage<TrustMetrics> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 3);
+  messageDesc(file_observatory_v1_trust, 4);
 
 /**
  * Request of GET /v1/preflight.
@@ -204,7 +261,7 @@ export type PreflightRequest = Message<"observatory.v1.PreflightRequest"> & {
  * Use `create(PreflightRequestSchema)` to create a new message.
  */
 export const PreflightRequestSchema: GenMessage<PreflightRequest> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 4);
+  messageDesc(file_observatory_v1_trust, 5);
 
 /**
  * Pre-flight answer (GET /v1/preflight): verdict, recommendation and signed diligence receipt.
@@ -295,6 +352,13 @@ export type PreflightResponse = Message<"observatory.v1.PreflightResponse"> & {
    * @generated from field: repeated string anomaly_flags = 12;
    */
   anomalyFlags: string[];
+
+  /**
+   * What the MCP Registry says about the target; null when no registry import listed it (extra field).
+   *
+   * @generated from field: observatory.v1.RegistryListing registry = 13;
+   */
+  registry?: RegistryListing | undefined;
 };
 
 /**
@@ -302,7 +366,7 @@ export type PreflightResponse = Message<"observatory.v1.PreflightResponse"> & {
  * Use `create(PreflightResponseSchema)` to create a new message.
  */
 export const PreflightResponseSchema: GenMessage<PreflightResponse> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 5);
+  messageDesc(file_observatory_v1_trust, 6);
 
 /**
  * Request of GET /v1/trust.
@@ -330,7 +394,7 @@ export type GetSkillTrustRequest = Message<"observatory.v1.GetSkillTrustRequest"
  * Use `create(GetSkillTrustRequestSchema)` to create a new message.
  */
 export const GetSkillTrustRequestSchema: GenMessage<GetSkillTrustRequest> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 6);
+  messageDesc(file_observatory_v1_trust, 7);
 
 /**
  * Registry skill trust (GET /v1/trust): score, badge and source signals.
@@ -393,7 +457,7 @@ export type GetSkillTrustResponse = Message<"observatory.v1.GetSkillTrustRespons
  * Use `create(GetSkillTrustResponseSchema)` to create a new message.
  */
 export const GetSkillTrustResponseSchema: GenMessage<GetSkillTrustResponse> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 7);
+  messageDesc(file_observatory_v1_trust, 8);
 
 /**
  * Source signals of a registry skill (`signals` in GET /v1/trust).
@@ -463,7 +527,7 @@ export type SkillSignals = Message<"observatory.v1.SkillSignals"> & {
  * Use `create(SkillSignalsSchema)` to create a new message.
  */
 export const SkillSignalsSchema: GenMessage<SkillSignals> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 8);
+  messageDesc(file_observatory_v1_trust, 9);
 
 /**
  * Moderation status of a registry skill (`signals.moderation` in GET /v1/trust).
@@ -498,7 +562,7 @@ export type SkillModeration = Message<"observatory.v1.SkillModeration"> & {
  * Use `create(SkillModerationSchema)` to create a new message.
  */
 export const SkillModerationSchema: GenMessage<SkillModeration> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 9);
+  messageDesc(file_observatory_v1_trust, 10);
 
 /**
  * Request of GET /api/drift.
@@ -519,7 +583,7 @@ export type GetDriftRequest = Message<"observatory.v1.GetDriftRequest"> & {
  * Use `create(GetDriftRequestSchema)` to create a new message.
  */
 export const GetDriftRequestSchema: GenMessage<GetDriftRequest> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 10);
+  messageDesc(file_observatory_v1_trust, 11);
 
 /**
  * Baseline and drift status of a server's tool manifest (GET /api/drift).
@@ -638,7 +702,7 @@ export type GetDriftResponse = Message<"observatory.v1.GetDriftResponse"> & {
  * Use `create(GetDriftResponseSchema)` to create a new message.
  */
 export const GetDriftResponseSchema: GenMessage<GetDriftResponse> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 11);
+  messageDesc(file_observatory_v1_trust, 12);
 
 /**
  * One changed tool in a drift report (`tools_changed` in GET /api/drift).
@@ -666,7 +730,7 @@ export type ToolChange = Message<"observatory.v1.ToolChange"> & {
  * Use `create(ToolChangeSchema)` to create a new message.
  */
 export const ToolChangeSchema: GenMessage<ToolChange> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 12);
+  messageDesc(file_observatory_v1_trust, 13);
 
 /**
  * Request of GET /api/demand (no parameters).
@@ -681,7 +745,7 @@ export type GetDemandRequest = Message<"observatory.v1.GetDemandRequest"> & {
  * Use `create(GetDemandRequestSchema)` to create a new message.
  */
 export const GetDemandRequestSchema: GenMessage<GetDemandRequest> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 13);
+  messageDesc(file_observatory_v1_trust, 14);
 
 /**
  * Aggregate pre-flight vetting demand (GET /api/demand); demand never feeds trust scores.
@@ -737,7 +801,7 @@ export type GetDemandResponse = Message<"observatory.v1.GetDemandResponse"> & {
  * Use `create(GetDemandResponseSchema)` to create a new message.
  */
 export const GetDemandResponseSchema: GenMessage<GetDemandResponse> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 14);
+  messageDesc(file_observatory_v1_trust, 15);
 
 /**
  * Demand within one window (`windows` in GET /api/demand).
@@ -786,7 +850,7 @@ export type DemandWindow = Message<"observatory.v1.DemandWindow"> & {
  * Use `create(DemandWindowSchema)` to create a new message.
  */
 export const DemandWindowSchema: GenMessage<DemandWindow> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 15);
+  messageDesc(file_observatory_v1_trust, 16);
 
 /**
  * Demand for one target within a window (`windows[].servers` in GET /api/demand).
@@ -849,7 +913,7 @@ export type DemandServer = Message<"observatory.v1.DemandServer"> & {
  * Use `create(DemandServerSchema)` to create a new message.
  */
 export const DemandServerSchema: GenMessage<DemandServer> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 16);
+  messageDesc(file_observatory_v1_trust, 17);
 
 /**
  * Request of GET /api/sla-tier.
@@ -870,7 +934,7 @@ export type GetSlaTierRequest = Message<"observatory.v1.GetSlaTierRequest"> & {
  * Use `create(GetSlaTierRequestSchema)` to create a new message.
  */
 export const GetSlaTierRequestSchema: GenMessage<GetSlaTierRequest> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 17);
+  messageDesc(file_observatory_v1_trust, 18);
 
 /**
  * SLA tier certification (GET /api/sla-tier). One server: schema, server_url, name, tier,
@@ -964,7 +1028,7 @@ export type GetSlaTierResponse = Message<"observatory.v1.GetSlaTierResponse"> & 
  * Use `create(GetSlaTierResponseSchema)` to create a new message.
  */
 export const GetSlaTierResponseSchema: GenMessage<GetSlaTierResponse> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 18);
+  messageDesc(file_observatory_v1_trust, 19);
 
 /**
  * Tier rules of the SLA certification (`criteria` in GET /api/sla-tier).
@@ -999,7 +1063,7 @@ export type SlaCriteria = Message<"observatory.v1.SlaCriteria"> & {
  * Use `create(SlaCriteriaSchema)` to create a new message.
  */
 export const SlaCriteriaSchema: GenMessage<SlaCriteria> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 19);
+  messageDesc(file_observatory_v1_trust, 20);
 
 /**
  * One tier rule (`criteria.tiers` in GET /api/sla-tier).
@@ -1027,7 +1091,7 @@ export type SlaTierRule = Message<"observatory.v1.SlaTierRule"> & {
  * Use `create(SlaTierRuleSchema)` to create a new message.
  */
 export const SlaTierRuleSchema: GenMessage<SlaTierRule> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 20);
+  messageDesc(file_observatory_v1_trust, 21);
 
 /**
  * Request of GET /api/trust-delta.
@@ -1048,7 +1112,7 @@ export type GetTrustDeltaRequest = Message<"observatory.v1.GetTrustDeltaRequest"
  * Use `create(GetTrustDeltaRequestSchema)` to create a new message.
  */
 export const GetTrustDeltaRequestSchema: GenMessage<GetTrustDeltaRequest> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 21);
+  messageDesc(file_observatory_v1_trust, 22);
 
 /**
  * Trust delta feed (GET /api/trust-delta).
@@ -1118,7 +1182,7 @@ export type GetTrustDeltaResponse = Message<"observatory.v1.GetTrustDeltaRespons
  * Use `create(GetTrustDeltaResponseSchema)` to create a new message.
  */
 export const GetTrustDeltaResponseSchema: GenMessage<GetTrustDeltaResponse> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 22);
+  messageDesc(file_observatory_v1_trust, 23);
 
 /**
  * Group sizes of the trust delta feed (`summary` in GET /api/trust-delta).
@@ -1160,7 +1224,7 @@ export type TrustDeltaSummary = Message<"observatory.v1.TrustDeltaSummary"> & {
  * Use `create(TrustDeltaSummarySchema)` to create a new message.
  */
 export const TrustDeltaSummarySchema: GenMessage<TrustDeltaSummary> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 23);
+  messageDesc(file_observatory_v1_trust, 24);
 
 /**
  * A newly tracked server (`servers_new` in GET /api/trust-delta).
@@ -1209,7 +1273,7 @@ export type TrustDeltaNewServer = Message<"observatory.v1.TrustDeltaNewServer"> 
  * Use `create(TrustDeltaNewServerSchema)` to create a new message.
  */
 export const TrustDeltaNewServerSchema: GenMessage<TrustDeltaNewServer> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 24);
+  messageDesc(file_observatory_v1_trust, 25);
 
 /**
  * A server whose score moved (`servers_improved` / `servers_degraded` in GET /api/trust-delta).
@@ -1258,7 +1322,7 @@ export type TrustDeltaChange = Message<"observatory.v1.TrustDeltaChange"> & {
  * Use `create(TrustDeltaChangeSchema)` to create a new message.
  */
 export const TrustDeltaChangeSchema: GenMessage<TrustDeltaChange> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 25);
+  messageDesc(file_observatory_v1_trust, 26);
 
 /**
  * A server at risk (`servers_at_risk` in GET /api/trust-delta).
@@ -1293,7 +1357,7 @@ export type TrustDeltaAtRisk = Message<"observatory.v1.TrustDeltaAtRisk"> & {
  * Use `create(TrustDeltaAtRiskSchema)` to create a new message.
  */
 export const TrustDeltaAtRiskSchema: GenMessage<TrustDeltaAtRisk> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 26);
+  messageDesc(file_observatory_v1_trust, 27);
 
 /**
  * Request of GET /benchmark/{server_slug}.
@@ -1314,7 +1378,7 @@ export type GetBenchmarkRequest = Message<"observatory.v1.GetBenchmarkRequest"> 
  * Use `create(GetBenchmarkRequestSchema)` to create a new message.
  */
 export const GetBenchmarkRequestSchema: GenMessage<GetBenchmarkRequest> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 27);
+  messageDesc(file_observatory_v1_trust, 28);
 
 /**
  * Benchmark report (GET /benchmark/{server_slug}).
@@ -1405,7 +1469,7 @@ export type GetBenchmarkResponse = Message<"observatory.v1.GetBenchmarkResponse"
  * Use `create(GetBenchmarkResponseSchema)` to create a new message.
  */
 export const GetBenchmarkResponseSchema: GenMessage<GetBenchmarkResponse> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 28);
+  messageDesc(file_observatory_v1_trust, 29);
 
 /**
  * Reliability block of a benchmark (`reliability` in GET /benchmark/{server_slug}).
@@ -1447,7 +1511,7 @@ export type BenchmarkReliability = Message<"observatory.v1.BenchmarkReliability"
  * Use `create(BenchmarkReliabilitySchema)` to create a new message.
  */
 export const BenchmarkReliabilitySchema: GenMessage<BenchmarkReliability> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 29);
+  messageDesc(file_observatory_v1_trust, 30);
 
 /**
  * Latency block of a benchmark (`latency` in GET /benchmark/{server_slug}).
@@ -1482,7 +1546,7 @@ export type BenchmarkLatency = Message<"observatory.v1.BenchmarkLatency"> & {
  * Use `create(BenchmarkLatencySchema)` to create a new message.
  */
 export const BenchmarkLatencySchema: GenMessage<BenchmarkLatency> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 30);
+  messageDesc(file_observatory_v1_trust, 31);
 
 /**
  * Volume block of a benchmark (`volume` in GET /benchmark/{server_slug}).
@@ -1517,7 +1581,7 @@ export type BenchmarkVolume = Message<"observatory.v1.BenchmarkVolume"> & {
  * Use `create(BenchmarkVolumeSchema)` to create a new message.
  */
 export const BenchmarkVolumeSchema: GenMessage<BenchmarkVolume> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 31);
+  messageDesc(file_observatory_v1_trust, 32);
 
 /**
  * Request of GET /api/stats (no parameters).
@@ -1532,7 +1596,7 @@ export type GetStatsRequest = Message<"observatory.v1.GetStatsRequest"> & {
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 32);
+  messageDesc(file_observatory_v1_trust, 33);
 
 /**
  * Index-wide statistics (GET /api/stats).
@@ -1616,7 +1680,7 @@ export type GetStatsResponse = Message<"observatory.v1.GetStatsResponse"> & {
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 33);
+  messageDesc(file_observatory_v1_trust, 34);
 
 /**
  * Servers in one category (`categories` in GET /api/stats).
@@ -1665,7 +1729,7 @@ export type CategoryCount = Message<"observatory.v1.CategoryCount"> & {
  * Use `create(CategoryCountSchema)` to create a new message.
  */
 export const CategoryCountSchema: GenMessage<CategoryCount> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 34);
+  messageDesc(file_observatory_v1_trust, 35);
 
 /**
  * Demand and adoption figures (`market_validation` in GET /api/stats; docs/scoring.md
@@ -1757,7 +1821,7 @@ export type MarketValidation = Message<"observatory.v1.MarketValidation"> & {
  * Use `create(MarketValidationSchema)` to create a new message.
  */
 export const MarketValidationSchema: GenMessage<MarketValidation> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 35);
+  messageDesc(file_observatory_v1_trust, 36);
 
 /**
  * Request of GET /api/leaderboard.
@@ -1785,7 +1849,7 @@ export type GetLeaderboardRequest = Message<"observatory.v1.GetLeaderboardReques
  * Use `create(GetLeaderboardRequestSchema)` to create a new message.
  */
 export const GetLeaderboardRequestSchema: GenMessage<GetLeaderboardRequest> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 36);
+  messageDesc(file_observatory_v1_trust, 37);
 
 /**
  * Servers ranked by trust score, highest first (GET /api/leaderboard).
@@ -1835,7 +1899,7 @@ export type GetLeaderboardResponse = Message<"observatory.v1.GetLeaderboardRespo
  * Use `create(GetLeaderboardResponseSchema)` to create a new message.
  */
 export const GetLeaderboardResponseSchema: GenMessage<GetLeaderboardResponse> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 37);
+  messageDesc(file_observatory_v1_trust, 38);
 
 /**
  * One ranked server (`servers` in GET /api/leaderboard).
@@ -1926,7 +1990,7 @@ export type LeaderboardEntry = Message<"observatory.v1.LeaderboardEntry"> & {
  * Use `create(LeaderboardEntrySchema)` to create a new message.
  */
 export const LeaderboardEntrySchema: GenMessage<LeaderboardEntry> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 38);
+  messageDesc(file_observatory_v1_trust, 39);
 
 /**
  * Request of GET /api/agent-readiness.
@@ -1947,7 +2011,7 @@ export type GetAgentReadinessRequest = Message<"observatory.v1.GetAgentReadiness
  * Use `create(GetAgentReadinessRequestSchema)` to create a new message.
  */
 export const GetAgentReadinessRequestSchema: GenMessage<GetAgentReadinessRequest> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 39);
+  messageDesc(file_observatory_v1_trust, 40);
 
 /**
  * Agent-readiness scores of a site (GET /api/agent-readiness).
@@ -2052,7 +2116,7 @@ export type GetAgentReadinessResponse = Message<"observatory.v1.GetAgentReadines
  * Use `create(GetAgentReadinessResponseSchema)` to create a new message.
  */
 export const GetAgentReadinessResponseSchema: GenMessage<GetAgentReadinessResponse> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 40);
+  messageDesc(file_observatory_v1_trust, 41);
 
 /**
  * One probed path (`probes` in GET /api/agent-readiness).
@@ -2087,7 +2151,7 @@ export type ReadinessProbe = Message<"observatory.v1.ReadinessProbe"> & {
  * Use `create(ReadinessProbeSchema)` to create a new message.
  */
 export const ReadinessProbeSchema: GenMessage<ReadinessProbe> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 41);
+  messageDesc(file_observatory_v1_trust, 42);
 
 /**
  * Request of GET /api/badge.
@@ -2108,7 +2172,7 @@ export type GetBadgeRequest = Message<"observatory.v1.GetBadgeRequest"> & {
  * Use `create(GetBadgeRequestSchema)` to create a new message.
  */
 export const GetBadgeRequestSchema: GenMessage<GetBadgeRequest> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 42);
+  messageDesc(file_observatory_v1_trust, 43);
 
 /**
  * Trust badge (GET /api/badge; REST sends `svg` as the body with type image/svg+xml).
@@ -2143,7 +2207,7 @@ export type GetBadgeResponse = Message<"observatory.v1.GetBadgeResponse"> & {
  * Use `create(GetBadgeResponseSchema)` to create a new message.
  */
 export const GetBadgeResponseSchema: GenMessage<GetBadgeResponse> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_trust, 43);
+  messageDesc(file_observatory_v1_trust, 44);
 
 /**
  * Trust scores, pre-flight checks, drift, demand, tiers, deltas, benchmarks, stats, leaderboard,

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { INTERFACE_VERSION, type Config } from '../../config.js';
 import { FAIL_THRESHOLD, PASS_THRESHOLD } from '../../domain/verdict.js';
-import { agentCard, A2A_SKILLS } from '../../agents/a2a-card.js';
+import { agentCardPublisher, A2A_SKILLS } from '../../agents/a2a-card.js';
 import { mcpDiscoveryDocument } from '../../agents/mcp.js';
 import { MCP_TOOL_NAMES } from '../../agents/mcp-tool-names.js';
 import type { PublicJwk } from '../../signing/keyring.js';
@@ -120,7 +120,7 @@ export function llmsTxt(config: Config): string {
     '## Agent interfaces',
     '',
     `- MCP (Streamable HTTP, stateless): POST ${base}/mcp with tools ${MCP_TOOL_NAMES.join(', ')}; GET ${base}/mcp describes it`,
-    `- A2A 0.3 (JSON-RPC 2.0): POST ${base}/a2a with message/send and tasks/get; skills: ${A2A_SKILLS.map((s) => `"${s.examples[0]!.replace(/https:\/\/\S+/, '<server>')}"`).join(', ')}`,
+    `- A2A 1.0 and 0.3 (JSON-RPC 2.0): POST ${base}/a2a; header A2A-Version: 1.0 for SendMessage, SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask; no header (0.3) for message/send, message/stream, tasks/get, tasks/cancel, tasks/resubscribe; skills: ${A2A_SKILLS.map((s) => `"${s.examples[0]!.replace(/https:\/\/\S+/, '<server>')}"`).join(', ')}`,
     '',
     '## Endpoints',
     '',
@@ -156,12 +156,13 @@ export function discoveryRoutes(app: FastifyInstance, { services, config }: Rout
       reply.header('cache-control', DISCOVERY_CACHE_CONTROL);
       return build();
     });
-  // Built once: they depend only on the configuration.
-  const card = agentCard(config);
+  // Built once: they depend only on the configuration (the card's signature follows the key ring).
+  const cards = agentCardPublisher(config, services.keyring);
+  const card = cards.card;
   const openapi = openApiDocument(config);
   const llms = llmsTxt(config);
-  json('/.well-known/agent-card.json', () => card);
-  json('/.well-known/agent.json', () => card);
+  json('/.well-known/agent-card.json', () => cards.signed());
+  json('/.well-known/agent.json', () => cards.signed());
   json('/.well-known/did.json', async () => didDocument(config, (await services.keyring.jwks()).keys));
   json('/.well-known/mcp.json', () => mcpDiscoveryDocument(config));
   json('/.well-known/ai-plugin.json', () => aiPluginManifest(config));
