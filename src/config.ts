@@ -2,6 +2,7 @@
 // A bad value stops start-up with a one-line message naming the variable (see ConfigError).
 
 import { parseGateRoutes, type GateRoute } from './domain/gate.js';
+import { KEY_ENCRYPTION_SECRET_HELP, parseKeyEncryptionSecret } from './signing/secret-format.js';
 
 export const INTERFACE_VERSION = '1.3.0';
 
@@ -23,6 +24,12 @@ export interface Config {
   clawhubApiUrl: string;
   /** Ed25519 private key as a JWK (JSON string); when unset the key ring lives in the database. */
   signingKeyJwk: string | null;
+  /** NODE_ENV=production: secrets must be configured explicitly (KEY_ENCRYPTION_KEY), guards that cost performance are off. */
+  production: boolean;
+  /** KEY_ENCRYPTION_KEY: 32-byte secret that seals private signing keys in the database (docs/receipts.md "Keys at rest"). */
+  keyEncryptionKey: Buffer | null;
+  /** KEY_ENCRYPTION_KEY_FILE: a file holding that secret (read when the database opens). */
+  keyEncryptionKeyFile: string | null;
   /** Gateway gate (/v1/gate, Envoy ext_authz): policy, verdict cache and optional route table. */
   gate: GateConfig;
   /** Probe requests (drift, agent-readiness, agency-checklist, compliance) per client address per minute, per instance; 0 = unlimited. */
@@ -172,6 +179,13 @@ export function loadConfig(env: Env = process.env): Config {
       throw new ConfigError('SIGNING_KEY_JWK', 'must be an Ed25519 private key as a JSON JWK (kty OKP, crv Ed25519, d)');
     }
   }
+  const kekText = str(env, 'KEY_ENCRYPTION_KEY') ?? null;
+  const kekFile = str(env, 'KEY_ENCRYPTION_KEY_FILE') ?? null;
+  if (kekText !== null && kekFile !== null) {
+    throw new ConfigError('KEY_ENCRYPTION_KEY', 'set KEY_ENCRYPTION_KEY or KEY_ENCRYPTION_KEY_FILE, not both');
+  }
+  const keyEncryptionKey = kekText === null ? null : parseKeyEncryptionSecret(kekText);
+  if (kekText !== null && keyEncryptionKey === null) throw new ConfigError('KEY_ENCRYPTION_KEY', `must be ${KEY_ENCRYPTION_SECRET_HELP}`);
   const logLevel = str(env, 'LOG_LEVEL') ?? 'info';
   if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) {
     throw new ConfigError('LOG_LEVEL', `must be one of fatal, error, warn, info, debug, trace, silent; got "${logLevel}"`);
@@ -190,6 +204,9 @@ export function loadConfig(env: Env = process.env): Config {
     paymentRpcUrl: rpc === undefined ? null : httpUrl('PAYMENT_RPC_URL', rpc),
     clawhubApiUrl: httpUrl('CLAWHUB_API_URL', str(env, 'CLAWHUB_API_URL') ?? 'https://clawhub.ai/api/v1'),
     signingKeyJwk: jwk,
+    production: str(env, 'NODE_ENV') === 'production',
+    keyEncryptionKey,
+    keyEncryptionKeyFile: kekFile,
     gate: {
       allowUncertain: boolDefault(env, 'GATE_ALLOW_UNCERTAIN', true),
       allowUnrated: boolDefault(env, 'GATE_ALLOW_UNRATED', false),
