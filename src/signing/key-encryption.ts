@@ -2,7 +2,7 @@ import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } f
 import { existsSync, linkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ConfigError, type Config } from '../config.js';
-import { ensurePrivateDir } from '../db/data-dir.js';
+import { ensurePrivateDir, tightenTree } from '../db/data-dir.js';
 import { KEY_ENCRYPTION_SECRET_HELP as SECRET_HELP, parseKeyEncryptionSecret } from './secret-format.js';
 
 // Private signing keys are never stored in clear (issue 17 finding 3): each one is sealed with
@@ -91,6 +91,7 @@ function readSecretFile(path: string, variable = 'KEY_ENCRYPTION_KEY_FILE'): Buf
 /** The generated secret of DATA_DIR: read when present, otherwise created (0600 in a 0700 directory), atomically. */
 function generatedSecret(dataDir: string): { secret: Buffer; path: string; created: boolean } {
   ensurePrivateDir(dataDir);
+  tightenTree(dataDir);
   const path = join(dataDir, GENERATED_SECRET_FILE);
   if (!existsSync(path)) {
     const tmp = `${path}.${process.pid}.tmp`;
