@@ -29,7 +29,8 @@ export async function startService(env: Record<string, string>, port: number): P
   child.stdout!.on('data', (d: Buffer) => (logs += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (logs += d.toString()));
   const base = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 240; i++) {
+  // Up to ~3 minutes: opening PGlite alone takes over a minute on a loaded 2-core machine.
+  for (let i = 0; i < 720; i++) {
     if (child.exitCode !== null) throw new Error(`service exited during start:\n${logs}`);
     if (await fetch(`${base}/healthz`).then((r) => r.ok, () => false)) return { child, base, logs: () => logs };
     await new Promise((r) => setTimeout(r, 250));
