@@ -4,6 +4,7 @@
 // process on a scratch PostgreSQL database (DATABASE_URL or the local default), profiled with
 // node:inspector from the end of the warm-up to the end of the load; the profile is written to
 // bench-profiles/ and summarised (scripts/cpuprofile-top.ts).
+import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -32,7 +33,8 @@ function autocannon(args: string[]): Promise<string> {
 }
 
 const scratch = await createScratchDatabase(process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres', 'obs_profile');
-const config = loadConfig({ PORT: '18184', HOST: '127.0.0.1', LOG_LEVEL: 'warn', DATABASE_URL: scratch.url, RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0', OBSERVE_ENABLED: '0' });
+// Production settings (no development-only transaction guard; keys sealed under a secret of this run).
+const config = loadConfig({ PORT: '18184', HOST: '127.0.0.1', LOG_LEVEL: 'warn', DATABASE_URL: scratch.url, RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0', OBSERVE_ENABLED: '0', NODE_ENV: 'production', KEY_ENCRYPTION_KEY: randomBytes(32).toString('base64') });
 const obs = await createObservatory(config, { logger: false });
 try {
   const base = await obs.listen();

@@ -1,6 +1,7 @@
 // `npm run bench:trust`: measures a trust lookup on servers with 100, 100,000 and 1,000,000
 // reports, each spread over 30 days from 10 sources (docs/performance.md). Uses a fresh in-memory PGlite, or DATABASE_URL when set
 // (then it creates and drops a scratch database). Reports go through the ingestion store.
+import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { loadConfig } from '../src/config.js';
 import { createTestDatabase } from '../test/support/db.js';
@@ -12,9 +13,11 @@ const HOUR = 3_600_000;
 const BIG = Number(process.env.BENCH_REPORTS ?? 1_000_000);
 
 async function main() {
+  // Measured as in production: without the development-only transaction guard (src/db/transaction-guard.ts).
+  process.env.NODE_ENV = 'production';
   const tdb = await createTestDatabase();
   const now = new Date();
-  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent' });
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', NODE_ENV: 'production', KEY_ENCRYPTION_KEY: randomBytes(32).toString('base64') });
   const obs = await createObservatory(config, { db: tdb.db, logger: false, now: () => now });
   const servers = serverStore(tdb.db);
   const telemetry = telemetryStore(tdb.db);

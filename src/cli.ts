@@ -1,12 +1,13 @@
 import { readFile } from 'node:fs/promises';
-import type { KeyObject } from 'node:crypto';
 import { ConfigError } from './config.js';
 import { DataDirBusyError } from './db/pglite.js';
 import { configOf, EXIT, parseArgs, RUNNING, UsageError, withDatabase, type CliIo, type Command } from './cli/command.js';
 import { CatalogueImportError } from './services/catalogue.js';
 import { demoCommand, importCommand, observeCommand } from './cli/catalogue.js';
 import { publicKeyFromJwk, verifyCompact } from './signing/jws.js';
-import { rotateSigningKey } from './signing/keyring.js';
+import { revokeSigningKey, rotateSigningKey, SigningKeyError, type PublicJwk } from './signing/keyring.js';
+import { KeyEncryptionError, resolveKeyEncryptionKey } from './signing/key-encryption.js';
+import type { VerificationKey } from './signing/jws.js';
 import { checkCommand } from './cli/check.js';
 
 // The command-line entry: `observatory <command>` (bin/observatory.js) or `npm run observatory --
@@ -14,8 +15,11 @@ import { checkCommand } from './cli/check.js';
 
 export { EXIT, RUNNING, type CliIo, type Command } from './cli/command.js';
 
-/** Reads a JWKS from a file or an http(s) URL and keeps its Ed25519 keys by kid. */
-async function loadJwks(source: string): Promise<Map<string, KeyObject>> {
+/**
+ * Reads a JWKS from a file or an http(s) URL and keeps its Ed25519 keys by kid, each with its
+ * retirement time when the entry carries one (`exp`, seconds: it verifies nothing signed later).
+ */
+async function loadJwks(source: string): Promise<Map<string, VerificationKey>> {
   let text: string;
   if (/^https?:\/\//i.test(source)) {
     const res = await fetch(source, { signal: AbortSignal.timeout(10_000) });
@@ -33,11 +37,12 @@ async function loadJwks(source: string): Promise<Map<string, KeyObject>> {
     throw new UsageError(`${source} is not JSON`);
   }
   if (!Array.isArray(doc.keys)) throw new UsageError(`${source} is not a JWKS (no "keys" array)`);
-  const keys = new Map<string, KeyObject>();
-  for (const k of doc.keys as Record<string, string>[]) {
+  const keys = new Map<string, VerificationKey>();
+  for (const k of doc.keys as (Partial<PublicJwk> & Record<string, unknown>)[]) {
     if (k?.kty !== 'OKP' || k.crv !== 'Ed25519' || typeof k.x !== 'string' || typeof k.kid !== 'string') continue;
+    if (k.exp !== undefined && (typeof k.exp !== 'number' || !Number.isFinite(k.exp))) continue; // a key we cannot bound verifies nothing
     try {
-      keys.set(k.kid, publicKeyFromJwk(k));
+      keys.set(k.kid, { key: publicKeyFromJwk({ x: k.x }), retiredAt: k.exp === undefined ? null : new Date(k.exp * 1000) });
     } catch {
       // a malformed entry verifies nothing
     }
@@ -59,7 +64,7 @@ const verifyCommand: Command = {
     }
     const source = (options.jwks as string | undefined) ?? `${configOf(io).publicBaseUrl}/.well-known/jwks.json`;
     const keys = await loadJwks(source);
-    const v = await verifyCompact(token, async (kid) => keys.get(kid) ?? null);
+    const v = await verifyCompact(token, async (kid) => keys.get(kid) ?? null, { now: new Date() });
     if (!v.valid) {
       io.err(`invalid: ${v.reason}`);
       return EXIT.invalid;
@@ -72,15 +77,35 @@ const verifyCommand: Command = {
 const keysRotateCommand: Command = {
   name: 'keys rotate',
   usage: 'keys rotate',
-  summary: 'Make a new Ed25519 signing key active in the configured database; old public keys stay in the JWKS',
+  summary: 'Make a new Ed25519 signing key active in the configured database; the old key retires (it verifies what it signed before) and its private half is destroyed',
   async run({ io }) {
     const config = configOf(io);
     if (config.signingKeyJwk) {
       throw new UsageError('SIGNING_KEY_JWK is set, so that key signs: rotate by supplying a new key in SIGNING_KEY_JWK (the old public key stays published)');
     }
-    const kid = await withDatabase(config, (db) => rotateSigningKey(db));
+    const kid = await withDatabase(config, (db) => rotateSigningKey(db, { kek: resolveKeyEncryptionKey(config, db).kek }));
     io.out(`new active signing key: ${kid}`);
-    io.out('running instances pick it up within 30 seconds; receipts signed by earlier keys keep verifying');
+    io.out('running instances sign with it within 10 seconds; the previous key retires in 60 seconds and keeps verifying what it signed before');
+    return EXIT.ok;
+  },
+};
+
+const keysRevokeCommand: Command = {
+  name: 'keys revoke',
+  usage: 'keys revoke <kid>',
+  summary: 'Revoke a signing key (a compromised one): it leaves the JWKS and verifies nothing, not even what it signed before; revoking the active key makes a new key active',
+  positional: { min: 1, max: 1, message: 'keys revoke takes exactly one kid (see /.well-known/jwks.json)' },
+  async run({ args, io }) {
+    const config = configOf(io);
+    const kid = args[0]!;
+    const r = await withDatabase(config, async (db) => {
+      // The secret is only needed to seal a replacement for the active key.
+      const kek = config.signingKeyJwk ? null : resolveKeyEncryptionKey(config, db).kek;
+      return revokeSigningKey(db, kid, { kek, signingKeyJwk: config.signingKeyJwk });
+    });
+    io.out(`revoked signing key: ${r.revoked}`);
+    if (r.newActive) io.out(`new active signing key: ${r.newActive}`);
+    io.out('running instances stop publishing and accepting it within 10 seconds; receipts it signed no longer verify');
     return EXIT.ok;
   },
 };
@@ -106,7 +131,7 @@ const checkCliCommand: Command = {
 };
 
 /** Every command, in the order --help lists them. Add new commands here. */
-export const COMMANDS: Command[] = [serveCommand, demoCommand, importCommand, observeCommand, checkCliCommand, verifyCommand, keysRotateCommand];
+export const COMMANDS: Command[] = [serveCommand, demoCommand, importCommand, observeCommand, checkCliCommand, verifyCommand, keysRotateCommand, keysRevokeCommand];
 
 export function helpText(): string {
   const width = Math.max(...COMMANDS.map((c) => c.usage.length));
@@ -154,6 +179,10 @@ export async function runCli(argv: string[], io: CliIo): Promise<number | typeof
     if (err instanceof ConfigError) {
       io.err(`configuration error: ${err.message}`);
       return EXIT.usage;
+    }
+    if (err instanceof SigningKeyError || err instanceof KeyEncryptionError) {
+      io.err(`cannot run ${match.name}: ${err.message}`);
+      return EXIT.invalid;
     }
     if (err instanceof DataDirBusyError) {
       io.err(`cannot run ${match.name}: ${err.message}`);

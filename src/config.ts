@@ -3,6 +3,7 @@
 
 import { PAYMENT_NETWORKS, type PaymentNetworkId } from './domain/x402.js';
 import { parseGateRoutes, parseTrustedHeaders, type GateRoute, type UpstreamHeader } from './domain/gate.js';
+import { KEY_ENCRYPTION_SECRET_HELP, parseKeyEncryptionSecret } from './signing/secret-format.js';
 
 export const INTERFACE_VERSION = '1.3.0';
 
@@ -32,6 +33,12 @@ export interface Config {
   clawhubApiUrl: string;
   /** Ed25519 private key as a JWK (JSON string); when unset the key ring lives in the database. */
   signingKeyJwk: string | null;
+  /** NODE_ENV=production: secrets must be configured explicitly (KEY_ENCRYPTION_KEY), guards that cost performance are off. */
+  production: boolean;
+  /** KEY_ENCRYPTION_KEY: 32-byte secret that seals private signing keys in the database (docs/receipts.md "Keys at rest"). */
+  keyEncryptionKey: Buffer | null;
+  /** KEY_ENCRYPTION_KEY_FILE: a file holding that secret (read when the database opens). */
+  keyEncryptionKeyFile: string | null;
   /** Gateway gate (/v1/gate, Envoy ext_authz): policy, verdict cache and optional route table. */
   gate: GateConfig;
   /** Probe requests (drift, agent-readiness, agency-checklist, compliance) per client address per minute, per instance; 0 = unlimited. */
@@ -226,6 +233,13 @@ export function loadConfig(env: Env = process.env): Config {
     }
   }
   const syncUrl = str(env, 'REGISTRY_SYNC_URL');
+  const kekText = str(env, 'KEY_ENCRYPTION_KEY') ?? null;
+  const kekFile = str(env, 'KEY_ENCRYPTION_KEY_FILE') ?? null;
+  if (kekText !== null && kekFile !== null) {
+    throw new ConfigError('KEY_ENCRYPTION_KEY', 'set KEY_ENCRYPTION_KEY or KEY_ENCRYPTION_KEY_FILE, not both');
+  }
+  const keyEncryptionKey = kekText === null ? null : parseKeyEncryptionSecret(kekText);
+  if (kekText !== null && keyEncryptionKey === null) throw new ConfigError('KEY_ENCRYPTION_KEY', `must be ${KEY_ENCRYPTION_SECRET_HELP}`);
   const logLevel = str(env, 'LOG_LEVEL') ?? 'info';
   if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) {
     throw new ConfigError('LOG_LEVEL', `must be one of fatal, error, warn, info, debug, trace, silent; got "${logLevel}"`);
@@ -248,6 +262,9 @@ export function loadConfig(env: Env = process.env): Config {
     paymentLookupsPerMinute: int(env, 'PAYMENT_LOOKUPS_PER_MINUTE', 20, 0, 1_000_000),
     clawhubApiUrl: httpUrl('CLAWHUB_API_URL', str(env, 'CLAWHUB_API_URL') ?? 'https://clawhub.ai/api/v1'),
     signingKeyJwk: jwk,
+    production: str(env, 'NODE_ENV') === 'production',
+    keyEncryptionKey,
+    keyEncryptionKeyFile: kekFile,
     gate: {
       allowUncertain: boolDefault(env, 'GATE_ALLOW_UNCERTAIN', true),
       allowUnrated: boolDefault(env, 'GATE_ALLOW_UNRATED', false),

@@ -1,5 +1,7 @@
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { DataDirBusyError } from './db/pglite.js';
+import { KeyEncryptionError } from './signing/key-encryption.js';
+import { SigningKeyError } from './signing/keyring.js';
 import { createObservatory } from './server.js';
 
 /** `npm start` / `observatory serve`: runs the service until SIGTERM or SIGINT. */
@@ -29,7 +31,7 @@ export async function serve(config: Config): Promise<void> {
 /** Prints a start-up failure as one line naming its cause, never a stack trace for known causes. */
 export function exitOnStartupError(err: unknown): never {
   if (err instanceof ConfigError) console.error(`configuration error: ${err.message}`);
-  else if (err instanceof DataDirBusyError) console.error(`cannot start: ${err.message}`);
+  else if (err instanceof DataDirBusyError || err instanceof KeyEncryptionError || err instanceof SigningKeyError) console.error(`cannot start: ${err.message}`);
   else if ((err as NodeJS.ErrnoException)?.code === 'EADDRINUSE') console.error(`cannot start: ${(err as Error).message}`);
   else console.error(`cannot start: ${(err as Error)?.message ?? String(err)}`);
   process.exit(1);

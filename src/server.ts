@@ -13,7 +13,8 @@ import { connectContextValues, fastifyTrustProxy } from './http/client-address.j
 import { registerRestRoutes } from './http/routes.js';
 import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
-import { openKeyRing } from './signing/keyring.js';
+import { resolveKeyEncryptionKey, type KeyEncryptionKey } from './signing/key-encryption.js';
+import { openKeyRing, type KeyRing } from './signing/keyring.js';
 import { createReceiptIssuer } from './signing/receipts.js';
 
 export interface Observatory {
@@ -21,6 +22,8 @@ export interface Observatory {
   readonly db: Db;
   readonly config: Config;
   readonly services: Services;
+  /** The secret sealing private signing keys (null with SIGNING_KEY_JWK and no configured secret). */
+  readonly kek: KeyEncryptionKey | null;
   /** Starts listening on config.host:config.port; resolves to the base URL actually bound. */
   listen(): Promise<string>;
   /** Graceful stop: stops accepting, lets in-flight requests finish, closes the database. */
@@ -42,7 +45,24 @@ export interface ObservatoryOptions {
 export async function createObservatory(config: Config, opts: ObservatoryOptions = {}): Promise<Observatory> {
   const db = opts.db ?? (await openDatabase(config));
   const now = opts.now ?? (() => new Date());
-  const keyring = await openKeyRing(db, { signingKeyJwk: config.signingKeyJwk, now });
+  const startupNotes: string[] = [];
+  let keyring: KeyRing;
+  let kek: KeyEncryptionKey | null;
+  try {
+    const resolved = resolveKeyEncryptionKey(config, db);
+    kek = resolved.kek;
+    if (resolved.warning) startupNotes.push(resolved.warning);
+    keyring = await openKeyRing(db, {
+      signingKeyJwk: config.signingKeyJwk,
+      kek,
+      now,
+      onError: (err) => app.log.warn({ err: { message: (err as Error)?.message ?? String(err) } }, 'could not re-read the signing keys; retrying'),
+    });
+  } catch (err) {
+    // A database we opened ourselves is ours to close when start-up fails.
+    if (!opts.db) await db.close().catch(() => {});
+    throw err;
+  }
   const receipts = createReceiptIssuer({ db, keyring, issuer: config.publicBaseUrl, now });
   const metrics = createMetrics(db);
   const services = createServices({
@@ -98,6 +118,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     logController: new LogController({ disableRequestLogging: config.logLevel !== 'debug' && config.logLevel !== 'trace' }),
   });
 
+  for (const note of startupNotes) app.log.warn(note);
   trackRoutes(app);
   // Every body we take is JSON (or a Connect/gRPC encoding the Connect plugin registers); plain
   // text gets 415 instead of reaching a handler as an unexpected string.
@@ -151,6 +172,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     db,
     config,
     services,
+    kek,
     async listen() {
       const address = await app.listen({ port: config.port, host: config.host });
       // Active observation runs wherever the service serves (OBSERVE_ENABLED, docs/observation.md).
@@ -163,6 +185,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
       closing ??= (async () => {
         await app.close();
         await services.close();
+        keyring.close();
         await db.close();
       })();
       return closing;

@@ -27,7 +27,8 @@ beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'obs-cli-'));
   if (backend === 'postgres') {
     tdb = await createTestDatabase();
-    dbEnv = { DATABASE_URL: tdb.url! };
+    // DATA_DIR too: the generated key-encryption secret lives there (not in the working directory).
+    dbEnv = { DATABASE_URL: tdb.url!, DATA_DIR: join(dir, 'data') };
   } else dbEnv = { DATA_DIR: join(dir, 'data') };
 });
 afterAll(async () => {
@@ -43,7 +44,7 @@ function io(env: Record<string, string> = {}) {
   return { cli, out, err };
 }
 
-const COMMANDS = ['serve', 'demo', 'import', 'observe', 'check', 'verify', 'keys rotate'];
+const COMMANDS = ['serve', 'demo', 'import', 'observe', 'check', 'verify', 'keys rotate', 'keys revoke'];
 
 describe(`observatory command line (${backend})`, () => {
   it('--help lists every command, in-process and as the installed bin', async () => {
@@ -129,11 +130,11 @@ describe(`observatory command line (${backend})`, () => {
     const holder: ChildProcess = spawn(process.execPath, ['-e', 'setInterval(() => {}, 3_600_000)'], { stdio: 'ignore' });
     try {
       await writeFile(join(dbEnv.DATA_DIR!, 'observatory.lock'), String(holder.pid));
-      for (const argv of [['import', PAGE1], ['observe', '--once'], ['demo'], ['keys', 'rotate']]) {
+      for (const argv of [['import', PAGE1], ['observe', '--once'], ['demo'], ['keys', 'rotate'], ['keys', 'revoke', 'some-kid']]) {
         const x = io();
         expect(await runCli(argv, x.cli)).toBe(4);
         expect(x.err).toHaveLength(1);
-        expect(x.err[0]).toMatch(new RegExp(`^cannot run ${argv[0]}( rotate)?: the embedded database in .* is in use by process ${holder.pid}; stop it first, or set DATABASE_URL`));
+        expect(x.err[0]).toMatch(new RegExp(`^cannot run ${argv[0]}( rotate| revoke)?: the embedded database in .* is in use by process ${holder.pid}; stop it first, or set DATABASE_URL`));
         expect(x.out).toEqual([]);
       }
     } finally {

@@ -99,9 +99,7 @@ describe('discovery documents', () => {
   });
 
   it('did.json follows a key rotation', async () => {
-    const { rotateSigningKey } = await import('../src/signing/keyring.js');
-    await rotateSigningKey(app.obs.db);
-    app.obs.services.keyring.refresh();
+    await app.obs.services.keyring.rotate();
     const did = await json(fetch(`${base}/.well-known/did.json`));
     const jwks = await json(fetch(`${base}/.well-known/jwks.json`));
     expect(jwks.keys.length).toBeGreaterThanOrEqual(2);

@@ -22,7 +22,8 @@ beforeAll(async () => {
   if (backend === 'postgres') {
     tdb = await createTestDatabase({ migrate: false });
     await tdb.db.close(); // each start below opens (and migrates) it through the configuration
-    dbEnv = { DATABASE_URL: tdb.url! };
+    // DATA_DIR too: the generated key-encryption secret lives there (not in the working directory).
+    dbEnv = { DATABASE_URL: tdb.url!, DATA_DIR: join(dir, 'data') };
   } else {
     dbEnv = { DATA_DIR: join(dir, 'data') };
   }

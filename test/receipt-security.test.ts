@@ -6,6 +6,7 @@ import { ReceiptService } from '../gen/observatory/v1/receipt_pb.js';
 import { verifyCompact, verifyCompactWithKey } from '../src/signing/jws.js';
 import { expectProblem, json, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
+import { activePrivateKey } from './support/keys.js';
 
 // What an outside reviewer throws at a JWS verifier. Every forged token must be 422, never 200, never 500.
 
@@ -20,10 +21,10 @@ let genuine: string;
 
 beforeAll(async () => {
   t = await startTestApp();
-  const rows = await t.obs.db.query<{ kid: string; private_jwk: Record<string, string> }>('SELECT kid, private_jwk FROM signing_keys WHERE active');
-  ourKid = rows[0]!.kid;
-  ourKey = createPrivateKey({ key: rows[0]!.private_jwk, format: 'jwk' });
-  ourX = rows[0]!.private_jwk.x!;
+  const active = await activePrivateKey(t.obs.db, t.obs.kek!);
+  ourKid = active.kid;
+  ourKey = active.key;
+  ourX = active.jwk.x!;
   genuine = (await json(fetch(`${t.base}/v1/preflight?target=https://sec.example.com/mcp`))).diligence_receipt;
 }, 180_000);
 afterAll(async () => {
@@ -31,7 +32,7 @@ afterAll(async () => {
 });
 
 /** Signs any header with OUR real private key: the strongest form of each attack. */
-function signWithOurKey(header: object, payload: object = { iss: 'x', jti: '0123456789abcdef' }): string {
+function signWithOurKey(header: object, payload: object = { iss: 'x', jti: '0123456789abcdef', iat: Math.floor(Date.now() / 1000) }): string {
   const input = `${enc(header)}.${enc(payload)}`;
   return `${input}.${b64u(edSign(null, Buffer.from(input), ourKey))}`;
 }
@@ -59,7 +60,7 @@ describe(`JWS verification under attack (${backend})`, () => {
     expect(b64u(edSign(null, Buffer.from(`${h}.${p}`), priv))).toBe(s);
     expect(verifyCompactWithKey(`${h}.${b64u('Example of Ed25519 signinG')}.${s}`, key).valid).toBe(false);
     // Our receipt verifier refuses it: it carries no kid, so it is not one of ours.
-    return expect(verifyCompact(vector, async () => key)).resolves.toMatchObject({ valid: false, reason: expect.stringMatching(/kid|JSON/) });
+    return expect(verifyCompact(vector, async () => ({ key, retiredAt: null }), { now: new Date() })).resolves.toMatchObject({ valid: false, reason: expect.stringMatching(/kid|JSON/) });
   });
 
   it('accepts a genuine receipt (control)', async () => {

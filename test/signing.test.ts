@@ -5,6 +5,7 @@ import { openKeyRing, rotateSigningKey } from '../src/signing/keyring.js';
 import { createReceiptIssuer } from '../src/signing/receipts.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 import { json, startTestApp } from './support/app.js';
+import { testKek as kek } from './support/keys.js';
 
 const now = () => new Date('2026-11-25T12:00:00Z');
 let t: TestDatabase;
@@ -17,8 +18,8 @@ afterAll(async () => {
 
 describe(`key ring (${backend})`, () => {
   it('generates one key on first open, persists it, and names it by its RFC 7638 thumbprint', async () => {
-    const a = await openKeyRing(t.db, { signingKeyJwk: null, now });
-    const b = await openKeyRing(t.db, { signingKeyJwk: null, now });
+    const a = await openKeyRing(t.db, { signingKeyJwk: null, kek, now });
+    const b = await openKeyRing(t.db, { signingKeyJwk: null, kek, now });
     const ja = await a.jwks();
     expect(ja.keys).toHaveLength(1);
     expect(await b.jwks()).toEqual(ja);
@@ -29,7 +30,7 @@ describe(`key ring (${backend})`, () => {
   });
 
   it('signs receipts that any JOSE library verifies, and keeps verifying them after rotation', async () => {
-    const ring = await openKeyRing(t.db, { signingKeyJwk: null, now });
+    const ring = await openKeyRing(t.db, { signingKeyJwk: null, kek, now });
     const issuer = createReceiptIssuer({ db: t.db, keyring: ring, issuer: 'https://obs.example', now });
     const r = await issuer.issue('preflight', 'https://s.example.com', { verdict: 'PASS', trust_score: 80 });
     expect(r.receiptId).toMatch(/^[0-9a-f]{16}$/);
@@ -38,8 +39,8 @@ describe(`key ring (${backend})`, () => {
     expect(stored?.jws).toBe(r.jws);
 
     const oldKid = r.kid;
-    const newKid = await rotateSigningKey(t.db, now());
-    ring.refresh();
+    const newKid = await rotateSigningKey(t.db, { kek, now: now() });
+    await ring.refresh();
     expect(newKid).not.toBe(oldKid);
     const r2 = await issuer.issue('preflight', 'https://s.example.com', { verdict: 'FAIL' });
     expect(r2.kid).toBe(newKid);
@@ -52,19 +53,19 @@ describe(`key ring (${backend})`, () => {
       expect((await issuer.verify(jws)).valid).toBe(true);
     }
     // Another instance opened later sees the rotated key as active.
-    const other = await openKeyRing(t.db, { signingKeyJwk: null, now });
+    const other = await openKeyRing(t.db, { signingKeyJwk: null, kek, now });
     expect((await other.sign({ a: 1 })).kid).toBe(newKid);
   });
 
   it('refuses tampered tokens and unknown keys', async () => {
-    const ring = await openKeyRing(t.db, { signingKeyJwk: null, now });
+    const ring = await openKeyRing(t.db, { signingKeyJwk: null, kek, now });
     const issuer = createReceiptIssuer({ db: t.db, keyring: ring, issuer: 'https://obs.example', now });
     const { jws } = await issuer.issue('attestation', 'x', { score: 1 }, { persist: false });
     const [h, p, s] = jws.split('.') as [string, string, string];
     const forged = Buffer.from(JSON.stringify({ ...JSON.parse(Buffer.from(p, 'base64url').toString()), score: 100 })).toString('base64url');
     expect(await issuer.verify(`${h}.${forged}.${s}`)).toMatchObject({ valid: false });
     const foreign = generateKeyPairSync('ed25519');
-    const ring2 = await openKeyRing((await createTestDatabase()).db, { signingKeyJwk: JSON.stringify(foreign.privateKey.export({ format: 'jwk' })), now });
+    const ring2 = await openKeyRing((await createTestDatabase()).db, { signingKeyJwk: JSON.stringify(foreign.privateKey.export({ format: 'jwk' })), kek, now });
     const alien = (await ring2.sign({ a: 1 })).jws;
     expect(await issuer.verify(alien)).toMatchObject({ valid: false, reason: expect.stringContaining('unknown key') });
   });
@@ -74,12 +75,13 @@ describe(`key ring (${backend})`, () => {
     try {
       const { privateKey, publicKey } = generateKeyPairSync('ed25519');
       const pub = publicKey.export({ format: 'jwk' });
-      const ring = await openKeyRing(tdb.db, { signingKeyJwk: JSON.stringify(privateKey.export({ format: 'jwk' })), now });
+      const ring = await openKeyRing(tdb.db, { signingKeyJwk: JSON.stringify(privateKey.export({ format: 'jwk' })), kek, now });
       const kid = await calculateJwkThumbprint({ kty: 'OKP', crv: 'Ed25519', x: pub.x }, 'sha256');
       expect((await ring.sign({ a: 1 })).kid).toBe(kid);
       expect((await ring.jwks()).keys.map((k) => k.kid)).toEqual([kid]);
-      const rows = await tdb.db.query<{ private_jwk: unknown }>('SELECT private_jwk FROM signing_keys');
+      const rows = await tdb.db.query<{ private_jwk: unknown; private_key_enc: unknown }>('SELECT private_jwk, private_key_enc FROM signing_keys');
       expect(rows[0]!.private_jwk).toBeNull();
+      expect(rows[0]!.private_key_enc).toBeNull();
     } finally {
       await tdb.drop();
     }
@@ -90,7 +92,7 @@ describe(`key ring (${backend})`, () => {
     const { openPostgres } = await import('../src/db/postgres.js');
     const dbs = [openPostgres(tdb.url!), openPostgres(tdb.url!), openPostgres(tdb.url!)];
     try {
-      const rings = await Promise.all(dbs.map((db) => openKeyRing(db, { signingKeyJwk: null, now })));
+      const rings = await Promise.all(dbs.map((db) => openKeyRing(db, { signingKeyJwk: null, kek, now })));
       const kids = await Promise.all(rings.map(async (r) => (await r.sign({})).kid));
       expect(new Set(kids).size).toBe(1);
     } finally {

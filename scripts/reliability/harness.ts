@@ -1,6 +1,7 @@
 // Shared pieces of the reliability scripts: run the service as a real child process, drive
 // POST /api/report with uniquely tagged reports, and own a throwaway PostgreSQL instance.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,16 +13,24 @@ export interface Service {
   logs: () => string;
 }
 
+/**
+ * Production settings, as an operator runs the service: NODE_ENV=production (which requires the
+ * key-encryption secret) and one secret for the whole script, so a restart on the same data
+ * opens the sealed signing key again.
+ */
+const PRODUCTION_ENV = { NODE_ENV: 'production', KEY_ENCRYPTION_KEY: randomBytes(32).toString('base64') };
+
 export async function startService(env: Record<string, string>, port: number): Promise<Service> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    env: { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'info', ...env },
+    env: { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'info', ...PRODUCTION_ENV, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let logs = '';
   child.stdout!.on('data', (d: Buffer) => (logs += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (logs += d.toString()));
   const base = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 240; i++) {
+  // Up to ~3 minutes: opening PGlite alone takes over a minute on a loaded 2-core machine.
+  for (let i = 0; i < 720; i++) {
     if (child.exitCode !== null) throw new Error(`service exited during start:\n${logs}`);
     if (await fetch(`${base}/healthz`).then((r) => r.ok, () => false)) return { child, base, logs: () => logs };
     await new Promise((r) => setTimeout(r, 250));

@@ -8,14 +8,24 @@ export interface Queryable {
   query<T = Row>(sql: string, params?: readonly unknown[]): Promise<T[]>;
 }
 
+export type Liveness = { live: true } | { live: false; reason: string };
+
 export interface Db extends Queryable {
   readonly kind: 'postgres' | 'pglite';
+  /** True for an in-memory database: nothing it holds outlives the process. */
+  readonly ephemeral: boolean;
   /** Runs a script of several statements without parameters (migrations). */
   exec(sql: string): Promise<void>;
   /** Runs fn inside one transaction; commits when it resolves, rolls back when it throws. */
   transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
   /** True when the database answers a trivial query. */
   ping(): Promise<boolean>;
+  /**
+   * In-process databases only (PGlite): whether the database still finishes statements, within
+   * a bounded time. A wedged embedded database is a fault of this process (a restart cures it),
+   * so /healthz reports it; an unreachable PostgreSQL is not (/readyz reports that).
+   */
+  liveness?(): Promise<Liveness>;
   close(): Promise<void>;
   /** Connection pool figures for /metrics (PostgreSQL only; PGlite has no pool). */
   poolStats?(): { total: number; idle: number; waiting: number };

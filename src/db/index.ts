@@ -8,10 +8,12 @@ export type { Db, Queryable, Row } from './db.js';
 export { isConnectionError, isRefusedValueError } from './db.js';
 
 /** Opens the configured database and brings its schema up to date. */
-export async function openDatabase(config: Pick<Config, 'databaseUrl' | 'dataDir'>, opts: { memory?: boolean } = {}): Promise<Db> {
+export async function openDatabase(config: Pick<Config, 'databaseUrl' | 'dataDir'> & { production?: boolean }, opts: { memory?: boolean } = {}): Promise<Db> {
+  // The transaction guard costs every promise something (src/db/transaction-guard.ts): off in production.
+  const guard = config.production === undefined ? undefined : !config.production;
   const db = config.databaseUrl
-    ? openPostgres(config.databaseUrl)
-    : await openPglite(opts.memory ? null : config.dataDir);
+    ? openPostgres(config.databaseUrl, { guard })
+    : await openPglite(opts.memory ? null : config.dataDir, { guard });
   try {
     await migrate(db);
   } catch (err) {

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Db, Queryable, Row } from './db.js';
+import { createTransactionGuard, transactionGuardDefault } from './transaction-guard.js';
 
 // pg returns int8 and numeric as strings to protect precision; our counts and sums stay far
 // below 2^53, so both backends hand numbers upward (PGlite already does).
@@ -13,6 +14,8 @@ const types = {
 export interface PostgresOptions {
   max?: number;
   connectionTimeoutMillis?: number;
+  /** Refuse pool statements from inside an open transaction (src/db/transaction-guard.ts); default on unless NODE_ENV=production. */
+  guard?: boolean;
 }
 
 export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
@@ -25,17 +28,22 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
   });
   // An idle client losing its connection must not crash the process; the pool replaces it.
   pool.on('error', () => {});
+  const guard = createTransactionGuard('postgres', opts.guard ?? transactionGuardDefault());
   const query = async <T = Row>(sql: string, params?: readonly unknown[]): Promise<T[]> => {
+    guard.check('a query');
     const res = await pool.query(sql, params as unknown[] | undefined);
     return res.rows as T[];
   };
   return {
     kind: 'postgres',
+    ephemeral: false,
     query,
     async exec(sql) {
+      guard.check('a script');
       await pool.query(sql);
     },
     async transaction(fn) {
+      guard.check('a nested transaction');
       const client = await pool.connect();
       const tx: Queryable = {
         async query<T = Row>(sql: string, params?: readonly unknown[]) {
@@ -45,7 +53,7 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
       };
       try {
         await client.query('BEGIN');
-        const out = await fn(tx);
+        const out = await guard.run(() => fn(tx));
         await client.query('COMMIT');
         client.release();
         return out;

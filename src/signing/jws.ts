@@ -46,6 +46,25 @@ export type VerifyOutcome =
 
 const B64U = /^[A-Za-z0-9_-]*$/;
 
+/**
+ * Canonical unpadded base64url only (RFC 7515 section 2, RFC 4648 sections 3.5 and 5): the URL-safe
+ * alphabet, no padding, no impossible length, and zero trailing bits, so each byte string has
+ * exactly one spelling. Decoders tolerate the others, which would give one signature several
+ * spellings (issue 17 finding 11).
+ */
+export function isCanonicalBase64url(part: string): boolean {
+  return B64U.test(part) && Buffer.from(part, 'base64url').toString('base64url') === part;
+}
+
+/** Issue times this far ahead of our clock are refused (clock skew between signer and verifier). */
+export const MAX_FUTURE_IAT_SECONDS = 60;
+
+/** The key for a kid and, for a retired key, the instant after which it signed nothing of ours. */
+export interface VerificationKey {
+  key: KeyObject;
+  retiredAt: Date | null;
+}
+
 function decodeJson(part: string): unknown {
   const text = Buffer.from(part, 'base64url').toString('utf8');
   return JSON.parse(text);
@@ -62,7 +81,9 @@ function parseGeneric(token: string): { header: Record<string, unknown>; payload
   const parts = token.split('.');
   if (parts.length !== 3) return { reason: 'not a compact JWS (header.payload.signature)' };
   const [h, p, s] = parts as [string, string, string];
-  if (!B64U.test(h) || !B64U.test(p) || !B64U.test(s)) return { reason: 'not base64url' };
+  if (!isCanonicalBase64url(h) || !isCanonicalBase64url(p) || !isCanonicalBase64url(s)) {
+    return { reason: 'not canonical base64url (unpadded, URL-safe alphabet, zero trailing bits)' };
+  }
   let header: unknown;
   try {
     header = decodeJson(h);
@@ -103,14 +124,29 @@ function edVerifies(input: string, key: KeyObject, signature: Buffer): boolean {
   }
 }
 
-/** Verifies a compact JWS against the key its kid names; unknown kids fail. */
-export async function verifyCompact(token: string, keyFor: (kid: string) => Promise<KeyObject | null>): Promise<VerifyOutcome> {
+/**
+ * Verifies a compact JWS of ours against the key its kid names, at `now`: unknown (or revoked)
+ * kids fail; the payload's `iat` must be an integer no more than MAX_FUTURE_IAT_SECONDS ahead of
+ * `now`, and, for a retired key, not after its retirement (DECISIONS.md: a retired key verifies
+ * only what it signed before its retirement).
+ */
+export async function verifyCompact(token: string, keyFor: (kid: string) => Promise<VerificationKey | null>, opts: { now: Date }): Promise<VerifyOutcome> {
   const parsed = parseCompact(token);
   if ('reason' in parsed) return { valid: false, reason: parsed.reason };
-  const key = await keyFor(parsed.header.kid);
-  if (!key) return { valid: false, reason: `unknown key id ${parsed.header.kid}` };
+  const found = await keyFor(parsed.header.kid);
+  if (!found) return { valid: false, reason: `unknown key id ${parsed.header.kid}` };
+  const { key, retiredAt } = found;
   if (key.asymmetricKeyType !== 'ed25519') return { valid: false, reason: 'the key is not an Ed25519 key' };
   if (!edVerifies(parsed.input, key, parsed.signature)) return { valid: false, reason: 'signature does not verify' };
+  const iat = parsed.payload.iat;
+  if (typeof iat !== 'number' || !Number.isSafeInteger(iat) || iat < 0) return { valid: false, reason: 'payload has no iat (issue time, integer seconds since the epoch)' };
+  const nowSeconds = Math.floor(opts.now.getTime() / 1000);
+  if (iat > nowSeconds + MAX_FUTURE_IAT_SECONDS) {
+    return { valid: false, reason: `issued in the future (iat ${new Date(iat * 1000).toISOString()}, more than ${MAX_FUTURE_IAT_SECONDS} s ahead)` };
+  }
+  if (retiredAt && iat * 1000 > retiredAt.getTime()) {
+    return { valid: false, reason: `key ${parsed.header.kid} retired at ${retiredAt.toISOString()}, before this token's issue time ${new Date(iat * 1000).toISOString()}` };
+  }
   return { valid: true, header: parsed.header, payload: parsed.payload };
 }
 

@@ -51,9 +51,12 @@ export function createReceiptIssuer(deps: { db: Queryable; keyring: KeyRing; iss
       return { receiptId, jws, kid, issuedAt, payload };
     },
 
-    /** Verifies any compact JWS against our published keys (stateless). */
+    /**
+     * Verifies any compact JWS against our keys (stateless), now: every verification path (REST,
+     * Connect, MCP, A2A, stored receipts) comes here, so each applies the same rules.
+     */
     verify(jws: string): Promise<VerifyOutcome> {
-      return verifyCompact(jws, (kid) => deps.keyring.publicKey(kid));
+      return verifyCompact(jws, (kid) => deps.keyring.verificationKey(kid), { now: deps.now() });
     },
 
     get: store.get,

@@ -1,6 +1,7 @@
 import { loadConfig, type Config } from '../../src/config.js';
 import { createObservatory, type Observatory } from '../../src/server.js';
 import { createTestDatabase, type TestDatabase } from './db.js';
+import { TEST_KEK_TEXT } from './keys.js';
 
 export interface TestApp {
   obs: Observatory;
@@ -14,7 +15,7 @@ export interface TestApp {
 export async function startTestApp(env: Record<string, string> = {}, opts: { now?: () => Date; tdb?: TestDatabase; logStream?: { write(line: string): void } } = {}): Promise<TestApp> {
   const tdb = opts.tdb ?? (await createTestDatabase());
   // Active observation is off unless a test turns it on: tests drive rounds with fixed clocks.
-  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', OBSERVE_ENABLED: '0', ...env });
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', OBSERVE_ENABLED: '0', KEY_ENCRYPTION_KEY: TEST_KEK_TEXT, ...env });
   const obs = await createObservatory(config, { db: tdb.db, logger: opts.logStream ? true : false, logStream: opts.logStream, now: opts.now });
   const address = await obs.listen();
   const port = new URL(address).port;

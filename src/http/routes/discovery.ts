@@ -31,7 +31,8 @@ export function didDocument(config: Config, keys: PublicJwk[]) {
       id: `${did}#${k.kid}`,
       type: 'JsonWebKey2020',
       controller: did,
-      publicKeyJwk: { kty: k.kty, crv: k.crv, x: k.x, kid: k.kid, alg: k.alg, use: k.use },
+      // Exactly the JWKS entry, retirement time (`exp`) included: a DID resolver gets the same rules.
+      publicKeyJwk: { kty: k.kty, crv: k.crv, x: k.x, kid: k.kid, alg: k.alg, use: k.use, ...(k.exp !== undefined ? { exp: k.exp } : {}) },
     })),
     assertionMethod: ids,
     authentication: ids,

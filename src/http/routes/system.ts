@@ -2,11 +2,22 @@ import type { FastifyInstance } from 'fastify';
 import type { RouteDeps } from '../routes.js';
 import { sendProblem } from '../problem.js';
 
-/** /healthz: the process is up. /readyz: the database answers (503 otherwise). */
+/**
+ * /healthz: the process is up and, with the embedded database, that database still finishes
+ * statements (a bounded probe: a wedged PGlite is a fault of this process, which only a restart
+ * cures, so the supervisor must see it). /readyz: the database answers (503 otherwise).
+ */
 export function systemRoutes(app: FastifyInstance, { db }: RouteDeps) {
-  app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/healthz', async (_req, reply) => {
+    if (!db.liveness) return { status: 'ok' };
+    const l = await db.liveness();
+    if (l.live) return { status: 'ok' };
+    return sendProblem(reply, 'unavailable', `not live: ${l.reason}; restart the process`);
+  });
   app.get('/readyz', async (_req, reply) => {
-    if (await db.ping()) return { status: 'ready', database: db.kind };
+    // The embedded database's probe is bounded (a wedged PGlite would hold a plain ping for ever).
+    const ok = db.liveness ? (await db.liveness()).live : await db.ping();
+    if (ok) return { status: 'ready', database: db.kind };
     return sendProblem(reply, 'unavailable', 'the database is not reachable', { headers: { 'retry-after': '2' } });
   });
 }
