@@ -151,12 +151,15 @@ describe(`server identity cannot be taken over (${backend})`, () => {
   });
 
   it('a registry name already bound never moves to another remote or another import', async () => {
-    // The registry later lists the weather server at a new URL: the old binding stays.
+    // The registry later lists the weather server at a new URL: the binding stays with the first remote.
     const s = await t.obs.services.catalogue.importDocument({ servers: [entry(REGISTRY_NAME, 'https://weather2.acme.example/mcp')], metadata: { count: 1 } });
     expect(s.added).toBe(1);
-    expect(s.conflicts.map((c) => c.registryName)).toEqual([REGISTRY_NAME]);
-    expect(await preflightUrl(REGISTRY_NAME)).toBe(CATALOGUE_URL);
-    expect(await preflightUrl(SLUG)).toBe(CATALOGUE_URL);
+    expect(s.conflicts).toEqual([]);
+    // Another registry name with the same slug form cannot take it either: a conflict, reported.
+    const other = await t.obs.services.catalogue.importDocument({ servers: [entry('io-github/acme.weather', 'https://impostor.example/mcp')], metadata: { count: 1 } });
+    expect(other.conflicts).toEqual([{ registryName: 'io-github/acme.weather', url: 'https://impostor.example/mcp', boundTo: CATALOGUE_URL }]);
+    for (const target of [REGISTRY_NAME, SLUG, 'io-github/acme.weather']) expect(await preflightUrl(target), target).toBe(CATALOGUE_URL);
     expect(await preflightUrl('https://weather2.acme.example/mcp')).toBe('https://weather2.acme.example/mcp');
+    expect(await preflightUrl('https://impostor.example/mcp')).toBe('https://impostor.example/mcp');
   });
 });

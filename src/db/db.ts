@@ -33,3 +33,8 @@ export function isConnectionError(err: unknown): boolean {
     e.message ?? '',
   );
 }
+
+/** A unique constraint refused the write (SQLSTATE 23505), on either backend. */
+export function isUniqueViolation(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === '23505';
+}

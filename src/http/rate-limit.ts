@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { Config } from '../config.js';
+import { clientNetwork } from '../domain/client-network.js';
 import { sendProblem } from './problem.js';
 
 // Token buckets per client address for the expensive endpoints: the probes (they fetch a remote
@@ -106,7 +107,8 @@ export function installRateLimits(app: FastifyInstance, policies: readonly RateP
     const entry = byPath.get(path.length > 1 ? path.replace(/\/+$/, '') : path);
     if (!entry) return;
     const { policy, buckets } = entry;
-    const d = buckets.take(req.ip);
+    // One bucket per client network (IPv4 address, IPv6 /64), the unit report sources use.
+    const d = buckets.take(clientNetwork(req.ip));
     // draft-ietf-httpapi-ratelimit-headers (structured fields): quota q per window w seconds;
     // remaining r and seconds t until the quota is restored.
     reply.header('ratelimit-policy', `"${policy.name}";q=${policy.perMinute};w=60`);

@@ -9,6 +9,7 @@ import {
 } from '../../gen/observatory/v1/access_pb.js';
 import {
   KEY_SCOPES,
+  REGISTRATION_LIMIT,
   REGISTRATION_WINDOW_MS,
   TRIAL_LIMIT,
   addressHash,
@@ -37,6 +38,7 @@ import { addressSecretStore, registrationStore } from '../store/address-hashes.j
 import { paymentStore } from '../store/payments.js';
 import { serverStore } from '../store/servers.js';
 import { clientAddressKey, type CallContext, type ServiceDeps } from './context.js';
+import { networkHasher } from './report-source.js';
 import type { TrustService } from './trust.js';
 import type { PreflightService } from './preflight.js';
 
@@ -59,6 +61,7 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
   const registrations = registrationStore(db);
   const payments = paymentStore(db);
   const servers = serverStore(db);
+  const hashNetwork = networkHasher(db);
   const verifier = opts.paymentVerifier ?? createPaymentVerifier(config.paymentRpcUrl);
   const base = config.publicBaseUrl;
   const wallet = config.paymentWallet;
@@ -142,6 +145,7 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
     return result;
   }
 
+  /** The registration limit, per client network (IPv4 address, IPv6 /64; src/domain/client-network.ts). */
   async function registrationAllowed(address: string): Promise<void> {
     const at = now();
     const today = secretDay(at);
@@ -150,7 +154,7 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
     const hashes = [addressHash(await secrets.secretFor(today), address), addressHash(await secrets.secretFor(yesterday), address)];
     const decision = await registrations.attempt(hashes, new Date(at.getTime() - REGISTRATION_WINDOW_MS), at, (recent) => registrationDecision(recent, at));
     if (!decision.allowed) {
-      throw new ObservatoryError('rate_limited', `at most 5 registrations per hour from one address; retry in ${decision.retryAfterSeconds} s`, {
+      throw new ObservatoryError('rate_limited', `at most ${REGISTRATION_LIMIT} registrations per hour from one network (an IPv4 address or an IPv6 /64); retry in ${decision.retryAfterSeconds} s`, {
         headers: { 'retry-after': String(decision.retryAfterSeconds) },
         extra: { retry_after_seconds: decision.retryAfterSeconds },
       });
@@ -164,10 +168,13 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
     async registerAgent(req: Partial<RegisterAgentRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof RegisterAgentResponseSchema>> {
       if (req.type !== 'anonymous') throw invalidArgument('type must be "anonymous" (the only registration flow offered)');
       if (req.requestedCredentialType !== 'api_key') throw invalidArgument('requested_credential_type must be "api_key"');
-      await registrationAllowed(ctx?.values.get(clientAddressKey) ?? 'unknown');
+      const address = ctx?.values.get(clientAddressKey);
+      await registrationAllowed(address ?? 'unknown');
       const apiKey = newApiKey();
       const issuedAt = now();
-      await keys.insert({ keyHash: hashApiKey(apiKey), scopes: KEY_SCOPES, trialLimit: TRIAL_LIMIT, createdAt: issuedAt });
+      // The key's family: keys registered from one network on one day weigh as one report source.
+      const networkFamily = address ? await hashNetwork(address, secretDay(issuedAt)) : null;
+      await keys.insert({ keyHash: hashApiKey(apiKey), scopes: KEY_SCOPES, trialLimit: TRIAL_LIMIT, createdAt: issuedAt, networkFamily });
       return {
         apiKey,
         credentialType: 'api_key',

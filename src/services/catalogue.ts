@@ -9,7 +9,8 @@ import { CatalogueFormatError, parseRegistryPage, type ParsedPage, type SkippedE
 import { looksLikeUrl } from '../domain/server-identity.js';
 import { createSafeFetcher, ProbeFailed, TargetRefused, type SafeFetcher } from '../probes/safe-fetch.js';
 import { observationStore } from '../store/observation.js';
-import { serverStore } from '../store/servers.js';
+import { notifyIdentityChanged } from '../store/server-cache.js';
+import { retryOnIdentityConflict, serverStore, type DisplacedServer, type RegistryConflict } from '../store/servers.js';
 import { notifyServersChanged } from '../store/telemetry.js';
 
 /** Largest catalogue file read, and largest registry page fetched. */
@@ -44,14 +45,24 @@ export interface ImportSummary {
   servers: ImportedServer[];
   /** Why pagination stopped early (cursor loop, page limit), if it did. */
   stoppedEarly: string | null;
+  /**
+   * Servers no catalogue lists that held a registry name imported now (they had the same name or
+   * slug): renamed to the next free `name (k)` / `slug-k`; the registry name means the catalogue
+   * server from now on (docs/scoring.md "Server identity").
+   */
+  displaced: DisplacedServer[];
+  /**
+   * Registry names whose slug form another catalogue server already holds under a different
+   * registry name: they keep resolving to that server; the remote is tracked under its URL and
+   * a suffixed slug.
+   */
+  conflicts: RegistryConflict[];
 }
 
 export function createCatalogueService({ db, config, now }: { db: Db; config: Pick<Config, 'allowPrivateTargets'>; now: () => Date }, opts: { fetcher?: SafeFetcher } = {}) {
   const fetcher = opts.fetcher ?? createSafeFetcher({ allowPrivate: config.allowPrivateTargets });
-  const servers = serverStore(db);
-
   function emptySummary(source: string): ImportSummary {
-    return { source, pages: 0, entries: 0, added: 0, updated: 0, localOnly: 0, skippedCount: 0, skipped: [], servers: [], stoppedEarly: null };
+    return { source, pages: 0, entries: 0, added: 0, updated: 0, localOnly: 0, skippedCount: 0, skipped: [], servers: [], stoppedEarly: null, displaced: [], conflicts: [] };
   }
 
   /** Writes one parsed page; each remote in its own short transaction (server row + schedule row). */
@@ -63,29 +74,33 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
     for (const s of page.skipped) if (summary.skipped.length < MAX_LISTED_SKIPS) summary.skipped.push(s);
     const at = now();
     for (const r of page.remotes) {
-      const res = await db.transaction(async (tx) => {
-        const row = await serverStore(tx).upsertCatalogued(
-          {
-            url: r.url,
-            name: r.registryName,
-            slug: r.slug,
-            category: r.category,
-            registry_name: r.registryName,
-            title: r.title,
-            description: r.description,
-            repository_url: r.repositoryUrl,
-            registry_version: r.version,
-            transport: r.transport,
-          },
-          at,
-        );
-        // Due at once: the first observation round probes newly catalogued servers.
-        await observationStore(tx).schedule(row.id, at);
-        return row;
-      });
+      // Each remote in its own transaction, chosen again if a concurrent writer took its identity.
+      const res = await retryOnIdentityConflict(() =>
+        db.transaction(async (tx) => {
+          const row = await serverStore(tx).upsertCatalogued(
+            {
+              url: r.url,
+              category: r.category,
+              registry_name: r.registryName,
+              title: r.title,
+              description: r.description,
+              repository_url: r.repositoryUrl,
+              registry_version: r.version,
+              transport: r.transport,
+            },
+            at,
+          );
+          // Due at once: the first observation round probes newly catalogued servers.
+          await observationStore(tx).schedule(row.id, at);
+          return row;
+        }),
+      );
       notifyServersChanged(db, [res.id]);
+      if (res.added || res.bound || res.displaced) notifyIdentityChanged(db);
       if (res.added) summary.added++;
       else summary.updated++;
+      if (res.displaced) summary.displaced.push(res.displaced);
+      if (res.conflict) summary.conflicts.push(res.conflict);
       summary.servers.push({ registryName: r.registryName, url: r.url, transport: r.transport, category: r.category, added: res.added });
     }
   }

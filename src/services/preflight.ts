@@ -66,7 +66,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   const demand = demandStore(db);
   const store = receiptBatcher(db, { onBatch: deps.observe?.receiptBatch });
   // Resolved targets (hits only) for SCORE_CACHE_MS: a server row only ever changes its category.
-  const resolve = rememberedHits((target) => servers.resolve(target), SCORE_CACHE_MS);
+  const resolve = rememberedHits(db, (target) => servers.resolve(target), SCORE_CACHE_MS);
 
   /**
    * The lookup half of a pre-flight: what the observatory knows about `target` right now. The

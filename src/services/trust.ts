@@ -131,7 +131,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   // GetTrust hot path: server rows by URL (hits only, SCORE_CACHE_MS like the scores) and the
   // response built once per computation. Responses are shared: callers must not mutate them.
   const trustResponses = new WeakMap<ComputedScore, MessageInitShape<typeof GetTrustResponseSchema>>();
-  const trackedByUrl = rememberedHits((url) => servers.byUrl(url), SCORE_CACHE_MS);
+  const trackedByUrl = rememberedHits(db, (url) => servers.lookupUrl(url), SCORE_CACHE_MS);
 
   async function tiersOf(category: string | null, at: Date): Promise<Map<string, SlaTier>> {
     const [all, counts] = await Promise.all([engine.ranked(category, at), telemetry.countsSince(new Date(at.getTime() - 30 * DAY_MS))]);
@@ -435,7 +435,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
     async getBadge(req: Partial<GetBadgeRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetBadgeResponseSchema>> {
       const url = requireServerUrl(req.url, 'url');
-      const server = await servers.byUrl(url);
+      const server = await servers.lookupUrl(url);
       const score = server ? await engine.scoreFor(server, now()) : null;
       const verdict: PreflightVerdict = score?.verdict ?? 'UNRATED';
       const rated = score !== null && verdict !== 'UNRATED';
