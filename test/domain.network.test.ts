@@ -122,18 +122,22 @@ describe('the one-source bound of docs/integrity.md agrees with the model', () =
     const address = best('addr:a');
     const keyed = best(keySource('a'.repeat(64), 'n1'));
     const probes = best(OBSERVATORY_SOURCE);
-    // The sentence that states the bound (docs/integrity.md "The bound").
-    const stated = /One source alone[^]*?between \*\*([\d.]+) and ([\d.]+)\*\* \(keyed ([\d.]+) to ([\d.]+)\)/.exec(doc);
+    // The sentence that states the bound (docs/integrity.md "The bound"); line breaks are spaces.
+    const text = doc.replace(/\s+/g, ' ');
+    const stated = /One source alone\*\* keeps a server within [^:]*: between \*\*([\d.]+) and ([\d.]+)\*\* \(keyed ([\d.]+) to ([\d.]+)\)/.exec(text);
     expect(stated, 'docs/integrity.md states the one-source bound').not.toBeNull();
     expect(stated![2]).toBe(fmt(address));
     expect(stated![4]).toBe(fmt(keyed));
     expect(stated![1]).toBe(fmt(100 - address));
     expect(stated![3]).toBe(fmt(100 - keyed));
     // The grade the doc names for one source (and for a family of keys) is the grade of the bound.
-    const gradeClaim = /a single reporter[^.]*?at most grade \*\*([A-F])\*\*/i.exec(doc);
+    const gradeClaim = /a single reporter [^.]*? at most grade \*\*([A-F])\*\* on its own \(([\d.]+); ([\d.]+) through keys\), never grade ([A-F])/.exec(text);
     expect(gradeClaim, 'docs/integrity.md names the best grade one source can give').not.toBeNull();
     expect(gradeClaim![1]).toBe(gradeFor(Math.max(address, keyed)));
-    const probeClaim = /Alone it keeps a server within ([\d.]+) to ([\d.]+)[^.]*?grade ([A-F]) at best/.exec(doc);
+    expect([gradeClaim![2], gradeClaim![3]]).toEqual([fmt(address), fmt(keyed)]);
+    expect(gradeClaim![4]).toBe('A');
+    expect(gradeFor(keyed)).not.toBe('A');
+    const probeClaim = /Alone it keeps a server within ([\d.]+) to ([\d.]+)[^.]*?grade ([A-F]) at best/.exec(text);
     expect(probeClaim).not.toBeNull();
     expect(probeClaim![2]).toBe(fmt(probes));
     expect(probeClaim![3]).toBe(gradeFor(probes));

@@ -1,5 +1,6 @@
-// Active observation (docs/observation.md): the observatory probes every tracked server itself,
-// on a schedule, with the official MCP SDK client (initialize + tools/list) through the safe
+// Active observation (docs/observation.md): the observatory probes catalogue servers, and servers
+// with evidence from OBSERVE_MIN_SOURCES independent source families, itself (never a server one
+// reporter invented), on a schedule, with the official MCP SDK client (initialize + tools/list) through the safe
 // outbound client. Each probe becomes telemetry from the observatory's own source (weighted
 // below any agent, src/domain/scoring.ts) and refreshes the server's drift baseline, so servers
 // nobody reports on get a score, and manifest changes are flagged without anyone asking.
