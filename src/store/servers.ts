@@ -85,14 +85,15 @@ export function serverStore(db: Queryable) {
   async function freeIdentity(name: string, slug: string, from = 1): Promise<{ name: string; slug: string }> {
     for (let k = from; ; k += CANDIDATE_BATCH) {
       const cands = Array.from({ length: CANDIDATE_BATCH }, (_, i) => identityCandidate(name, slug, k + i));
+      // Names are compared with the database's lower(), the one its unique index uses.
       const [taken] = await db.query<{ handles: string[]; names: string[] }>(
         `SELECT ARRAY(SELECT handle FROM server_handles WHERE handle = ANY($1::text[])) AS handles,
-                ARRAY(SELECT lower(name) FROM servers WHERE lower(name) = ANY($2::text[])) AS names`,
-        [cands.map((c) => c.slug), cands.map((c) => c.name.toLowerCase())],
+                ARRAY(SELECT c FROM unnest($2::text[]) c WHERE EXISTS (SELECT 1 FROM servers WHERE lower(name) = lower(c))) AS names`,
+        [cands.map((c) => c.slug), cands.map((c) => c.name)],
       );
       const handles = new Set(taken!.handles);
       const names = new Set(taken!.names);
-      const free = cands.find((c) => !handles.has(c.slug) && !names.has(c.name.toLowerCase()));
+      const free = cands.find((c) => !handles.has(c.slug) && !names.has(c.name));
       if (free) return free;
     }
   }
