@@ -43,7 +43,8 @@ const BASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432
 // The service's settings for the bench: the pre-flight rate limit is per client address, and
 // every request here comes from 127.0.0.1, so it is turned off (it would answer 429s after 600);
 // active observation is off too (it would probe the made-up bench hosts in the background).
-const SERVICE_ENV: Record<string, string> = { HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0', OBSERVE_ENABLED: '0' };
+// The load generator is one client seeding 200 servers: the per-source bound on new servers is off.
+const SERVICE_ENV: Record<string, string> = { HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0', OBSERVE_ENABLED: '0', NEW_SERVERS_PER_SOURCE_PER_HOUR: '0' };
 
 export interface Row {
   name: string;

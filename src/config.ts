@@ -56,6 +56,12 @@ export interface Config {
    * forever. Scores never read raw telemetry; compliance exports (event logs) do.
    */
   telemetryRetentionDays: number;
+  /**
+   * NEW_SERVERS_PER_SOURCE_PER_HOUR (default 100, 0 = unlimited): servers one report source family
+   * (a network, or the keys registered from it) may newly track per hour, across instances; a
+   * report over it is refused with 429 (docs/integrity.md).
+   */
+  newServersPerSourcePerHour: number;
   /** Active observation: the observatory probes tracked servers itself (docs/observation.md). */
   observe: ObserveConfig;
   /** The standing MCP Registry sync (docs/observation.md "Registry sync"). */
@@ -80,6 +86,11 @@ export interface ObserveConfig {
   ratePerMinute: number;
   /** OBSERVE_TIMEOUT_MS (default 10000): one probe (initialize + tools/list) must finish within this. */
   timeoutMs: number;
+  /**
+   * OBSERVE_MIN_SOURCES (default 3): a server no catalogue lists is observed only while it has
+   * evidence from at least this many independent source families in the last 7 days.
+   */
+  minSources: number;
 }
 
 /** Default of TELEMETRY_RETENTION_DAYS: a year and a month (README "Configuration" says why). */
@@ -280,12 +291,14 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitMcpPreflightPerMinute: int(env, 'RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE', 300, 0, 1_000_000),
     rateLimitA2aSkillsPerMinute: int(env, 'RATE_LIMIT_A2A_SKILLS_PER_MINUTE', 300, 0, 1_000_000),
     telemetryRetentionDays: retentionDays(env),
+    newServersPerSourcePerHour: int(env, 'NEW_SERVERS_PER_SOURCE_PER_HOUR', 100, 0, 1_000_000),
     observe: {
       enabled: boolDefault(env, 'OBSERVE_ENABLED', true),
       intervalSeconds: int(env, 'OBSERVE_INTERVAL_SECONDS', 300, 10, 7 * 86_400),
       concurrency: int(env, 'OBSERVE_CONCURRENCY', 4, 1, 64),
       ratePerMinute: int(env, 'OBSERVE_RATE_PER_MINUTE', 60, 1, 100_000),
       timeoutMs: int(env, 'OBSERVE_TIMEOUT_MS', 10_000, 100, 120_000),
+      minSources: int(env, 'OBSERVE_MIN_SOURCES', 3, 1, 1000),
     },
     registrySync: {
       url: syncUrl === undefined ? null : httpUrl('REGISTRY_SYNC_URL', syncUrl),

@@ -76,7 +76,11 @@ describe(`catalogue import (${backend})`, () => {
     expect(rec.metrics).toMatchObject({ total_interactions: 0, success_rate: null });
     expect((await get(`/api/trust?url=${encodeURIComponent('IO.GITHUB.ACME/WEATHER')}`)).server.url).toBe('https://weather.acme.example/mcp');
     expect((await get('/api/trust?url=io-github-acme-weather')).server.url).toBe('https://weather.acme.example/mcp');
-    expect((await get(`/api/trust?url=${encodeURIComponent('https://weather.acme.example/sse')}`)).server.name).toBe('io.github.acme/weather');
+    // The second remote of a registry server has its own name and slug (names and slugs are unique;
+    // the registry name resolves to the streamable-http remote, imported first).
+    const sse = await get(`/api/trust?url=${encodeURIComponent('https://weather.acme.example/sse')}`);
+    expect(sse.server.name).toBe('io.github.acme/weather (2)');
+    expect((await get('/api/trust?url=io-github-acme-weather-2')).server.url).toBe('https://weather.acme.example/sse');
     await expectProblem(await fetch(`${t.base}/api/trust?url=${encodeURIComponent('io.github.nobody/nothing')}`), 404, 'not_tracked');
     await expectProblem(await fetch(`${t.base}/api/trust?url=javascript:alert(1)`), 400, 'invalid_argument');
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canonicalServerUrl, InvalidServerUrl, serverNameFromUrl, slugify } from '../src/domain/server-identity.js';
+import { canonicalServerUrl, hasQuery, identityCandidate, InvalidServerUrl, serverHandle, serverNameFromUrl, slugify, withoutQuery } from '../src/domain/server-identity.js';
 import { classifyCategory } from '../src/domain/category.js';
 
 describe('server identity', () => {
@@ -31,5 +31,34 @@ describe('category classifier', () => {
     // "payment" (finance) comes before "search" in the order.
     expect(classifyCategory(['search-payments.example.com'])).toBe('finance');
     expect(classifyCategory(['foo.example.com'])).toBe('general');
+  });
+});
+
+describe('identity helpers (docs/scoring.md "Server identity")', () => {
+  it('a query is cut from a canonical URL, leaving a canonical URL', () => {
+    expect(withoutQuery(canonicalServerUrl('https://x.example/mcp/?token=abc#f'))).toBe('https://x.example/mcp');
+    expect(withoutQuery(canonicalServerUrl('https://x.example/?a=1'))).toBe('https://x.example');
+    expect(withoutQuery('https://x.example/mcp')).toBe('https://x.example/mcp');
+    expect(hasQuery('https://x.example/mcp?a')).toBe(true);
+    expect(hasQuery(canonicalServerUrl('https://x.example/mcp?'))).toBe(false);
+  });
+
+  it('names, slugs and registry names are one handle by their slug form', () => {
+    for (const id of ['io.github.acme/weather', 'IO.GITHUB.ACME/WEATHER', ' io-github-acme-weather ', 'io_github acme:weather']) {
+      expect(serverHandle(id)).toBe('io-github-acme-weather');
+    }
+    expect(serverHandle('/// ')).toBe('');
+  });
+
+  it('collisions take the smallest free k, and the candidate name slugifies to the candidate slug', () => {
+    expect(identityCandidate('io.github.acme/weather', 'io-github-acme-weather', 1)).toEqual({ name: 'io.github.acme/weather', slug: 'io-github-acme-weather' });
+    for (const k of [2, 3, 17]) {
+      const c = identityCandidate('io.github.acme/weather', 'io-github-acme-weather', k);
+      expect(c).toEqual({ name: `io.github.acme/weather (${k})`, slug: `io-github-acme-weather-${k}` });
+      expect(slugify(c.name)).toBe(c.slug);
+    }
+    // A name without letters or digits still gets a slug.
+    expect(identityCandidate('[::]', '', 1)).toEqual({ name: '[::]', slug: 'server' });
+    expect(identityCandidate('[::]', '', 2)).toEqual({ name: '[::] (2)', slug: 'server-2' });
   });
 });

@@ -17,7 +17,7 @@ import {
   type SourceAccumulator,
 } from '../src/domain/scoring.js';
 import { verdictFor } from '../src/domain/verdict.js';
-import { sourceAddressPrefix } from '../src/domain/access.js';
+import { clientNetwork as sourceAddressPrefix } from '../src/domain/client-network.js';
 
 const NOW = new Date('2026-03-01T12:30:00Z');
 const src = (source: string, n: number, p: number, latency = 50, at = NOW): SourceAccumulator => ({

@@ -73,7 +73,9 @@ describe('parseRegistryPage', () => {
 
 describe('OBSERVE_* configuration', () => {
   it('has documented defaults and refuses bad values naming the variable', () => {
-    expect(loadConfig({}).observe).toEqual({ enabled: true, intervalSeconds: 300, concurrency: 4, ratePerMinute: 60, timeoutMs: 10_000 });
+    expect(loadConfig({}).observe).toEqual({ enabled: true, intervalSeconds: 300, concurrency: 4, ratePerMinute: 60, timeoutMs: 10_000, minSources: 3 });
+    expect(loadConfig({}).newServersPerSourcePerHour).toBe(100);
+    expect(loadConfig({ NEW_SERVERS_PER_SOURCE_PER_HOUR: '0', OBSERVE_MIN_SOURCES: '5' })).toMatchObject({ newServersPerSourcePerHour: 0, observe: { minSources: 5 } });
     expect(loadConfig({ OBSERVE_ENABLED: '0', OBSERVE_INTERVAL_SECONDS: '60' }).observe).toMatchObject({ enabled: false, intervalSeconds: 60 });
     for (const [name, value] of [
       ['OBSERVE_ENABLED', 'sometimes'],
@@ -81,6 +83,8 @@ describe('OBSERVE_* configuration', () => {
       ['OBSERVE_CONCURRENCY', '0'],
       ['OBSERVE_RATE_PER_MINUTE', '-1'],
       ['OBSERVE_TIMEOUT_MS', 'fast'],
+      ['OBSERVE_MIN_SOURCES', '0'],
+      ['NEW_SERVERS_PER_SOURCE_PER_HOUR', 'many'],
     ]) {
       expect(() => loadConfig({ [name!]: value })).toThrow(ConfigError);
       try {

@@ -127,7 +127,7 @@ describe(`MCP Registry v0.1 and the standing sync (${backend})`, () => {
     const travelId = await idOf('https://travel.acme.example/mcp');
     expect((await scheduled()).has(travelId)).toBe(false);
     // The observation loop's catch-up does not put it back.
-    await observationStore(t.obs.db).scheduleUnscheduled(new Date());
+    await observationStore(t.obs.db).syncSchedule(new Date(), { minSources: 1, since: new Date(0) });
     expect((await scheduled()).has(travelId)).toBe(false);
 
     // Deprecated: marked, still observed.

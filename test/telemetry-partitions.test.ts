@@ -11,7 +11,7 @@ import type { Db } from '../src/db/index.js';
 import { addMonths, partitionFor, planPartitions, type TelemetryPartition } from '../src/domain/telemetry-partitions.js';
 import { createTelemetryRetention } from '../src/services/telemetry-retention.js';
 import { createTrustEngine } from '../src/services/trust-engine.js';
-import { serverStore, type ServerRow } from '../src/store/servers.js';
+import type { ServerRow } from '../src/store/servers.js';
 import { telemetryPartitionStore } from '../src/store/telemetry-partitions.js';
 import { telemetryStore, type IngestRow } from '../src/store/telemetry.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
@@ -74,7 +74,13 @@ describe('partitioned telemetry on the database', () => {
     db.query<{ tool_name: string; part: string }>('SELECT tool_name, tableoid::regclass::text AS part FROM telemetry ORDER BY tool_name');
 
   async function server(db: Db, url = 'https://parts.example.com/mcp'): Promise<ServerRow> {
-    return serverStore(db).ensure({ url, name: 'parts', slug: 'parts', category: 'search' }, d('2020-01-01T00:00:00Z'));
+    // Plain SQL: the migration test runs it on a schema older than the store's (no server_handles yet).
+    const [row] = await db.query<ServerRow>(
+      `INSERT INTO servers (url, name, slug, category, registered_at) VALUES ($1, 'parts', 'parts', 'search', $2)
+       ON CONFLICT (url) DO UPDATE SET url = EXCLUDED.url RETURNING id, url, name, slug, category, registered_at`,
+      [url, d('2020-01-01T00:00:00Z')],
+    );
+    return row!;
   }
   const row = (s: ServerRow, at: string, tool: string, source = 'src:a'): IngestRow => ({
     serverId: s.id,

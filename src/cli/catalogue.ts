@@ -19,6 +19,8 @@ function printImport(s: ImportSummary, io: CliIo): void {
   for (const k of s.skipped) io.out(`    - ${k.name}: ${k.reason}`);
   if (s.skippedCount > s.skipped.length) io.out(`    ... and ${s.skippedCount - s.skipped.length} more`);
   if (s.stoppedEarly) io.out(`  note: ${s.stoppedEarly}`);
+  for (const d of s.displaced) io.out(`  renamed ${d.url}: it held the registry name ${d.registryName} without being listed; now ${d.to.name} (slug ${d.to.slug})`);
+  for (const c of s.conflicts) io.out(`  conflict: ${c.registryName} (${c.url}) has the slug form of a registry name already bound to ${c.boundTo}; it keeps resolving there`);
   for (const x of s.servers) io.out(`  ${x.added ? '+' : '~'} ${x.registryName}  ${x.transport}  ${x.url}  [${x.category}]`);
 }
 

@@ -54,3 +54,8 @@ export function isRefusedValueError(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   return code === '22021' || code === '22P05';
 }
+
+/** A unique constraint refused the write (SQLSTATE 23505), on either backend. */
+export function isUniqueViolation(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === '23505';
+}

@@ -5,7 +5,7 @@ import { openPglite } from './pglite.js';
 import { openPostgres } from './postgres.js';
 
 export type { Db, Queryable, Row } from './db.js';
-export { isConnectionError, isRefusedValueError } from './db.js';
+export { isConnectionError, isRefusedValueError, isUniqueViolation } from './db.js';
 
 /** Opens the configured database and brings its schema up to date. */
 export async function openDatabase(config: Pick<Config, 'databaseUrl' | 'dataDir'> & { production?: boolean }, opts: { memory?: boolean } = {}): Promise<Db> {

@@ -1,11 +1,12 @@
 import { createHash, createHmac, randomBytes } from 'node:crypto';
+import { clientNetwork } from './client-network.js';
 
 // Access rules of SPEC.md 4.5, 4.6, 5 and 8 (DECISIONS.md "Access and payment"), in one place.
 
 /** Free trust checks per anonymous key. */
 export const TRIAL_LIMIT = 50;
 export const KEY_SCOPES = ['trust:read'] as const;
-/** Registrations allowed per client address within REGISTRATION_WINDOW_MS. */
+/** Registrations allowed per client network (IPv4 address, IPv6 /64) within REGISTRATION_WINDOW_MS. */
 export const REGISTRATION_LIMIT = 5;
 export const REGISTRATION_WINDOW_MS = 60 * 60 * 1000;
 
@@ -26,9 +27,12 @@ export function looksLikeApiKey(key: string): boolean {
   return key.length <= 200 && /^[A-Za-z0-9_\-.~+/=]+$/.test(key);
 }
 
-/** Keyed hash of a client address (DECISIONS.md "Client address"): never the address itself. */
+/**
+ * Keyed hash of the network of a client address (DECISIONS.md "Client address";
+ * src/domain/client-network.ts): never the address itself, and every address of one IPv6 /64 alike.
+ */
 export function addressHash(secret: string, address: string): string {
-  return createHmac('sha256', secret).update(address.trim().toLowerCase(), 'utf8').digest('hex');
+  return createHmac('sha256', secret).update(clientNetwork(address), 'utf8').digest('hex');
 }
 
 /** UTC day (YYYY-MM-DD) whose secret keys the address hashes made at `at`. */
@@ -36,17 +40,25 @@ export function secretDay(at: Date): string {
   return at.toISOString().slice(0, 10);
 }
 
+/** A sliding-window limit's answer: allowed, or refused with the seconds until a slot frees. */
+export type WindowDecision = { allowed: true } | { allowed: false; retryAfterSeconds: number };
+
 /**
- * Sliding-window decision for a registration: given the times of this address's registrations in
- * the last window (oldest first), either allowed, or refused with the seconds until the oldest
- * one leaves the window.
+ * Sliding-window decision: given the times of one client's events in the last window, either
+ * allowed (fewer than `limit`), or refused with the seconds until the oldest leaves the window.
+ * Used by the registration limit and by the bound on new servers per source (telemetry).
  */
-export function registrationDecision(recent: Date[], now: Date): { allowed: true } | { allowed: false; retryAfterSeconds: number } {
-  const inWindow = recent.filter((t) => now.getTime() - t.getTime() < REGISTRATION_WINDOW_MS);
-  if (inWindow.length < REGISTRATION_LIMIT) return { allowed: true };
+export function slidingWindowDecision(recent: readonly Date[], now: Date, limit: number, windowMs: number): WindowDecision {
+  const inWindow = recent.filter((t) => now.getTime() - t.getTime() < windowMs);
+  if (inWindow.length < limit) return { allowed: true };
   const oldest = Math.min(...inWindow.map((t) => t.getTime()));
-  const retry = Math.ceil((oldest + REGISTRATION_WINDOW_MS - now.getTime()) / 1000);
+  const retry = Math.ceil((oldest + windowMs - now.getTime()) / 1000);
   return { allowed: false, retryAfterSeconds: Math.max(1, retry) };
+}
+
+/** The registration limit: REGISTRATION_LIMIT per client network per REGISTRATION_WINDOW_MS. */
+export function registrationDecision(recent: Date[], now: Date): WindowDecision {
+  return slidingWindowDecision(recent, now, REGISTRATION_LIMIT, REGISTRATION_WINDOW_MS);
 }
 
 /** Parses `Authorization: Bearer <key>`; null when absent, 'malformed' for any other scheme or junk. */
@@ -55,21 +67,4 @@ export function bearerToken(header: string | null): string | null | 'malformed' 
   const m = /^Bearer[ ]+(\S+)\s*$/i.exec(header.trim());
   if (!m || !looksLikeApiKey(m[1]!)) return 'malformed';
   return m[1]!;
-}
-
-/**
- * The part of a client address that identifies a report source (docs/integrity.md): an IPv4
- * address as is (IPv4-mapped IPv6 too), an IPv6 address by its /64 prefix, because one
- * subscriber is routinely given a whole /64 and could otherwise pose as 2^64 sources.
- */
-export function sourceAddressPrefix(address: string): string {
-  const a = address.trim().toLowerCase().replace(/%.*$/, '');
-  const mapped = /^(?:0{0,4}:){0,5}ffff:(\d+\.\d+\.\d+\.\d+)$|^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(a);
-  if (mapped) return mapped[1] ?? mapped[2]!;
-  if (!a.includes(':')) return a;
-  const [head, tail] = a.split('::') as [string, string | undefined];
-  const h = head ? head.split(':') : [];
-  const tl = tail !== undefined && tail !== '' ? tail.split(':') : [];
-  const groups = tail === undefined ? h : [...h, ...Array<string>(Math.max(0, 8 - h.length - tl.length)).fill('0'), ...tl];
-  return `${groups.slice(0, 4).map((g) => (parseInt(g, 16) || 0).toString(16)).join(':')}::/64`;
 }

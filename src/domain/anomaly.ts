@@ -1,6 +1,7 @@
 // Anomaly flags (docs/scoring.md "Anomalies"). Each flag compares the server's recent hours with
 // its own history using a robust statistic, never a single sample. Pure: hourly rollups and the
 // clock in, flags out.
+import { sourceFamily } from './scoring.js';
 
 export const HOUR_MS = 3_600_000;
 /** Recent window: the current hour and the two before it. */
@@ -174,8 +175,8 @@ export function sumBySource(rows: readonly SourceHourRollup[]): HourRollup[] {
 
 /**
  * Source-robust anomaly detection (docs/integrity.md): a flag stands only when it also fires
- * without the most active source of the recent window and without the most active source of the
- * history. So no single source can raise a flag alone, neither by flooding the recent hours (a
+ * without the most active source family (sourceFamily: one network's address and keys) of the
+ * recent window and without the most active family of the history. So no single source can raise a flag alone, neither by flooding the recent hours (a
  * fake error spike) nor by flooding the history and stopping (a fake volume drop); one reporter
  * alone never raises any flag.
  */
@@ -187,20 +188,20 @@ export function detectAnomaliesRobust(rows: readonly SourceHourRollup[], now: Da
     const per = new Map<string, number>();
     for (const r of rows) {
       const t = r.bucket.getTime();
-      if (t >= from && t < to) per.set(r.source, (per.get(r.source) ?? 0) + Number(r.n));
+      if (t >= from && t < to) per.set(sourceFamily(r.source), (per.get(sourceFamily(r.source)) ?? 0) + Number(r.n));
     }
     let best: string | undefined;
     let bestN = -1;
     for (const [s, n] of [...per.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1))) if (n > bestN) [best, bestN] = [s, n];
     return best;
   };
-  const sources = new Set(rows.map((r) => r.source)).size;
+  const sources = new Set(rows.map((r) => sourceFamily(r.source))).size;
   const details: AnomalyResult['details'] = { ...all.details, sources };
   if (all.flags.length === 0) return { flags: [], details };
   let flags = all.flags;
   const candidates = new Set([top(recentStart, hourStart(now) + HOUR_MS), top(historyStart, recentStart)].filter((s): s is string => s !== undefined));
   for (const s of candidates) {
-    const without = detectAnomalies(sumBySource(rows.filter((r) => r.source !== s)), now);
+    const without = detectAnomalies(sumBySource(rows.filter((r) => sourceFamily(r.source) !== s)), now);
     flags = flags.filter((f) => without.flags.includes(f));
   }
   const dropped = all.flags.filter((f) => !flags.includes(f));

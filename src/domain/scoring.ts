@@ -81,15 +81,15 @@ export interface CombinedEvidence {
   mean_latency: number;
   /** Raw reports behind the accumulators. */
   reports: number;
-  /** Independent sources with any weight left (the observatory's own probes are not independent). */
+  /** Independent source families with any weight left (sourceFamily; the observatory's own probes are not independent). */
   sources: number;
   /** Weight the observatory's own probes contribute (after their caps). */
   observatory_weight: number;
-  /** Of which registered API keys. */
+  /** Of which families speaking through a registered API key. */
   keyed_sources: number;
   /** Weight removed by the per-source saturation. */
   capped_weight: number;
-  /** Largest share of the combined weight held by one source (0..1). */
+  /** Largest share of the combined weight held by one source family (0..1). */
   max_source_share: number;
 }
 
@@ -98,6 +98,31 @@ export const isKeyedSource = (source: string) => source.startsWith('key:');
 /** A source is the observatory's own when it is one of its probes (never an agent). */
 export const isObservatorySource = (source: string) => source.startsWith('observatory:');
 export const sourceCap = (source: string) => (isKeyedSource(source) ? KEYED_SOURCE_CAP : isObservatorySource(source) ? OBSERVATORY_SOURCE_CAP : SOURCE_CAP);
+
+/**
+ * The source of a report through a registered API key: `key:` + the first 32 hex digits of the
+ * key's SHA-256, then `@` + the key's family when it has one (the keyed hash of the network it
+ * was registered from, which is the `addr:` source of that network on that day;
+ * src/services/report-source.ts). Keys registered before families existed have none.
+ */
+export function keySource(keyHash: string, family: string | null): string {
+  return `key:${keyHash.slice(0, 32)}${family ? `@${family}` : ''}`;
+}
+
+/**
+ * The family a source belongs to (docs/integrity.md): everything one network can speak through
+ * on one day is one family, so the model counts it as one source. `addr:X` and every key
+ * registered from that network that day (`key:...@X`) are the family `net:X`; a key without a
+ * family is its own; the observatory's probes and in-process callers are their own.
+ */
+export function sourceFamily(source: string): string {
+  if (source.startsWith('addr:')) return `net:${source.slice(5)}`;
+  if (isKeyedSource(source)) {
+    const at = source.indexOf('@');
+    return at === -1 ? source : `net:${source.slice(at + 1)}`;
+  }
+  return source;
+}
 
 /** Weighted median: the smallest value at which the cumulative weight reaches half (mean of the two at an exact tie). */
 export function weightedMedian(items: readonly { value: number; weight: number }[]): number {
@@ -138,25 +163,36 @@ export function robustSuccessRate(items: readonly { rate: number; weight: number
 }
 
 /**
- * Combines sources (any age; decayed here to `now`) so that none dominates: each source is
- * reduced to its own estimates (success rate, mean latency) and a weight that saturates at its
- * cap (decayed from its last report); the estimates are then combined
+ * Combines sources (any age; decayed here to `now`) so that none dominates: the sources of one
+ * family (sourceFamily) are pooled, each family is reduced to its own estimates (success rate,
+ * mean latency) and a weight that saturates at its cap (decayed from its last report); the
+ * estimates are then combined
  * with robust weighted statistics (robustSuccessRate, weightedMedian).
  */
 export function combineSources(sources: readonly SourceAccumulator[], now: Date): CombinedEvidence {
   // The cap decays from the source's last report like the evidence itself, so a source that
   // stopped reporting fades with the half-life however much it once sent.
   const capOf = (s: SourceAccumulator) => sourceCap(s.source) * decayFactor(now.getTime() - s.updated_at.getTime());
-  const caps = new Map(sources.map((s) => [s.source, capOf(s)]));
-  const decayed = decayTo(sources, now);
-  // Sorted by source key so floating-point sums are identical whatever order rows arrive in.
-  const saturated = decayed
-    .filter((s) => s.weight > 1e-9)
+  // Sources of one family (sourceFamily) are pooled into one before saturation: twelve keys
+  // registered from one network weigh what one key weighs. The family's cap is the largest of
+  // its members' (a family with a key saturates at the keyed cap).
+  const families = new Map<string, { source: string; raw: number; successes: number; latency_sum: number; cap: number; keyed: boolean }>();
+  for (const original of sources) {
+    const [s] = decayTo([original], now) as [SourceAccumulator];
+    if (!(s.weight > 1e-9)) continue;
+    const key = sourceFamily(s.source);
+    const f = families.get(key) ?? { source: key, raw: 0, successes: 0, latency_sum: 0, cap: 0, keyed: false };
+    f.raw += s.weight;
+    f.successes += s.successes;
+    f.latency_sum += s.latency_sum;
+    f.cap = Math.max(f.cap, capOf(original));
+    f.keyed ||= isKeyedSource(s.source);
+    families.set(key, f);
+  }
+  // Sorted by family key so floating-point sums are identical whatever order rows arrive in.
+  const saturated = [...families.values()]
     .sort((a, b) => (a.source < b.source ? -1 : a.source > b.source ? 1 : 0))
-    .map((s) => {
-      const weight = Math.min(s.weight, caps.get(s.source)!);
-      return { source: s.source, raw: s.weight, weight, rate: s.successes / s.weight, latency: s.latency_sum / s.weight };
-    });
+    .map((f) => ({ source: f.source, keyed: f.keyed, raw: f.raw, weight: Math.min(f.raw, f.cap), rate: f.successes / f.raw, latency: f.latency_sum / f.raw }));
   // The observatory's probes never outweigh the agents (OBSERVATORY_SHARE_OF_INDEPENDENT).
   const independentWeight = saturated.filter((x) => !isObservatorySource(x.source)).reduce((s, x) => s + x.weight, 0);
   const live = saturated.map((x) =>
@@ -167,10 +203,10 @@ export function combineSources(sources: readonly SourceAccumulator[], now: Date)
     weight,
     success_rate: robustSuccessRate(live),
     mean_latency: weightedMedian(live.map((x) => ({ value: x.latency, weight: x.weight }))),
-    reports: decayed.reduce((s, x) => s + x.reports, 0),
+    reports: sources.reduce((s, x) => s + x.reports, 0),
     sources: live.filter((x) => !isObservatorySource(x.source)).length,
     observatory_weight: live.filter((x) => isObservatorySource(x.source)).reduce((s, x) => s + x.weight, 0),
-    keyed_sources: live.filter((x) => isKeyedSource(x.source)).length,
+    keyed_sources: live.filter((x) => x.keyed).length,
     capped_weight: live.reduce((s, x) => s + (x.raw - x.weight), 0),
     max_source_share: weight > 0 ? Math.max(...live.map((x) => x.weight)) / weight : 0,
   };

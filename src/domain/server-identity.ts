@@ -47,3 +47,42 @@ export function slugify(name: string): string {
     .replace(/[^a-z0-9]+/g, '-')
     .replace(/^-+|-+$/g, '');
 }
+
+/** True when a canonical URL carries a query string. */
+export function hasQuery(canonicalUrl: string): boolean {
+  return canonicalUrl.includes('?');
+}
+
+/**
+ * The canonical URL without its query (docs/scoring.md "Server identity"): a query is part of a
+ * server's identity only when a catalogue server has that exact URL, so a report or a lookup
+ * whose query the catalogue does not list means the query-less server. Canonical URLs carry no
+ * fragment, and the path's trailing slash was dropped before the query, so cutting at `?` leaves
+ * a canonical URL.
+ */
+export function withoutQuery(canonicalUrl: string): string {
+  const q = canonicalUrl.indexOf('?');
+  return q === -1 ? canonicalUrl : canonicalUrl.slice(0, q);
+}
+
+/**
+ * The handle an identifier resolves by: its slug form. Names, slugs and registry names are one
+ * namespace of handles, each bound to exactly one server (table server_handles), so two
+ * identifiers with the same slug form are the same identifier. Empty when the identifier has no
+ * letter or digit (it then resolves to nothing).
+ */
+export const serverHandle = (identifier: string): string => slugify(identifier.trim());
+
+/** Slug of a name that has no letter or digit at all (a slug is never empty). */
+const EMPTY_SLUG = 'server';
+
+/**
+ * The k-th identity candidate for a server named `name` whose natural slug is `slug` (k >= 1):
+ * the name and slug themselves, then `name (k)` and `slug-k`. Deterministic: a server that
+ * collides takes the smallest k whose slug is not a bound handle and whose name is unused, so
+ * slugify(candidate name) stays the candidate slug.
+ */
+export function identityCandidate(name: string, slug: string, k: number): { name: string; slug: string } {
+  const base = slug === '' ? EMPTY_SLUG : slug;
+  return k <= 1 ? { name, slug: base } : { name: `${name} (${k})`, slug: `${base}-${k}` };
+}

@@ -9,6 +9,7 @@ import {
 } from '../../gen/observatory/v1/access_pb.js';
 import {
   KEY_SCOPES,
+  REGISTRATION_LIMIT,
   REGISTRATION_WINDOW_MS,
   TRIAL_LIMIT,
   addressHash,
@@ -26,6 +27,7 @@ import { apiKeyStore } from '../store/api-keys.js';
 import { addressSecretStore, registrationStore } from '../store/address-hashes.js';
 import { serverStore } from '../store/servers.js';
 import { clientAddressKey, type CallContext, type ServiceDeps } from './context.js';
+import { networkHasher } from './report-source.js';
 import type { TrustService } from './trust.js';
 import type { PreflightService } from './preflight.js';
 import { createPaymentService } from './payments.js';
@@ -51,6 +53,7 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
   const registrations = registrationStore(db);
   const servers = serverStore(db);
   const payments = createPaymentService(deps, { paymentVerifier: opts.paymentVerifier, facilitator: opts.facilitator });
+  const hashNetwork = networkHasher(db);
   const base = config.publicBaseUrl;
   const wallet = config.paymentWallet;
   const challenge = `Bearer resource_metadata="${base}/.well-known/oauth-protected-resource"`;
@@ -93,6 +96,7 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
     };
   }
 
+  /** The registration limit, per client network (IPv4 address, IPv6 /64; src/domain/client-network.ts). */
   async function registrationAllowed(address: string): Promise<void> {
     const at = now();
     const today = secretDay(at);
@@ -101,7 +105,7 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
     const hashes = [addressHash(await secrets.secretFor(today), address), addressHash(await secrets.secretFor(yesterday), address)];
     const decision = await registrations.attempt(hashes, new Date(at.getTime() - REGISTRATION_WINDOW_MS), at, (recent) => registrationDecision(recent, at));
     if (!decision.allowed) {
-      throw new ObservatoryError('rate_limited', `at most 5 registrations per hour from one address; retry in ${decision.retryAfterSeconds} s`, {
+      throw new ObservatoryError('rate_limited', `at most ${REGISTRATION_LIMIT} registrations per hour from one network (an IPv4 address or an IPv6 /64); retry in ${decision.retryAfterSeconds} s`, {
         headers: { 'retry-after': String(decision.retryAfterSeconds) },
         extra: { retry_after_seconds: decision.retryAfterSeconds },
       });
@@ -118,10 +122,13 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
       const credentialType = req.requestedCredentialType || 'api_key';
       if (type !== 'anonymous') throw invalidArgument('type must be "anonymous" (the only registration flow offered)');
       if (credentialType !== 'api_key') throw invalidArgument('requested_credential_type must be "api_key" (the only credential offered)');
-      await registrationAllowed(ctx?.values.get(clientAddressKey) ?? 'unknown');
+      const address = ctx?.values.get(clientAddressKey);
+      await registrationAllowed(address ?? 'unknown');
       const apiKey = newApiKey();
       const issuedAt = now();
-      await keys.insert({ keyHash: hashApiKey(apiKey), scopes: KEY_SCOPES, trialLimit: TRIAL_LIMIT, createdAt: issuedAt });
+      // The key's family: keys registered from one network on one day weigh as one report source.
+      const networkFamily = address ? await hashNetwork(address, secretDay(issuedAt)) : null;
+      await keys.insert({ keyHash: hashApiKey(apiKey), scopes: KEY_SCOPES, trialLimit: TRIAL_LIMIT, createdAt: issuedAt, networkFamily });
       return {
         apiKey,
         credentialType: 'api_key',

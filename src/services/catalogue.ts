@@ -13,7 +13,8 @@ import { looksLikeUrl } from '../domain/server-identity.js';
 import { createSafeFetcher, ProbeFailed, TargetRefused, type SafeFetcher } from '../probes/safe-fetch.js';
 import { observationStore } from '../store/observation.js';
 import { registrySyncStore } from '../store/registry-sync.js';
-import { serverStore } from '../store/servers.js';
+import { notifyIdentityChanged } from '../store/server-cache.js';
+import { retryOnIdentityConflict, serverStore, type DisplacedServer, type RegistryConflict } from '../store/servers.js';
 import { notifyServersChanged } from '../store/telemetry.js';
 
 /** Largest catalogue file read, and largest registry page fetched. */
@@ -54,6 +55,18 @@ export interface ImportSummary {
   latestUpdate: string | null;
   /** Why pagination stopped early (cursor loop, page limit), if it did. */
   stoppedEarly: string | null;
+  /**
+   * Servers no catalogue lists that held a registry name imported now (they had the same name or
+   * slug): renamed to the next free `name (k)` / `slug-k`; the registry name means the catalogue
+   * server from now on (docs/scoring.md "Server identity").
+   */
+  displaced: DisplacedServer[];
+  /**
+   * Registry names whose slug form another catalogue server already holds under a different
+   * registry name: they keep resolving to that server; the remote is tracked under its URL and
+   * a suffixed slug.
+   */
+  conflicts: RegistryConflict[];
 }
 
 /** Registry API list paths, newest first: a registry base URL is read at the first that answers. */
@@ -79,8 +92,6 @@ export interface ImportUrlOptions {
 
 export function createCatalogueService({ db, config, now }: { db: Db; config: Pick<Config, 'allowPrivateTargets'>; now: () => Date }, opts: { fetcher?: SafeFetcher } = {}) {
   const fetcher = opts.fetcher ?? createSafeFetcher({ allowPrivate: config.allowPrivateTargets });
-  const servers = serverStore(db);
-
   function emptySummary(source: string): ImportSummary {
     return {
       source,
@@ -96,6 +107,8 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
       withdrawn: { entries: 0, servers: 0, names: [] },
       latestUpdate: null,
       stoppedEarly: null,
+      displaced: [],
+      conflicts: [],
     };
   }
 
@@ -117,37 +130,41 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
       if (summary.withdrawn.names.length < MAX_LISTED_SKIPS) summary.withdrawn.names.push(w.registryName);
     }
     for (const r of page.remotes) {
-      const res = await db.transaction(async (tx) => {
-        const row = await serverStore(tx).upsertCatalogued(
-          {
-            url: r.url,
-            name: r.registryName,
-            slug: r.slug,
-            category: r.category,
-            registry_name: r.registryName,
-            title: r.title,
-            description: r.description,
-            repository_url: r.repositoryUrl,
-            registry_version: r.version,
-            transport: r.transport,
-          },
-          at,
-        );
-        await registrySyncStore(tx).setListing(row.id, {
-          status: r.listing.status,
-          message: r.listing.statusMessage,
-          changedAt: date(r.listing.statusChangedAt),
-          updatedAt: date(r.listing.updatedAt),
-        });
-        // Due at once: the first observation round probes newly catalogued servers (and ones the
-        // registry lists again after deleting them).
-        await observationStore(tx).schedule(row.id, at);
-        return row;
-      });
+      // Each remote in its own transaction, chosen again if a concurrent writer took its identity.
+      const res = await retryOnIdentityConflict(() =>
+        db.transaction(async (tx) => {
+          const row = await serverStore(tx).upsertCatalogued(
+            {
+              url: r.url,
+              category: r.category,
+              registry_name: r.registryName,
+              title: r.title,
+              description: r.description,
+              repository_url: r.repositoryUrl,
+              registry_version: r.version,
+              transport: r.transport,
+            },
+            at,
+          );
+          await registrySyncStore(tx).setListing(row.id, {
+            status: r.listing.status,
+            message: r.listing.statusMessage,
+            changedAt: date(r.listing.statusChangedAt),
+            updatedAt: date(r.listing.updatedAt),
+          });
+          // Due at once: the first observation round probes newly catalogued servers (and ones the
+          // registry lists again after deleting them).
+          await observationStore(tx).schedule(row.id, at);
+          return row;
+        }),
+      );
       if (r.listing.status === 'deprecated') summary.deprecated++;
       notifyServersChanged(db, [res.id]);
+      if (res.added || res.bound || res.displaced) notifyIdentityChanged(db);
       if (res.added) summary.added++;
       else summary.updated++;
+      if (res.displaced) summary.displaced.push(res.displaced);
+      if (res.conflict) summary.conflicts.push(res.conflict);
       summary.servers.push({ registryName: r.registryName, url: r.url, transport: r.transport, category: r.category, added: res.added });
     }
   }

@@ -55,7 +55,7 @@ export function createComplianceService({ db, config, now, receipts }: ServiceDe
     } catch (err) {
       throw probeError(err);
     }
-    const server = await servers.byUrl(url);
+    const server = await servers.lookupUrl(url);
     const checkedAt = now();
     const [history, latest, lastDrift] = server
       ? await Promise.all([evidence.historyDepth(server.id), drift.latest(server.id), drift.lastDriftAt(server.id)])
@@ -150,7 +150,7 @@ export function createComplianceService({ db, config, now, receipts }: ServiceDe
         if (err instanceof BadDateRange) throw invalidArgument(err.message);
         throw err;
       }
-      const server = await servers.byUrl(url);
+      const server = await servers.lookupUrl(url);
       const [ev, rcpts, drifts, score] = await Promise.all([
         server ? evidence.events(server.id, period.from, period.to) : null,
         evidence.receiptsFor(url, period.from, period.to),

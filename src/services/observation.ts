@@ -1,5 +1,6 @@
-// Active observation (docs/observation.md): the observatory probes every tracked server itself,
-// on a schedule, with the official MCP SDK client (initialize + tools/list) through the safe
+// Active observation (docs/observation.md): the observatory probes catalogue servers, and servers
+// with evidence from OBSERVE_MIN_SOURCES independent source families, itself (never a server one
+// reporter invented), on a schedule, with the official MCP SDK client (initialize + tools/list) through the safe
 // outbound client. Each probe becomes telemetry from the observatory's own source (weighted
 // below any agent, src/domain/scoring.ts) and refreshes the server's drift baseline, so servers
 // nobody reports on get a score, and manifest changes are flagged without anyone asking.
@@ -20,6 +21,10 @@ import type { TelemetryService } from './telemetry.js';
 export const BASELINE_REFRESH_MS = 24 * 3600_000;
 /** The loop looks for due servers this often (or every interval, when that is shorter). */
 export const OBSERVE_TICK_MS = 5_000;
+/** Who may be observed is re-checked at most this often (it reads every server's recent evidence). */
+export const SCHEDULE_SYNC_MS = 60_000;
+/** Evidence this recent counts towards OBSERVE_MIN_SOURCES. */
+export const OBSERVE_EVIDENCE_WINDOW_MS = 7 * 86_400_000;
 
 export interface ProbeResult {
   serverId: number;
@@ -103,13 +108,25 @@ export function createObservationService(
     return result;
   }
 
+  let lastSync: number | null = null;
   /**
-   * One round: puts newly tracked servers on the schedule, then OBSERVE_CONCURRENCY workers
-   * claim due servers one at a time and probe them until none is due or the budget is spent.
+   * Who is observed (docs/observation.md "What is observed"): catalogue servers, and servers with
+   * evidence from OBSERVE_MIN_SOURCES independent source families in the last 7 days; a server a
+   * single reporter invented is never probed. Re-checked at most once a minute.
+   */
+  async function syncSchedule(at: Date): Promise<void> {
+    if (lastSync !== null && at.getTime() - lastSync < SCHEDULE_SYNC_MS && at.getTime() >= lastSync) return;
+    await store.syncSchedule(at, { minSources: cfg.minSources, since: new Date(at.getTime() - OBSERVE_EVIDENCE_WINDOW_MS) });
+    lastSync = at.getTime();
+  }
+
+  /**
+   * One round: brings the schedule in line with who may be observed, then OBSERVE_CONCURRENCY
+   * workers claim due servers one at a time and probe them until none is due or the budget is spent.
    */
   async function runRound(): Promise<RoundSummary> {
     const startedAt = now();
-    await store.scheduleUnscheduled(startedAt);
+    await syncSchedule(startedAt);
     const results: ProbeResult[] = [];
     let budgetExhausted = false;
     const worker = async () => {

@@ -3,7 +3,7 @@ import { isAddressEqual } from 'viem';
 import { encodePaymentRequiredHeader, encodePaymentResponseHeader } from '@x402/core/http';
 import type { PaymentPayload, PaymentRequirements, SettleResponse } from '@x402/core/types';
 import { PaymentRequiredSchema } from '../../gen/observatory/v1/access_pb.js';
-import { sourceAddressPrefix } from '../domain/access.js';
+import { clientNetwork } from '../domain/client-network.js';
 import { createTokenBuckets } from '../domain/token-bucket.js';
 import {
   PRICE,
@@ -114,7 +114,7 @@ export function createPaymentService(deps: ServiceDeps, opts: PaymentServiceOpti
   function throttle(ctx: CallContext | undefined) {
     if (!lookups) return;
     const address = ctx?.values.get(clientAddressKey);
-    const d = lookups.take(address ? sourceAddressPrefix(address) : 'unknown');
+    const d = lookups.take(address ? clientNetwork(address) : 'unknown');
     if (!d.allowed) {
       throw new ObservatoryError(
         'rate_limited',

@@ -70,7 +70,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   const demand = demandStore(db);
   const store = receiptBatcher(db, { onBatch: deps.observe?.receiptBatch });
   // Resolved targets (hits only) for SCORE_CACHE_MS: a server row only ever changes its category.
-  const resolve = rememberedHits((target) => servers.resolve(target), SCORE_CACHE_MS);
+  const resolve = rememberedHits(db, (target) => servers.resolve(target), SCORE_CACHE_MS);
   // What the MCP Registry says about the server (registry sync), remembered like the scores.
   const registryListing = rememberedListings(db, SCORE_CACHE_MS);
 

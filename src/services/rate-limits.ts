@@ -1,4 +1,5 @@
 import type { Config } from '../config.js';
+import { clientNetwork } from '../domain/client-network.js';
 import { createTokenBuckets } from '../domain/token-bucket.js';
 
 // Per-client rate limits for the calls that cost the most (docs/reliability.md "Rate limits"):
@@ -52,7 +53,8 @@ export interface RateDecision {
  * so a change of keying (e.g. one bucket per IPv6 /64) applies to all of them at once.
  */
 export function rateLimitKey(clientAddress: string | undefined): string {
-  return clientAddress ?? '';
+  // One bucket per client network (IPv4 address, IPv6 /64), the unit report sources use.
+  return clientAddress === undefined ? '' : clientNetwork(clientAddress);
 }
 
 export function createRateLimiter(config: RateLimitConfig, opts: { now?: () => number } = {}) {

@@ -1,6 +1,8 @@
 import { createHmac } from 'node:crypto';
 import type { Queryable } from '../db/index.js';
-import { bearerToken, hashApiKey, sourceAddressPrefix } from '../domain/access.js';
+import { bearerToken, hashApiKey, secretDay } from '../domain/access.js';
+import { clientNetwork } from '../domain/client-network.js';
+import { keySource, sourceFamily } from '../domain/scoring.js';
 import { apiKeyStore } from '../store/api-keys.js';
 import { sourceSecretStore } from '../store/source-secrets.js';
 import { clientAddressKey, type CallContext } from './context.js';
@@ -8,39 +10,80 @@ import { clientAddressKey, type CallContext } from './context.js';
 /** Source of reports that carry neither a key nor a known address (in-process callers, tools). */
 export const LOCAL_SOURCE = 'local';
 
+const DAY_MS = 86_400_000;
+
+/**
+ * HMAC(secret of the UTC day, network of a client address) (src/domain/client-network.ts), cut to
+ * 32 hex digits: the `addr:` source of that network on that day, and the family stored with a key
+ * registered from it. One-way; the secret is deleted after two days, so hashes of different days
+ * cannot be linked or reversed.
+ */
+export function networkHasher(db: Queryable) {
+  const secrets = sourceSecretStore(db);
+  let cached: { day: string; secret: Buffer }[] = [];
+  async function secretFor(day: string): Promise<Buffer> {
+    const hit = cached.find((c) => c.day === day);
+    if (hit) return hit.secret;
+    const secret = await secrets.forDay(day);
+    cached = [{ day, secret }, ...cached].slice(0, 2);
+    return secret;
+  }
+  return async (address: string, day: string): Promise<string> =>
+    createHmac('sha256', await secretFor(day)).update(clientNetwork(address)).digest('hex').slice(0, 32);
+}
+
+/** Who sent a report, as the scoring and the per-source limits see it. */
+export interface ReportSource {
+  /** Stored with the evidence: `addr:<hash>`, `key:<hash>[@<family>]` or `local`. */
+  id: string;
+  /**
+   * Keys this reporter's limits (new servers per hour) are counted under: its family, and for an
+   * address also yesterday's hash of its network (a window may span midnight). The first is the
+   * one new events are recorded under. Empty for in-process callers, which are not limited.
+   * Computed on demand (only a report that would create a server needs them).
+   */
+  limitKeys(): Promise<string[]>;
+}
+
 /**
  * The source of a telemetry report (DECISIONS.md): `key:` + a hash of the Bearer API key when
- * the report carries a key registered through /agent/auth, else `addr:` + HMAC(daily secret,
- * client address; an IPv6 address by its /64). A Bearer string that is not a registered key is ignored (the report counts
- * as its address), so made-up tokens cannot mint sources (docs/integrity.md). Both are one-way;
- * the address itself is never stored or logged, and the daily secret makes hashes unlinkable
- * across days.
+ * the report carries a key registered through /agent/auth, followed by `@` + the key's family
+ * (the hashed network it was registered from) when it has one; else `addr:` + the hashed network
+ * of the client address (IPv4 address, IPv6 /64). A Bearer string that is not a registered key is
+ * ignored (the report counts as its address), so made-up tokens cannot mint sources
+ * (docs/integrity.md). The address itself is never stored or logged.
  */
 export function reportSourceResolver(db: Queryable) {
-  const secrets = sourceSecretStore(db);
   const keys = apiKeyStore(db);
-  // Registered keys are never deleted, so a positive lookup can be remembered (bounded).
-  const known = new Set<string>();
-  let cached: { day: string; secret: Buffer } | null = null;
+  const hashNetwork = networkHasher(db);
+  // Registered keys are never deleted and their family never changes, so a positive lookup can be
+  // remembered (bounded).
+  const known = new Map<string, string | null>();
 
-  async function secretFor(day: string): Promise<Buffer> {
-    if (cached?.day !== day) cached = { day, secret: await secrets.forDay(day) };
-    return cached.secret;
-  }
-
-  return async function sourceOf(ctx: CallContext | undefined, now: Date): Promise<string> {
+  return async function sourceOf(ctx: CallContext | undefined, now: Date): Promise<ReportSource> {
     const token = bearerToken(ctx?.requestHeader.get('authorization') ?? null);
     if (token !== null && token !== 'malformed') {
       const hash = hashApiKey(token);
-      if (known.has(hash) || (await keys.byHash(hash)) !== null) {
-        if (known.size >= 10_000) known.clear();
-        known.add(hash);
-        return `key:${hash.slice(0, 32)}`;
+      let family = known.get(hash);
+      if (family === undefined) {
+        const row = await keys.byHash(hash);
+        if (row) {
+          family = row.network_family;
+          if (known.size >= 10_000) known.clear();
+          known.set(hash, family);
+        }
+      }
+      if (family !== undefined) {
+        const id = keySource(hash, family);
+        return { id, limitKeys: async () => [sourceFamily(id)] };
       }
     }
     const address = ctx?.values.get(clientAddressKey);
-    if (!address) return LOCAL_SOURCE;
-    const day = now.toISOString().slice(0, 10);
-    return `addr:${createHmac('sha256', await secretFor(day)).update(sourceAddressPrefix(address)).digest('hex').slice(0, 32)}`;
+    if (!address) return { id: LOCAL_SOURCE, limitKeys: async () => [] };
+    const id = `addr:${await hashNetwork(address, secretDay(now))}`;
+    return {
+      id,
+      limitKeys: async () => [sourceFamily(id), sourceFamily(`addr:${await hashNetwork(address, secretDay(new Date(now.getTime() - DAY_MS)))}`)],
+    };
   };
 }

@@ -1,6 +1,7 @@
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { ReportRequest, ReportResponseSchema, ReportStreamRequest, ReportStreamResponseSchema } from '../../gen/observatory/v1/telemetry_pb.js';
 import { classifyCategory } from '../domain/category.js';
+import { slidingWindowDecision } from '../domain/access.js';
 import { serverNameFromUrl, slugify } from '../domain/server-identity.js';
 import { OBSERVATORY_SOURCE } from '../domain/scoring.js';
 import { parseReport } from '../domain/telemetry.js';
@@ -8,9 +9,11 @@ import { isRefusedValueError } from '../db/index.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
 import { ingestBatcher } from '../store/ingest-batcher.js';
 import { serverCache } from '../store/server-cache.js';
+import { serverCreationStore } from '../store/server-creations.js';
+import { retryOnIdentityConflict, serverStore, type ServerRow } from '../store/servers.js';
 import type { IngestRow } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
-import { reportSourceResolver } from './report-source.js';
+import { reportSourceResolver, type ReportSource } from './report-source.js';
 
 /** Reports of one stream written per group-commit submission. */
 const STREAM_CHUNK = 500;
@@ -22,11 +25,51 @@ function refusedValue(err: unknown): unknown {
   return isRefusedValueError(err) ? invalidArgument('the report contains characters that cannot be stored (e.g. NUL)') : err;
 }
 
+/** New servers counted against a source within this window (NEW_SERVERS_PER_SOURCE_PER_HOUR). */
+const CREATION_WINDOW_MS = 3_600_000;
+
 /** TelemetryService: THE implementation of POST /api/report and its RPCs. */
-export function createTelemetryService({ db, now, observe }: ServiceDeps) {
+export function createTelemetryService({ db, config, now, observe }: ServiceDeps) {
   const servers = serverCache(db);
   const ingest = ingestBatcher(db, { onBatch: observe?.ingestBatch });
   const sourceOf = reportSourceResolver(db);
+  const perHour = config.newServersPerSourcePerHour;
+
+  /**
+   * Tracks a new server for a report (docs/integrity.md "New servers per source"): at most
+   * NEW_SERVERS_PER_SOURCE_PER_HOUR per source family and hour, counted across instances under a
+   * lock on the family; over it the report is refused (429, nothing is written). In-process
+   * callers without an address are not limited.
+   */
+  async function createForReport(url: string, toolName: string | null, source: ReportSource, at: Date): Promise<ServerRow> {
+    const name = serverNameFromUrl(url);
+    const fresh = { url, name, slug: slugify(name), category: classifyCategory([name, toolName ?? '']) };
+    const keys = perHour > 0 ? await source.limitKeys() : [];
+    return retryOnIdentityConflict(() =>
+      db.transaction(async (tx) => {
+        const creations = serverCreationStore(tx);
+        if (keys.length > 0) {
+          await creations.lock(keys[0]!);
+          const decision = slidingWindowDecision(await creations.since(keys, new Date(at.getTime() - CREATION_WINDOW_MS)), at, perHour, CREATION_WINDOW_MS);
+          if (!decision.allowed) {
+            throw new ObservatoryError(
+              'rate_limited',
+              `at most ${perHour} new servers per hour from one source (a network, or the keys registered from it); ${url} is not tracked yet. Reports on tracked servers are accepted; retry in ${decision.retryAfterSeconds} s`,
+              { headers: { 'retry-after': String(decision.retryAfterSeconds) }, extra: { retry_after_seconds: decision.retryAfterSeconds } },
+            );
+          }
+        }
+        const store = serverStore(tx);
+        const row = await store.insertNew(fresh, at);
+        if (!row) return (await store.byUrl(url))!;
+        if (keys.length > 0) {
+          await creations.record(keys[0]!, at);
+          await creations.purgeBefore(new Date(at.getTime() - CREATION_WINDOW_MS));
+        }
+        return row;
+      }),
+    );
+  }
 
   /** Validates one report and resolves its server; the row is not written yet. */
   async function prepare(input: Partial<ReportRequest>, ctx: CallContext | undefined): Promise<IngestRow> {
@@ -42,14 +85,9 @@ export function createTelemetryService({ db, now, observe }: ServiceDeps) {
     const url = parsed.server_url;
     const at = now();
     const toolName = parsed.tool_name;
-    const server = await servers.ensure(
-      url,
-      () => {
-        const name = serverNameFromUrl(url);
-        return { name, slug: slugify(name), category: classifyCategory([name, toolName ?? '']) };
-      },
-      at,
-    );
+    const source = await sourceOf(ctx, at);
+    // The server the URL means: its query is dropped unless a catalogue server has that exact URL.
+    const server = await servers.forReport(url, (bare) => createForReport(bare, toolName, source, at));
     // Reported tool names refine a category the URL alone could not tell.
     if (server.category === 'general' && toolName) {
       const refined = classifyCategory([server.name, toolName]);
@@ -57,9 +95,10 @@ export function createTelemetryService({ db, now, observe }: ServiceDeps) {
     }
     return {
       serverId: server.id,
-      report: parsed,
+      // The report counts for the server its URL means (a query no catalogue entry has is dropped).
+      report: { ...parsed, server_url: server.url },
       at,
-      source: await sourceOf(ctx, at),
+      source: source.id,
     };
   }
 

@@ -136,7 +136,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   // GetTrust hot path: server rows by URL (hits only, SCORE_CACHE_MS like the scores) and the
   // response built once per computation. Responses are shared: callers must not mutate them.
   const trustResponses = new WeakMap<ComputedScore, MessageInitShape<typeof GetTrustResponseSchema>>();
-  const trackedByUrl = rememberedHits((url) => servers.byUrl(url), SCORE_CACHE_MS);
+  const trackedByUrl = rememberedHits(db, (url) => servers.lookupUrl(url), SCORE_CACHE_MS);
   // What the MCP Registry says about a server (registry sync), remembered like the scores.
   const registryListing = rememberedListings(db, SCORE_CACHE_MS);
 
@@ -484,7 +484,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
     async getBadge(req: Partial<GetBadgeRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetBadgeResponseSchema>> {
       const url = requireServerUrl(req.url, 'url');
-      const server = await servers.byUrl(url);
+      const server = await servers.lookupUrl(url);
       const score = server ? await engine.scoreFor(server, now()) : null;
       const verdict: PreflightVerdict = score?.verdict ?? 'UNRATED';
       const rated = score !== null && verdict !== 'UNRATED';

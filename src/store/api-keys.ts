@@ -6,22 +6,29 @@ export interface ApiKeyRow {
   trial_limit: number;
   trial_used: number;
   created_at: Date;
+  /**
+   * The key's source family (docs/integrity.md): HMAC(secret of the registration day, network of
+   * the registering address), the `addr:` source of that network that day. Never the address;
+   * null for keys registered before families existed or without a known address.
+   */
+  network_family: string | null;
 }
 
 /** Anonymous API keys, stored by SHA-256 hash only. */
 export function apiKeyStore(db: Queryable) {
   return {
-    async insert(k: { keyHash: string; scopes: readonly string[]; trialLimit: number; createdAt: Date }): Promise<void> {
-      await db.query('INSERT INTO api_keys (key_hash, scopes, trial_limit, created_at) VALUES ($1, $2, $3, $4)', [
+    async insert(k: { keyHash: string; scopes: readonly string[]; trialLimit: number; createdAt: Date; networkFamily: string | null }): Promise<void> {
+      await db.query('INSERT INTO api_keys (key_hash, scopes, trial_limit, created_at, network_family) VALUES ($1, $2, $3, $4, $5)', [
         k.keyHash,
         k.scopes,
         k.trialLimit,
         k.createdAt,
+        k.networkFamily,
       ]);
     },
 
     async byHash(keyHash: string): Promise<ApiKeyRow | null> {
-      const rows = await db.query<ApiKeyRow>('SELECT id, scopes, trial_limit, trial_used, created_at FROM api_keys WHERE key_hash = $1', [keyHash]);
+      const rows = await db.query<ApiKeyRow>('SELECT id, scopes, trial_limit, trial_used, created_at, network_family FROM api_keys WHERE key_hash = $1', [keyHash]);
       return rows[0] ?? null;
     },
 

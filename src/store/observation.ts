@@ -27,6 +27,14 @@ export interface ScheduleRow {
 
 const MINUTE_MS = 60_000;
 
+/**
+ * The family of a stored report source, in SQL: the same mapping as sourceFamily in
+ * src/domain/scoring.ts (addr:X and key:...@X are the family net:X; a key without a family and
+ * anything else are their own).
+ */
+const SOURCE_FAMILY_SQL = `CASE WHEN source LIKE 'addr:%' THEN 'net:' || substr(source, 6)
+  WHEN source LIKE 'key:%@%' THEN 'net:' || split_part(source, '@', 2) ELSE source END`;
+
 /** The observation schedule and the global probe budget (tables observation_schedule, observation_budget). */
 export function observationStore(db: Queryable) {
   return {
@@ -36,18 +44,30 @@ export function observationStore(db: Queryable) {
     },
 
     /**
-     * Puts every tracked server that is not on the schedule yet on it, due at `dueAt`; servers the
-     * MCP Registry deleted stay off it (docs/observation.md "Registry sync").
+     * Brings the schedule in line with who may be observed (docs/observation.md "What is
+     * observed"): catalogue servers, and servers with evidence from at least `minSources`
+     * independent source families updated since `since`. Eligible servers not on the schedule
+     * join it due at `dueAt`; servers no longer eligible leave it, and so do servers the MCP
+     * Registry deleted (docs/observation.md "Registry sync"). One statement.
      */
-    async scheduleUnscheduled(dueAt: Date): Promise<number> {
-      const rows = await db.query<{ server_id: number }>(
-        `INSERT INTO observation_schedule (server_id, next_due_at)
-         SELECT s.id, $1::timestamptz FROM servers s
-          WHERE s.registry_status IS DISTINCT FROM 'deleted' AND NOT EXISTS (SELECT 1 FROM observation_schedule o WHERE o.server_id = s.id)
-         ON CONFLICT (server_id) DO NOTHING RETURNING server_id`,
-        [dueAt],
+    async syncSchedule(dueAt: Date, o: { minSources: number; since: Date }): Promise<{ added: number; removed: number }> {
+      const [r] = await db.query<{ added: number; removed: number }>(
+        `WITH eligible AS (
+           SELECT id AS server_id FROM servers WHERE catalogued_at IS NOT NULL
+           UNION
+           SELECT server_id FROM trust_evidence
+            WHERE updated_at >= $2 AND source NOT LIKE 'observatory:%'
+            GROUP BY server_id HAVING count(DISTINCT ${SOURCE_FAMILY_SQL}) >= $3
+         ), added AS (
+           INSERT INTO observation_schedule (server_id, next_due_at) SELECT server_id, $1::timestamptz FROM eligible
+           ON CONFLICT (server_id) DO NOTHING RETURNING server_id
+         ), removed AS (
+           DELETE FROM observation_schedule o WHERE NOT EXISTS (SELECT 1 FROM eligible e WHERE e.server_id = o.server_id) RETURNING server_id
+         )
+         SELECT (SELECT count(*) FROM added)::int AS added, (SELECT count(*) FROM removed)::int AS removed`,
+        [dueAt, o.since, o.minSources],
       );
-      return rows.length;
+      return r!;
     },
 
     /** See claimDue; call on a transaction's Queryable. */

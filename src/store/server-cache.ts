@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/index.js';
+import { withoutQuery } from '../domain/server-identity.js';
 import { serverStore, type ServerRow } from './servers.js';
 
 /** Most server rows kept in memory; beyond that the cache starts over (bounded memory). */
@@ -6,34 +7,48 @@ const MAX_ENTRIES = 50_000;
 
 /**
  * Server rows for ingestion, kept in memory: a server row never changes except its category,
- * which only moves once from 'general' to a refined one. Saves the INSERT ... ON CONFLICT and the
- * SELECT that `serverStore.ensure` costs on every report of an already known server.
+ * which only moves once from 'general' to a refined one (and a rename by a catalogue import,
+ * which ingestion does not read). Saves the lookup a report of an already known server costs.
  */
 export function serverCache(db: Queryable) {
   const servers = serverStore(db);
   const byUrl = new Map<string, ServerRow>();
   const inflight = new Map<string, Promise<ServerRow>>();
 
-  function remember(row: ServerRow): ServerRow {
+  /** Runs `fn` once for concurrent callers of the same key. */
+  function once(key: string, fn: () => Promise<ServerRow>): Promise<ServerRow> {
+    let p = inflight.get(key);
+    if (!p) {
+      p = fn().finally(() => inflight.delete(key));
+      inflight.set(key, p);
+    }
+    return p;
+  }
+
+  function remember(key: string, row: ServerRow): ServerRow {
     if (byUrl.size >= MAX_ENTRIES) byUrl.clear();
-    byUrl.set(row.url, row);
+    byUrl.set(key, row);
     return row;
   }
 
   return {
     /**
-     * Like serverStore.ensure, from memory when the server is known. `describe` (name, slug,
-     * category of a new server) is only called when the server is not in memory.
+     * The server a report for the canonical URL `url` is about (docs/scoring.md "Server
+     * identity"): the server with that URL; for a URL with a query, the catalogue server with
+     * exactly that URL, else the query-less server. When there is none, `create` is called with
+     * the query-less URL (a report never creates a server whose URL carries a query) and its row
+     * is remembered. Concurrent reports of one new server share one `create`.
      */
-    ensure(url: string, describe: () => { name: string; slug: string; category: string }, now: Date): Promise<ServerRow> {
+    forReport(url: string, create: (url: string) => Promise<ServerRow>): Promise<ServerRow> {
       const hit = byUrl.get(url);
       if (hit) return Promise.resolve(hit);
-      let p = inflight.get(url);
-      if (!p) {
-        p = servers.ensure({ url, ...describe() }, now).then(remember).finally(() => inflight.delete(url));
-        inflight.set(url, p);
-      }
-      return p;
+      return once(url, async () => {
+        // A URL with a query may be a catalogue server's own: only the database knows.
+        const known = await servers.lookupUrl(url);
+        if (known) return remember(known.url, known);
+        const bare = withoutQuery(url);
+        return once(`create ${bare}`, async () => remember(bare, await create(bare)));
+      });
     },
 
     /** Sets a refined category (only over 'general') and keeps the cached row in step. */
@@ -45,12 +60,27 @@ export function serverCache(db: Queryable) {
   };
 }
 
+const identityListeners = new WeakMap<object, Set<() => void>>();
+
+/**
+ * Tells this process's remembered lookups (rememberedHits) that what an identifier resolves to
+ * may have changed: a catalogue import bound a registry name, renamed a server that held one, or
+ * tracked a URL with a query. Other processes see the change when their entries expire.
+ */
+export function notifyIdentityChanged(db: Queryable): void {
+  for (const clear of identityListeners.get(db) ?? []) clear();
+}
+
 /**
  * `lookup` with its found rows remembered for `ttlMs` (a miss is never remembered, so a server
- * tracked a moment later is found at once). Bounded: beyond `maxEntries` it starts over.
+ * tracked a moment later is found at once), forgotten at once on notifyIdentityChanged(db).
+ * Bounded: beyond `maxEntries` it starts over.
  */
-export function rememberedHits(lookup: (key: string) => Promise<ServerRow | null>, ttlMs: number, maxEntries = 100_000): (key: string) => Promise<ServerRow | null> {
+export function rememberedHits(db: Queryable, lookup: (key: string) => Promise<ServerRow | null>, ttlMs: number, maxEntries = 100_000): (key: string) => Promise<ServerRow | null> {
   const hits = new Map<string, { row: ServerRow; mono: number }>();
+  let listeners = identityListeners.get(db);
+  if (!listeners) identityListeners.set(db, (listeners = new Set()));
+  listeners.add(() => hits.clear());
   return async (key) => {
     const hit = hits.get(key);
     if (hit && performance.now() - hit.mono < ttlMs) return hit.row;
