@@ -42,6 +42,19 @@ export interface Config {
   telemetryRetentionDays: number;
   /** Active observation: the observatory probes tracked servers itself (docs/observation.md). */
   observe: ObserveConfig;
+  /** OTLP receivers (/v1/traces, /v1/metrics, OTLP/gRPC; docs/telemetry.md). */
+  otlp: OtlpConfig;
+}
+
+export interface OtlpConfig {
+  /** OTLP_MAX_EXPORT_BYTES (default 4 MiB): largest OTLP export, as received and after gzip decompression. */
+  maxExportBytes: number;
+  /** OTLP_JOIN_WINDOW_MS (default 5000, 0 = no holding): how long a span waits for its MCP parent or HTTP child from a later export. */
+  joinWindowMs: number;
+  /** OTLP_JOIN_MAX_SPANS (default 10000): most spans held for the join at once; beyond, the oldest is released. */
+  joinMaxSpans: number;
+  /** OTLP_METRIC_STREAMS (default 10000): most histogram streams remembered to turn cumulative points into deltas. */
+  metricStreams: number;
 }
 
 export interface ObserveConfig {
@@ -232,6 +245,12 @@ export function loadConfig(env: Env = process.env): Config {
       concurrency: int(env, 'OBSERVE_CONCURRENCY', 4, 1, 64),
       ratePerMinute: int(env, 'OBSERVE_RATE_PER_MINUTE', 60, 1, 100_000),
       timeoutMs: int(env, 'OBSERVE_TIMEOUT_MS', 10_000, 100, 120_000),
+    },
+    otlp: {
+      maxExportBytes: int(env, 'OTLP_MAX_EXPORT_BYTES', 4 * 1024 * 1024, 64 * 1024, 64 * 1024 * 1024),
+      joinWindowMs: int(env, 'OTLP_JOIN_WINDOW_MS', 5000, 0, 60_000),
+      joinMaxSpans: int(env, 'OTLP_JOIN_MAX_SPANS', 10_000, 0, 1_000_000),
+      metricStreams: int(env, 'OTLP_METRIC_STREAMS', 10_000, 100, 1_000_000),
     },
   };
 }

@@ -51,7 +51,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     now,
     keyring,
     receipts,
-    observe: { ingestBatch: (n) => metrics.ingestBatch.observe(n), receiptBatch: (n) => metrics.receiptBatch.observe(n) },
+    observe: { ingestBatch: (n) => metrics.ingestBatch.observe(n), receiptBatch: (n) => metrics.receiptBatch.observe(n), otlpItems: metrics.otlpItems },
     onBackgroundError: (err) => app.log.warn({ err: { message: (err as Error)?.message ?? String(err) } }, 'background work failed; it retries on its next tick'),
   });
 

@@ -5,7 +5,7 @@ import { canonicalServerUrl, InvalidServerUrl, serverNameFromUrl, slugify } from
 import { OBSERVATORY_SOURCE } from '../domain/scoring.js';
 import { validateReport } from '../domain/telemetry.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
-import { ingestBatcher } from '../store/ingest-batcher.js';
+import { INGEST_MAX_BATCH, ingestBatcher } from '../store/ingest-batcher.js';
 import { serverCache } from '../store/server-cache.js';
 import type { IngestRow } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
@@ -20,8 +20,11 @@ export function createTelemetryService({ db, now, observe }: ServiceDeps) {
   const ingest = ingestBatcher(db, { onBatch: observe?.ingestBatch });
   const sourceOf = reportSourceResolver(db);
 
-  /** Validates one report and resolves its server; the row is not written yet. */
-  async function prepare(input: Partial<ReportRequest>, ctx: CallContext | undefined): Promise<IngestRow> {
+  /**
+   * Validates one report and resolves its server; the row is not written yet. `source` may be
+   * given when the caller resolved it once for many reports of one request.
+   */
+  async function prepare(input: Partial<ReportRequest>, ctx: CallContext | undefined, source?: string): Promise<IngestRow> {
     const problem = validateReport({
       server_url: input.serverUrl,
       success: input.success,
@@ -56,7 +59,7 @@ export function createTelemetryService({ db, now, observe }: ServiceDeps) {
       serverId: server.id,
       report: { server_url: url, success: input.success!, latency_ms: input.latencyMs!, tool_name: toolName, http_status: input.httpStatus ?? null },
       at,
-      source: await sourceOf(ctx, at),
+      source: source ?? (await sourceOf(ctx, at)),
     };
   }
 
@@ -66,6 +69,32 @@ export function createTelemetryService({ db, now, observe }: ServiceDeps) {
       // Resolves after the group-commit transaction carrying this row committed.
       await ingest.submit([row]);
       return { recorded: true, serverUrl: row.report.server_url };
+    },
+
+    /**
+     * Many reports of one request (an OTLP export): each validated exactly like a single report,
+     * all from the request's one source, written through the same group commit in chunks of at
+     * most INGEST_MAX_BATCH rows. Resolves after every accepted row committed; `ok[i]` says
+     * whether `inputs[i]` was accepted (a rejected one is invalid, never an error of the call).
+     */
+    async reportMany(inputs: readonly Partial<ReportRequest>[], ctx?: CallContext): Promise<{ accepted: number; rejected: number; ok: boolean[] }> {
+      if (inputs.length === 0) return { accepted: 0, rejected: 0, ok: [] };
+      const source = await sourceOf(ctx, now());
+      const rows: IngestRow[] = [];
+      const ok: boolean[] = [];
+      for (const input of inputs) {
+        try {
+          rows.push(await prepare(input, ctx, source));
+          ok.push(true);
+        } catch (err) {
+          if (!(err instanceof ObservatoryError) || err.status >= 500) throw err;
+          ok.push(false);
+        }
+      }
+      const chunks: Promise<void>[] = [];
+      for (let i = 0; i < rows.length; i += INGEST_MAX_BATCH) chunks.push(ingest.submit(rows.slice(i, i + INGEST_MAX_BATCH)));
+      await Promise.all(chunks);
+      return { accepted: rows.length, rejected: inputs.length - rows.length, ok };
     },
 
     /**
