@@ -181,18 +181,18 @@ export function createHistogramStreams(opts: HistogramStreamsOptions) {
         const key = `${p.stream}:${p.startNs}:${p.timeNs}`;
         if (deltas.has(key)) return null;
         deltas.add(key);
-        while (deltas.size > opts.maxStreams) {
-          deltas.delete(deltas.values().next().value!);
-          if (nowNs > watermark) watermark = nowNs;
-        }
+        // The last maxStreams delta points are remembered: a retry of one of them counts once.
+        while (deltas.size > opts.maxStreams) deltas.delete(deltas.values().next().value!);
         return p.count > 0n ? full(p) : null;
       }
       const bounds = p.boundsMs.join(',');
       const state: StreamState = { startNs: p.startNs, timeNs: p.timeNs, counts: p.counts, count: p.count, sumMs: p.sumMs, bounds };
       const prev = streams.get(p.stream);
       if (!prev) {
+        // Judged before remembering it: making room may raise the watermark, for the stream forgotten.
+        const fresh = p.startNs >= watermark && p.startNs > 0n && p.count > 0n;
         touch(streams, p.stream, state, nowNs);
-        return p.startNs >= watermark && p.startNs > 0n && p.count > 0n ? full(p) : null;
+        return fresh ? full(p) : null;
       }
       if (p.startNs === prev.startNs && p.timeNs <= prev.timeNs) return null; // a re-export or an older point
       const reset = p.startNs !== prev.startNs || p.count < prev.count || p.counts.some((c, i) => c < (prev.counts[i] ?? 0n));
