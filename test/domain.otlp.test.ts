@@ -6,6 +6,8 @@ import { createSpanJoin } from '../src/domain/otlp-join.js';
 import { createHistogramStreams, latenciesOf, type ToolPoint } from '../src/domain/otlp-metrics.js';
 import { readTraces, type HttpChild, type McpCall } from '../src/domain/otlp-spans.js';
 import { hostOf, urlForms } from '../src/services/otlp-servers.js';
+import { loadConfig } from '../src/config.js';
+import { expectConfigRefusal } from './support/config.js';
 
 // The pure parts of the OTLP mapping (docs/telemetry.md), with fixed clocks.
 
@@ -115,6 +117,8 @@ describe('the span join', () => {
     j.offer({ calls: [call('a')], children: [] }, 'o', 0);
     expect(j.offer({ calls: [call('a')], children: [] }, 'o', 1)).toMatchObject({ duplicates: 1, held: 0 });
     expect(j.drain().map((x) => x.call.joinKey)).toEqual(['a']);
+    j.forget(['a']); // its export failed: the retry counts
+    expect(j.offer({ calls: [call('a', { url: 'https://p.example.com' })], children: [] }, 'o', 2).ready).toHaveLength(1);
     const none = createSpanJoin<string>({ windowMs: 0, maxSpans: 10 });
     expect(none.offer({ calls: [call('a')], children: [child('b')] }, 'o', 0).ready).toHaveLength(1);
     expect(none.size()).toEqual({ calls: 0, children: 0 });
@@ -160,6 +164,17 @@ describe('cumulative histogram streams', () => {
     expect(st.delta(point({ counts: [9n, 0n, 0n], timeNs: 500n }), 3000n)).toBeNull();
   });
 
+  it('remembers a batch only when it is committed (a failed export counts on its retry), and sees its own earlier points', () => {
+    const st = createHistogramStreams({ maxStreams: 10, watermarkNs: 0n });
+    const failed = st.begin();
+    expect(failed.delta(point({ counts: [1n, 0n, 0n] }))).not.toBeNull(); // never committed
+    const retry = st.begin();
+    expect(retry.delta(point({ counts: [1n, 0n, 0n] }))).toEqual({ counts: [1, 0, 0], count: 1, sumMs: undefined });
+    expect(retry.delta(point({ counts: [3n, 0n, 0n], timeNs: 300n }))).toEqual({ counts: [2, 0, 0], count: 2, sumMs: undefined });
+    retry.commit(1n);
+    expect(st.delta(point({ counts: [3n, 0n, 0n], timeNs: 300n }), 2n)).toBeNull();
+  });
+
   it('counts a delta point once', () => {
     const st = createHistogramStreams({ maxStreams: 10, watermarkNs: 0n });
     const p = point({ temporality: 'delta', counts: [0n, 2n, 0n] });
@@ -198,5 +213,15 @@ describe('server hints', () => {
     expect(urlForms('http://x.example.com:8080/')).toEqual({ withQuery: null, bare: 'http://x.example.com:8080' });
     expect(urlForms('ftp://x.example.com')).toBeNull();
     expect(urlForms('not a url')).toBeNull();
+  });
+});
+
+describe('OTLP configuration', () => {
+  it('has its defaults and refuses bad values with one line naming the variable', () => {
+    expect(loadConfig({}).otlp).toEqual({ maxExportBytes: 4 * 1024 * 1024, joinWindowMs: 5000, joinMaxSpans: 10_000, metricStreams: 10_000 });
+    expectConfigRefusal('OTLP_MAX_EXPORT_BYTES', '1000');
+    expectConfigRefusal('OTLP_JOIN_WINDOW_MS', '-1');
+    expectConfigRefusal('OTLP_JOIN_MAX_SPANS', 'many');
+    expectConfigRefusal('OTLP_METRIC_STREAMS', '5');
   });
 });

@@ -445,6 +445,14 @@ describe(`OTLP receivers with the OpenTelemetry JS SDK (${backend})`, () => {
     });
     expect(res.status).toBe(400);
     expect(((await res.json()) as { code: string }).code).toBe('invalid_argument');
+    // The same for every Connect method, not only OTLP's (connect-es alone answers 500 Internal).
+    const own = await fetch(`${t.base}/observatory.v1.TelemetryService/Report`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/proto', 'connect-protocol-version': '1' },
+      body: Buffer.from([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x01]),
+    });
+    expect(own.status).toBe(400);
+    await own.arrayBuffer();
 
     // GET on the path: 405 with Allow, like every other route.
     expect((await fetch(`${t.base}/v1/traces`)).status).toBe(405);

@@ -130,6 +130,11 @@ export function createSpanJoin<T>(opts: JoinOptions) {
       return out;
     },
 
+    /** Forgets span ids as seen (their export failed: the sender's retry must count). */
+    forget(keys: readonly (string | null)[]): void {
+      for (const k of keys) if (k !== null) recent.delete(k);
+    },
+
     /** Every held call, now (at shutdown: they were acknowledged, so they are written). */
     drain(): Joined<T>[] {
       const out = [...calls.values()].map((h) => ({ call: h.call, child: null, origin: h.origin }));

@@ -162,11 +162,11 @@ export function createHistogramStreams(opts: HistogramStreamsOptions) {
   const deltas = new Set<string>();
   let watermark = opts.watermarkNs;
 
-  function touch<V>(map: Map<string, V>, key: string, value: V, nowNs: bigint): void {
-    map.delete(key);
-    map.set(key, value);
-    while (map.size > opts.maxStreams) {
-      map.delete(map.keys().next().value!);
+  function touch(key: string, value: StreamState, nowNs: bigint): void {
+    streams.delete(key);
+    streams.set(key, value);
+    while (streams.size > opts.maxStreams) {
+      streams.delete(streams.keys().next().value!);
       // A forgotten stream seen again must not count its whole history again.
       if (nowNs > watermark) watermark = nowNs;
     }
@@ -174,42 +174,66 @@ export function createHistogramStreams(opts: HistogramStreamsOptions) {
 
   const full = (p: ToolPoint): PointDelta => ({ counts: p.counts.map(Number), count: Number(p.count), sumMs: p.sumMs });
 
+  /**
+   * One export's points: deltas are computed against what is remembered plus what this batch
+   * already saw, and remembered only on `commit` (after the reports are stored), so an export
+   * that failed and is retried counts its calls then, once.
+   */
+  function begin() {
+    const staged = new Map<string, StreamState>();
+    const stagedDeltas = new Set<string>();
+    return {
+      /** The calls this point adds, or null when it adds none (a baseline, a re-export, an older point). */
+      delta(p: ToolPoint): PointDelta | null {
+        if (p.temporality === 'delta') {
+          const key = `${p.stream}:${p.startNs}:${p.timeNs}`;
+          if (deltas.has(key) || stagedDeltas.has(key)) return null;
+          stagedDeltas.add(key);
+          return p.count > 0n ? full(p) : null;
+        }
+        const bounds = p.boundsMs.join(',');
+        const state: StreamState = { startNs: p.startNs, timeNs: p.timeNs, counts: p.counts, count: p.count, sumMs: p.sumMs, bounds };
+        const prev = staged.get(p.stream) ?? streams.get(p.stream);
+        if (!prev) {
+          staged.set(p.stream, state);
+          return p.startNs >= watermark && p.startNs > 0n && p.count > 0n ? full(p) : null;
+        }
+        if (p.startNs === prev.startNs && p.timeNs <= prev.timeNs) return null; // a re-export or an older point
+        staged.set(p.stream, state);
+        const reset = p.startNs !== prev.startNs || p.count < prev.count || p.counts.some((c, i) => c < (prev.counts[i] ?? 0n));
+        if (reset || bounds !== prev.bounds) {
+          // A new start: the stream restarted after the one we followed, so none of it was counted.
+          // Same start with other buckets: nothing can be told apart; only a new baseline.
+          return reset && p.startNs > prev.startNs && p.count > 0n ? full(p) : null;
+        }
+        const count = Number(p.count - prev.count);
+        if (count === 0) return null;
+        return {
+          counts: p.counts.map((c, i) => Number(c - prev.counts[i]!)),
+          count,
+          sumMs: p.sumMs !== undefined && prev.sumMs !== undefined ? p.sumMs - prev.sumMs : undefined,
+        };
+      },
+      /** Remembers what this batch saw (`nowNs`: when, for the watermark if a stream must be forgotten). */
+      commit(nowNs: bigint): void {
+        for (const [key, state] of staged) touch(key, state, nowNs);
+        for (const key of stagedDeltas) {
+          deltas.add(key);
+          // The last maxStreams delta points are remembered: a retry of one of them counts once.
+          while (deltas.size > opts.maxStreams) deltas.delete(deltas.values().next().value!);
+        }
+      },
+    };
+  }
+
   return {
-    /** The calls this point adds, or null when it adds none (a baseline, a re-export, an older point). */
+    begin,
+    /** One point in a batch of its own, remembered at once. */
     delta(p: ToolPoint, nowNs: bigint): PointDelta | null {
-      if (p.temporality === 'delta') {
-        const key = `${p.stream}:${p.startNs}:${p.timeNs}`;
-        if (deltas.has(key)) return null;
-        deltas.add(key);
-        // The last maxStreams delta points are remembered: a retry of one of them counts once.
-        while (deltas.size > opts.maxStreams) deltas.delete(deltas.values().next().value!);
-        return p.count > 0n ? full(p) : null;
-      }
-      const bounds = p.boundsMs.join(',');
-      const state: StreamState = { startNs: p.startNs, timeNs: p.timeNs, counts: p.counts, count: p.count, sumMs: p.sumMs, bounds };
-      const prev = streams.get(p.stream);
-      if (!prev) {
-        // Judged before remembering it: making room may raise the watermark, for the stream forgotten.
-        const fresh = p.startNs >= watermark && p.startNs > 0n && p.count > 0n;
-        touch(streams, p.stream, state, nowNs);
-        return fresh ? full(p) : null;
-      }
-      if (p.startNs === prev.startNs && p.timeNs <= prev.timeNs) return null; // a re-export or an older point
-      const reset = p.startNs !== prev.startNs || p.count < prev.count || p.counts.some((c, i) => c < (prev.counts[i] ?? 0n));
-      if (reset || bounds !== prev.bounds) {
-        touch(streams, p.stream, state, nowNs);
-        // A new start: the stream restarted after the one we followed, so none of it was counted.
-        // Same start with other buckets: nothing can be told apart; only a new baseline.
-        return reset && p.startNs > prev.startNs && p.count > 0n ? full(p) : null;
-      }
-      touch(streams, p.stream, state, nowNs);
-      const count = Number(p.count - prev.count);
-      if (count === 0) return null;
-      return {
-        counts: p.counts.map((c, i) => Number(c - prev.counts[i]!)),
-        count,
-        sumMs: p.sumMs !== undefined && prev.sumMs !== undefined ? p.sumMs - prev.sumMs : undefined,
-      };
+      const b = begin();
+      const d = b.delta(p);
+      b.commit(nowNs);
+      return d;
     },
     size: () => streams.size + deltas.size,
   };

@@ -121,7 +121,14 @@ export function createOtlpService(deps: ServiceDeps, { telemetry }: { telemetry:
       for (const c of reading.calls) noteSpanResource(c.resource, nowMs);
       const origin = sourceContext(ctx);
       const offer = join.offer(reading, origin, nowMs);
-      const results = await write(offer.ready);
+      let results: (true | false | 'unresolved')[];
+      try {
+        results = await write(offer.ready);
+      } catch (err) {
+        // Not stored (the database failed): the sender retries, and its spans must count then.
+        join.forget(reading.calls.map((c) => c.joinKey));
+        throw err;
+      }
       const own: (true | false | 'unresolved')[] = [];
       const earlier: (true | false | 'unresolved')[] = [];
       offer.ready.forEach((e, i) => (e.origin === origin ? own : earlier).push(results[i]!));
@@ -161,14 +168,16 @@ export function createOtlpService(deps: ServiceDeps, { telemetry }: { telemetry:
       let quiet = 0;
       const pointOf: number[] = [];
       const inputs: Partial<ReportRequest>[] = [];
+      const batch = streams.begin();
       for (let i = 0; i < reading.points.length; i++) {
         const p = reading.points[i]!;
+        const delta = batch.delta(p);
         const spansAt = spanResources.get(p.resource);
         if (spansAt !== undefined && nowMs - spansAt < SPANS_PRECEDENCE_MS) {
+          // Followed all the same, so that the stream never counts these calls later.
           superseded++;
           continue;
         }
-        const delta = streams.delta(p, nowNs);
         if (delta === null) {
           quiet++;
           continue;
@@ -190,6 +199,8 @@ export function createOtlpService(deps: ServiceDeps, { telemetry }: { telemetry:
         }
       }
       const r = await telemetry.reportMany(inputs, sourceContext(ctx));
+      // Only now (the reports are stored) are the streams advanced: a failed export is retried whole.
+      batch.commit(nowNs);
       const invalidPoints = new Set<number>();
       r.ok.forEach((ok, k) => {
         if (!ok) invalidPoints.add(pointOf[k]!);
