@@ -8,7 +8,7 @@
 // written to docs/performance.md between the BENCH markers.
 //
 // Flags: --pglite, --no-write, --no-scale (skips the 10 thousand vs 10 million stored reports
-// comparison, which runs on PostgreSQL only and takes about 3 of the bench's ~6 minutes), --only=report,trust,preflight,leaderboard,connect,stream,
+// comparison, which runs on PostgreSQL only and takes about 3 of the bench's ~6 minutes), --only=report,trust,preflight,leaderboard,connect,stream,otlp,
 // --repeat=N (the hot paths N times, each on a fresh database, plus a table of median ratios),
 // --profile (CPU profile of the whole service child, summarised at the end; for one scenario
 // alone use `npm run bench:profile -- <scenario>`).
@@ -20,6 +20,9 @@ import { toBinary, create } from '@bufbuild/protobuf';
 import { createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { ReportRequestSchema, TelemetryService } from '../gen/observatory/v1/telemetry_pb.js';
+import { ExportTraceServiceRequestSchema } from '../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
+import { Span_SpanKind } from '../gen/opentelemetry/proto/trace/v1/trace_pb.js';
+import { randomBytes } from 'node:crypto';
 import { createScratchDatabase } from '../src/db/scratch.js';
 import { CONNECTIONS, DURATION, load1, measure, startChild, stopChild, WARMUP } from './bench-harness.js';
 import { runScale, type ScaleResult } from './bench-scale.js';
@@ -106,6 +109,34 @@ const reportReq = {
     return { ...req, body: JSON.stringify({ server_url: serverUrl(i % SERVERS), success: true, latency_ms: 42, tool_name: 'search' }) };
   },
 };
+
+/** Spans per OTLP export in the otlp scenario, and distinct exports rotated through. */
+const OTLP_SPANS = 1000;
+const OTLP_BODIES = 200;
+
+/**
+ * OTLP/HTTP protobuf exports of OTLP_SPANS MCP client tools/call spans each (url.full on the span,
+ * so none waits for a join), spread over the seeded servers. Every export has its own span ids:
+ * the receiver drops a span id it saw among the last 100,000, and OTLP_BODIES x OTLP_SPANS is
+ * more than that, so rotating through them never replays a remembered span.
+ */
+function otlpBodies(): Buffer[] {
+  const str = (key: string, value: string) => ({ key, value: { value: { case: 'stringValue' as const, value } } });
+  const now = BigInt(Date.now()) * 1_000_000n;
+  return Array.from({ length: OTLP_BODIES }, (_, b) => {
+    const spans = Array.from({ length: OTLP_SPANS }, (_, i) => ({
+      traceId: randomBytes(16),
+      spanId: randomBytes(8),
+      name: 'tools/call search',
+      kind: Span_SpanKind.CLIENT,
+      startTimeUnixNano: now,
+      endTimeUnixNano: now + BigInt(20 + (i % 80)) * 1_000_000n,
+      attributes: [str('mcp.method.name', 'tools/call'), str('gen_ai.tool.name', 'search'), str('url.full', serverUrl((b * OTLP_SPANS + i) % SERVERS))],
+    }));
+    const req = create(ExportTraceServiceRequestSchema, { resourceSpans: [{ resource: { attributes: [str('service.name', 'bench-agent')] }, scopeSpans: [{ spans }] }] });
+    return Buffer.from(toBinary(ExportTraceServiceRequestSchema, req));
+  });
+}
 
 async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
   const db = usePglite ? null : await createScratchDatabase(BASE_URL, 'obs_bench');
@@ -219,6 +250,33 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
         load,
         ceiling: { name: lastPost.name, rps: Math.round(lastPost.r.requests.average) },
         ratio: accepted / secs / lastPost.r.requests.average,
+      });
+    }
+    if (wanted('otlp')) {
+      lastPost ??= await ceilPost();
+      step(`OTLP/HTTP exports of ${OTLP_SPANS} spans`);
+      const bodies = otlpBodies();
+      let next = 0;
+      const r = await measure({
+        url: `${S}/v1/traces`,
+        // Each request carries 1,000 reports: a few connections keep the group commit busy.
+        connections: 4,
+        requests: [
+          {
+            method: 'POST',
+            headers: { 'content-type': 'application/x-protobuf' },
+            // One rotation shared by every connection (and the warm-up): no export is sent
+            // again before OTLP_BODIES - 1 others, so none is dropped as a replay.
+            setupRequest: (req: autocannon.Request) => ({ ...req, body: bodies[next++ % OTLP_BODIES]! }),
+          },
+        ],
+      });
+      const spansPerSecond = r.requests.average * OTLP_SPANS;
+      rows.push({
+        ...row(`OTLP/HTTP export, ${OTLP_SPANS} spans (protobuf, 4 connections; spans/s, latency per export)`, r),
+        rps: Math.round(spansPerSecond),
+        ceiling: { name: lastPost.name, rps: Math.round(lastPost.r.requests.average) },
+        ratio: spansPerSecond / lastPost.r.requests.average,
       });
     }
   } finally {

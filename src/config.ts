@@ -66,6 +66,8 @@ export interface Config {
   observe: ObserveConfig;
   /** The standing MCP Registry sync (docs/observation.md "Registry sync"). */
   registrySync: RegistrySyncConfig;
+  /** OTLP receivers (/v1/traces, /v1/metrics, OTLP/gRPC; docs/telemetry.md). */
+  otlp: OtlpConfig;
 }
 
 export interface RegistrySyncConfig {
@@ -73,6 +75,17 @@ export interface RegistrySyncConfig {
   url: string | null;
   /** REGISTRY_SYNC_INTERVAL_SECONDS (default 3600): one sync per interval, across all instances. */
   intervalSeconds: number;
+}
+
+export interface OtlpConfig {
+  /** OTLP_MAX_EXPORT_BYTES (default 4 MiB): largest OTLP export, as received and after gzip decompression. */
+  maxExportBytes: number;
+  /** OTLP_JOIN_WINDOW_MS (default 5000, 0 = no holding): how long a span waits for its MCP parent or HTTP child from a later export. */
+  joinWindowMs: number;
+  /** OTLP_JOIN_MAX_SPANS (default 10000): most spans held for the join at once; beyond, the oldest is released. */
+  joinMaxSpans: number;
+  /** OTLP_METRIC_STREAMS (default 10000): most histogram streams remembered to turn cumulative points into deltas. */
+  metricStreams: number;
 }
 
 export interface ObserveConfig {
@@ -303,6 +316,12 @@ export function loadConfig(env: Env = process.env): Config {
     registrySync: {
       url: syncUrl === undefined ? null : httpUrl('REGISTRY_SYNC_URL', syncUrl),
       intervalSeconds: int(env, 'REGISTRY_SYNC_INTERVAL_SECONDS', 3600, 60, 7 * 86_400),
+    },
+    otlp: {
+      maxExportBytes: int(env, 'OTLP_MAX_EXPORT_BYTES', 4 * 1024 * 1024, 64 * 1024, 64 * 1024 * 1024),
+      joinWindowMs: int(env, 'OTLP_JOIN_WINDOW_MS', 5000, 0, 60_000),
+      joinMaxSpans: int(env, 'OTLP_JOIN_MAX_SPANS', 10_000, 0, 1_000_000),
+      metricStreams: int(env, 'OTLP_METRIC_STREAMS', 10_000, 100, 1_000_000),
     },
   };
 }

@@ -12,6 +12,7 @@ import { installProblemHandlers, problemBody, sendProblem, trackRoutes } from '.
 import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
 import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
+import { parseErrorsAreInvalidArgument } from './http/connect-parse-errors.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
 import { resolveKeyEncryptionKey, type KeyEncryptionKey } from './signing/key-encryption.js';
 import { openKeyRing, type KeyRing } from './signing/keyring.js';
@@ -71,7 +72,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     now,
     keyring,
     receipts,
-    observe: { ingestBatch: (n) => metrics.ingestBatch.observe(n), receiptBatch: (n) => metrics.receiptBatch.observe(n) },
+    observe: { ingestBatch: (n) => metrics.ingestBatch.observe(n), receiptBatch: (n) => metrics.receiptBatch.observe(n), otlpItems: metrics.otlpItems },
     onBackgroundError: (err) => app.log.warn({ err: { message: (err as Error)?.message ?? String(err) } }, 'background work failed; it retries on its next tick'),
   });
 
@@ -159,7 +160,11 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   metrics.install(app);
 
   await app.register(fastifyConnectPlugin, {
-    routes: connectRoutes(services),
+    routes: (router) => {
+      connectRoutes(services)(router);
+      // Undecodable request messages are InvalidArgument, not Internal (src/http/connect-parse-errors.ts).
+      parseErrorsAreInvalidArgument(router);
+    },
     contextValues: connectContextValues,
     // The Connect twins of the limited REST routes, by method (src/http/rate-limit.ts).
     interceptors: [rateLimitInterceptor(services.limits)],

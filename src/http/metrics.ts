@@ -34,6 +34,12 @@ export function createMetrics(db: Db) {
     buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500],
     registers: [registry],
   });
+  const otlpItems = new Counter({
+    name: 'observatory_otlp_items_total',
+    help: 'Spans (signal="traces") and data points (signal="metrics") received over OTLP, by what became of them (docs/telemetry.md)',
+    labelNames: ['signal', 'outcome'] as const,
+    registers: [registry],
+  });
   new Gauge({
     name: 'observatory_db_pool_connections',
     help: 'Database pool connections by state (postgres backend only)',
@@ -51,6 +57,8 @@ export function createMetrics(db: Db) {
     registry,
     ingestBatch,
     receiptBatch,
+    /** Labels are fixed words (signal, outcome), never anything an export carried. */
+    otlpItems: (signal: string, outcome: string, n: number) => otlpItems.inc({ signal, outcome }, n),
     install(app: FastifyInstance) {
       // Label children are looked up once per (method, route[, status]) instead of hashing the
       // label set on every request; routes are patterns, so the maps stay small.

@@ -4,6 +4,7 @@ import type { Db } from '../db/index.js';
 import type { Services } from '../services/index.js';
 import { systemRoutes } from './routes/system.js';
 import { telemetryRoutes } from './routes/telemetry.js';
+import { otlpRoutes } from './routes/otlp.js';
 import { trustRoutes } from './routes/trust.js';
 import { pendingRoutes } from './routes/pending.js';
 import { gateRoutes } from './routes/gate.js';
@@ -28,6 +29,7 @@ export interface RouteDeps {
 export function registerRestRoutes(app: FastifyInstance, deps: RouteDeps) {
   systemRoutes(app, deps);
   telemetryRoutes(app, deps);
+  otlpRoutes(app, deps);
   trustRoutes(app, deps);
   wellKnownRoutes(app, deps);
   discoveryRoutes(app, deps);

@@ -24,6 +24,8 @@ export interface ServiceObservers {
   ingestBatch?(size: number): void;
   /** Size of each committed receipt + demand batch (pre-flight). */
   receiptBatch?(size: number): void;
+  /** Spans or data points received over OTLP, by what became of them (src/services/otlp.ts). */
+  otlpItems?(signal: 'traces' | 'metrics', outcome: string, n: number): void;
 }
 
 /**

@@ -23,6 +23,9 @@ import { createObservationService } from './observation.js';
 import { createTelemetryRetention } from './telemetry-retention.js';
 import { createRateLimiter } from './rate-limits.js';
 import { createRegistrySync } from './registry-sync.js';
+import { createOtlpService } from './otlp.js';
+import { TraceService } from '../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
+import { MetricsService } from '../../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
@@ -35,6 +38,7 @@ export function createServices(deps: ServiceDeps) {
   const limits = createRateLimiter(deps.config);
   const catalogue = createCatalogueService(deps);
   const registrySync = createRegistrySync(deps, catalogue, { onError: deps.onBackgroundError });
+  const otlp = createOtlpService(deps, { telemetry }, { onError: deps.onBackgroundError });
   return {
     keyring: deps.keyring,
     receipts: deps.receipts,
@@ -64,9 +68,13 @@ export function createServices(deps: ServiceDeps) {
     coverage: createCoverageService(deps, trust),
     /** Monthly telemetry partitions and TELEMETRY_RETENTION_DAYS (periodic job). */
     telemetryRetention,
+    /** OTLP receivers: OpenTelemetry MCP client spans and metrics as telemetry (docs/telemetry.md). */
+    otlp,
     /** Stops background work owned by services (flushers, schedulers). */
     async close(): Promise<void> {
       await observation.stop();
+      // Spans held for the join were acknowledged: written before the database closes.
+      await otlp.close();
       trust.close();
       await telemetryRetention.close();
       await registrySync.close();
@@ -112,5 +120,10 @@ export function connectRoutes(s: Services) {
     router.service(AccessService, { registerAgent: s.access.registerAgent, agentQuery: s.access.agentQuery, getPaymentInfo: s.access.getPaymentInfo });
     // Envoy's external authorization API (ext_authz v3), for Envoy, Istio and agentgateway.
     router.service(Authorization, { check: s.gate.check });
+    // OTLP/gRPC (docs/telemetry.md). readMaxBytes bounds each export as received and after
+    // decompression (gRPC RESOURCE_EXHAUSTED beyond it), like OTLP/HTTP's 413.
+    const otlpLimits = { readMaxBytes: s.otlp.maxExportBytes };
+    router.service(TraceService, { export: (req, ctx) => s.otlp.exportTraces(req, ctx) }, otlpLimits);
+    router.service(MetricsService, { export: (req, ctx) => s.otlp.exportMetrics(req, ctx) }, otlpLimits);
   };
 }

@@ -7,7 +7,7 @@ import { OBSERVATORY_SOURCE } from '../domain/scoring.js';
 import { parseReport } from '../domain/telemetry.js';
 import { isRefusedValueError } from '../db/index.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
-import { ingestBatcher } from '../store/ingest-batcher.js';
+import { INGEST_MAX_BATCH, ingestBatcher } from '../store/ingest-batcher.js';
 import { serverCache } from '../store/server-cache.js';
 import { serverCreationStore } from '../store/server-creations.js';
 import { retryOnIdentityConflict, serverStore, type ServerRow } from '../store/servers.js';
@@ -71,9 +71,12 @@ export function createTelemetryService({ db, config, now, observe }: ServiceDeps
     );
   }
 
-  /** Validates one report and resolves its server; the row is not written yet. */
-  async function prepare(input: Partial<ReportRequest>, ctx: CallContext | undefined): Promise<IngestRow> {
-    // THE acceptance decision (domain/telemetry.ts), the same for REST, Connect and the stream.
+  /**
+   * Validates one report and resolves its server; the row is not written yet. `source` may be
+   * given when the caller resolved it once for many reports of one request.
+   */
+  async function prepare(input: Partial<ReportRequest>, ctx: CallContext | undefined, given?: ReportSource): Promise<IngestRow> {
+    // THE acceptance decision (domain/telemetry.ts), the same for REST, Connect, the stream and OTLP.
     const parsed = parseReport({
       server_url: input.serverUrl,
       success: input.success,
@@ -85,7 +88,7 @@ export function createTelemetryService({ db, config, now, observe }: ServiceDeps
     const url = parsed.server_url;
     const at = now();
     const toolName = parsed.tool_name;
-    const source = await sourceOf(ctx, at);
+    const source = given ?? (await sourceOf(ctx, at));
     // The server the URL means: its query is dropped unless a catalogue server has that exact URL.
     const server = await servers.forReport(url, (bare) => createForReport(bare, toolName, source, at));
     // Reported tool names refine a category the URL alone could not tell.
@@ -112,6 +115,32 @@ export function createTelemetryService({ db, config, now, observe }: ServiceDeps
       } catch (err) {
         throw refusedValue(err);
       }
+    },
+
+    /**
+     * Many reports of one request (an OTLP export): each validated exactly like a single report,
+     * all from the request's one source, written through the same group commit in chunks of at
+     * most INGEST_MAX_BATCH rows. Resolves after every accepted row committed; `ok[i]` says
+     * whether `inputs[i]` was accepted (a rejected one is invalid, never an error of the call).
+     */
+    async reportMany(inputs: readonly Partial<ReportRequest>[], ctx?: CallContext): Promise<{ accepted: number; rejected: number; ok: boolean[] }> {
+      if (inputs.length === 0) return { accepted: 0, rejected: 0, ok: [] };
+      const source = await sourceOf(ctx, now());
+      const rows: IngestRow[] = [];
+      const ok: boolean[] = [];
+      for (const input of inputs) {
+        try {
+          rows.push(await prepare(input, ctx, source));
+          ok.push(true);
+        } catch (err) {
+          if (!(err instanceof ObservatoryError) || err.status >= 500) throw err;
+          ok.push(false);
+        }
+      }
+      const chunks: Promise<void>[] = [];
+      for (let i = 0; i < rows.length; i += INGEST_MAX_BATCH) chunks.push(ingest.submit(rows.slice(i, i + INGEST_MAX_BATCH)));
+      await Promise.all(chunks);
+      return { accepted: rows.length, rejected: inputs.length - rows.length, ok };
     },
 
     /**

@@ -131,6 +131,8 @@ export function llmsTxt(config: Config): string {
     '',
     'POST /api/report takes only server_url, success, latency_ms, tool_name and http_status. Prompts, arguments, outputs, user identifiers and IP addresses are never collected.',
     '',
+    `OpenTelemetry: OTLP exporters can send to ${base}/v1/traces and ${base}/v1/metrics (OTLP/HTTP, protobuf or JSON, gzip) or to this base URL over OTLP/gRPC. Each MCP client tools/call span (mcp.method.name, gen_ai.tool.name, error.type, span status and duration) and each call counted by the mcp.client.operation.duration histogram becomes one report of the same five fields; nothing else of an export is kept.`,
+    '',
     '## Receipts',
     '',
     'Receipts are compact JWS (header.payload.signature), alg EdDSA, verifiable offline against /.well-known/jwks.json or with GET /v1/verify?jws=... . receipt_id is 16 lower-case hex and resolves at /v1/receipt/{receipt_id}.',

@@ -1,0 +1,93 @@
+import { create, fromBinary, fromJson, toBinary, toJsonString, type DescMessage, type MessageInitShape, type MessageShape } from '@bufbuild/protobuf';
+import { gunzip } from 'node:zlib';
+import { StatusSchema } from '../../gen/google/rpc/status_pb.js';
+
+// OTLP/HTTP bodies (the OTLP specification, "OTLP/HTTP"): binary protobuf or OTLP's JSON (the
+// proto3 JSON mapping, except that trace and span ids are hex, not base64), optionally gzip. Every
+// failure is an OtlpHttpError with the status OTLP wants (400 bad data, 413 too large, 415
+// unsupported), never a 5xx, and its message never quotes the body.
+
+export type OtlpEncoding = 'protobuf' | 'json';
+
+export class OtlpHttpError extends Error {
+  constructor(
+    readonly status: 400 | 413 | 415,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The encoding a Content-Type names, or null when it is neither of OTLP's two. */
+export function otlpEncoding(contentType: string | undefined): OtlpEncoding | null {
+  const essence = (contentType ?? '').split(';')[0]!.trim().toLowerCase();
+  if (essence === 'application/x-protobuf') return 'protobuf';
+  if (essence === 'application/json') return 'json';
+  return null;
+}
+
+/** The body as sent, decompressed when Content-Encoding is gzip; at most `maxBytes` either way. */
+export function decompress(body: Buffer, contentEncoding: string | undefined, maxBytes: number): Promise<Buffer> {
+  const enc = (contentEncoding ?? '').trim().toLowerCase();
+  if (enc === '' || enc === 'identity') return Promise.resolve(body);
+  if (enc !== 'gzip') return Promise.reject(new OtlpHttpError(415, 'unsupported Content-Encoding; OTLP/HTTP bodies are sent as is or gzip'));
+  return new Promise((resolve, reject) => {
+    // maxOutputLength stops inflating at the limit: a small "zip bomb" cannot expand in memory.
+    gunzip(body, { maxOutputLength: maxBytes }, (err, out) => {
+      if (!err) return resolve(out);
+      if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE' || err instanceof RangeError) {
+        reject(new OtlpHttpError(413, `the export is larger than ${maxBytes} bytes after decompression`));
+      } else reject(new OtlpHttpError(400, 'the body is not valid gzip'));
+    });
+  });
+}
+
+const ID_FIELDS = new Set(['traceId', 'spanId', 'parentSpanId', 'trace_id', 'span_id', 'parent_span_id']);
+const HEX = /^(?:[0-9a-fA-F]{2})*$/;
+
+/** OTLP/JSON ids are hex; the proto3 JSON mapping wants base64: every id field is rewritten in place. */
+function hexIdsToBase64(root: unknown): void {
+  const stack: unknown[] = [root];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (Array.isArray(v)) {
+      for (const x of v) if (x !== null && typeof x === 'object') stack.push(x);
+    } else if (v !== null && typeof v === 'object') {
+      const o = v as Record<string, unknown>;
+      for (const [k, x] of Object.entries(o)) {
+        if (ID_FIELDS.has(k) && typeof x === 'string') {
+          if (!HEX.test(x)) throw new OtlpHttpError(400, `${k} must be hex-encoded in OTLP/JSON`);
+          o[k] = Buffer.from(x, 'hex').toString('base64');
+        } else if (x !== null && typeof x === 'object') stack.push(x);
+      }
+    }
+  }
+}
+
+/** Decodes an export request; any failure (including pathological nesting) is a 400. */
+export function decodeExport<Desc extends DescMessage>(schema: Desc, body: Buffer, encoding: OtlpEncoding): MessageShape<Desc> {
+  try {
+    if (encoding === 'protobuf') return fromBinary(schema, body);
+    const json: unknown = JSON.parse(body.toString('utf8'));
+    if (json === null || typeof json !== 'object' || Array.isArray(json)) throw new OtlpHttpError(400, 'the JSON body must be an object');
+    hexIdsToBase64(json);
+    // OTLP/JSON receivers must ignore unknown fields (forward compatibility).
+    return fromJson(schema, json as never, { ignoreUnknownFields: true });
+  } catch (err) {
+    if (err instanceof OtlpHttpError) throw err;
+    throw new OtlpHttpError(400, `the body is not a valid ${schema.typeName} in ${encoding === 'protobuf' ? 'binary protobuf' : 'OTLP/JSON'}`);
+  }
+}
+
+/** A response message in the request's encoding. */
+export function encodeMessage<Desc extends DescMessage>(schema: Desc, init: MessageInitShape<Desc>, encoding: OtlpEncoding): Buffer | string {
+  const msg = create(schema, init);
+  return encoding === 'protobuf' ? Buffer.from(toBinary(schema, msg)) : toJsonString(schema, msg);
+}
+
+/** The body of every OTLP/HTTP 4xx/5xx: a google.rpc.Status (code is the matching gRPC code). */
+export function encodeStatus(grpcCode: number, message: string, encoding: OtlpEncoding): Buffer | string {
+  return encodeMessage(StatusSchema, { code: grpcCode, message }, encoding);
+}
+
+export const CONTENT_TYPE: Record<OtlpEncoding, string> = { protobuf: 'application/x-protobuf', json: 'application/json' };

@@ -1,0 +1,72 @@
+import { Code } from '@connectrpc/connect';
+import type { DescMessage, MessageInitShape, MessageShape } from '@bufbuild/protobuf';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { ExportMetricsServiceRequestSchema, ExportMetricsServiceResponseSchema } from '../../../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
+import { ExportTraceServiceRequestSchema, ExportTraceServiceResponseSchema } from '../../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
+import { PROBLEMS } from '../../errors.js';
+import { callContext, type CallContext } from '../../services/context.js';
+import { CONTENT_TYPE, decodeExport, decompress, encodeMessage, encodeStatus, OtlpHttpError, otlpEncoding, type OtlpEncoding } from '../otlp-codec.js';
+import { problemFromError } from '../problem.js';
+import type { RouteDeps } from '../routes.js';
+
+// OTLP/HTTP receivers on the service's port (docs/telemetry.md): POST /v1/traces and /v1/metrics,
+// binary protobuf or OTLP/JSON, optionally gzip. Registered in their own encapsulated context so
+// that their body parsers (raw bytes, up to OTLP_MAX_EXPORT_BYTES) and their error answers
+// (a google.rpc.Status in the request's encoding, as OTLP requires, instead of problem+json)
+// apply to these two routes only.
+
+const GRPC_CODE_BY_STATUS: Record<number, Code> = { 400: Code.InvalidArgument, 413: Code.ResourceExhausted, 415: Code.InvalidArgument, 429: Code.ResourceExhausted, 503: Code.Unavailable };
+
+function sendStatus(reply: FastifyReply, status: number, message: string, encoding: OtlpEncoding, headers: Record<string, string> = {}) {
+  return reply
+    .code(status)
+    .headers(headers)
+    .type(CONTENT_TYPE[encoding])
+    .send(encodeStatus(GRPC_CODE_BY_STATUS[status] ?? (status >= 500 ? Code.Internal : Code.InvalidArgument), message, encoding));
+}
+
+export function otlpRoutes(app: FastifyInstance, { services }: RouteDeps) {
+  const limit = services.otlp.maxExportBytes;
+
+  function route<Req extends DescMessage, Res extends DescMessage>(
+    path: string,
+    reqSchema: Req,
+    resSchema: Res,
+    handle: (msg: MessageShape<Req>, ctx: CallContext) => Promise<MessageInitShape<Res>>,
+  ) {
+    return [
+      path,
+      { bodyLimit: limit },
+      async (req: FastifyRequest, reply: FastifyReply) => {
+        const encoding = otlpEncoding(req.headers['content-type']);
+        if (encoding === null) throw new OtlpHttpError(415, 'send OTLP as application/x-protobuf or application/json');
+        const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+        const body = await decompress(raw, req.headers['content-encoding'] as string | undefined, limit);
+        const msg = decodeExport(reqSchema, body, encoding);
+        const res = await handle(msg, callContext(req.headers, req.ip));
+        return reply.type(CONTENT_TYPE[encoding]).send(encodeMessage(resSchema, res, encoding));
+      },
+    ] as const;
+  }
+
+  void app.register(async (otlp) => {
+    // Only OTLP's two media types reach the handlers, as raw bytes (decompressed and decoded there).
+    otlp.removeAllContentTypeParsers();
+    otlp.addContentTypeParser(['application/x-protobuf', 'application/json'], { parseAs: 'buffer', bodyLimit: limit }, (_req, body, done) => done(null, body));
+    otlp.setErrorHandler((err: FastifyError | Error, req, reply) => {
+      const encoding = otlpEncoding(req.headers['content-type']) ?? 'protobuf';
+      if (err instanceof OtlpHttpError) return sendStatus(reply, err.status, err.message, encoding);
+      const fe = err as FastifyError;
+      if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return sendStatus(reply, 413, `the export is larger than ${limit} bytes`, encoding);
+      if (fe.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return sendStatus(reply, 415, 'send OTLP as application/x-protobuf or application/json', encoding);
+      // Everything else as everywhere (src/http/problem.ts): our errors keep their status (a lost
+      // database is 503 + Retry-After, which OTLP senders retry), the rest never leak internals.
+      const p = problemFromError(err);
+      const status = PROBLEMS[p.code].status;
+      if (status >= 500) req.log.error({ err }, 'OTLP export failed');
+      return sendStatus(reply, status, p.detail, encoding, p.headers);
+    });
+    otlp.post(...route('/v1/traces', ExportTraceServiceRequestSchema, ExportTraceServiceResponseSchema, (m, ctx) => services.otlp.exportTraces(m, ctx)));
+    otlp.post(...route('/v1/metrics', ExportMetricsServiceRequestSchema, ExportMetricsServiceResponseSchema, (m, ctx) => services.otlp.exportMetrics(m, ctx)));
+  });
+}
