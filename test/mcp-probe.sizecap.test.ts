@@ -1,0 +1,34 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { expectProblem, postJson, startTestApp, type TestApp } from './support/app.js';
+import { backend } from './support/db.js';
+import { startHttpStub } from './support/mcp-target.js';
+
+// Finding 13 (issue 17): a target that answers an MCP request with an SSE body larger than the
+// safe client's size cap must be refused as too large at once (502 upstream_error naming the
+// cap), not left to run into the probe's deadline (504).
+
+let t: TestApp;
+let stub: Awaited<ReturnType<typeof startHttpStub>>;
+beforeAll(async () => {
+  t = await startTestApp({ ALLOW_PRIVATE_TARGETS: '1' });
+  stub = await startHttpStub((req, res) => {
+    if (req.method !== 'POST') return void res.writeHead(405).end();
+    // An event stream that never ends: 2 MiB of comment lines, then silence with the socket open.
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+    const line = `: ${'x'.repeat(1022)}\n`;
+    for (let i = 0; i < 2048; i++) res.write(line);
+  });
+  expect((await postJson(`${t.base}/api/report`, { server_url: stub.url, success: true, latency_ms: 5 })).status).toBe(200);
+});
+afterAll(async () => {
+  await stub?.close();
+  await t?.close();
+});
+
+describe(`an MCP target streaming an SSE body over the size cap (${backend})`, () => {
+  it('is refused as too large (502), not reported as a timeout (504)', async () => {
+    const res = await fetch(`${t.base}/api/drift?server=${encodeURIComponent(stub.url)}`);
+    const body = await expectProblem(res, 502, 'upstream_error');
+    expect(String(body.detail)).toMatch(/cap/);
+  }, 60_000);
+});
