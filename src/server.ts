@@ -106,7 +106,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   await app.register(cors, {
     origin: '*',
     methods: [...new Set(['GET', 'HEAD', 'POST', 'OPTIONS', ...connectCors.allowedMethods])],
-    allowedHeaders: [...connectCors.allowedHeaders, 'Authorization', 'X-Payment', 'X-Request-Id', 'Mcp-Session-Id', 'Mcp-Protocol-Version', 'Last-Event-ID'],
+    allowedHeaders: [...connectCors.allowedHeaders, 'Authorization', 'X-Payment', 'X-Request-Id', 'Mcp-Session-Id', 'Mcp-Protocol-Version', 'Mcp-Method', 'Mcp-Name', 'Last-Event-ID'],
     exposedHeaders: [...connectCors.exposedHeaders, 'X-Request-Id', 'X-Interface-Version', 'Retry-After', 'WWW-Authenticate', 'X-Payment-Required', 'X-Payment-Wallet', 'RateLimit', 'RateLimit-Policy', 'Mcp-Session-Id'],
     maxAge: 7200,
   });

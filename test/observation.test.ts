@@ -28,15 +28,16 @@ const slowTimers = new Set<NodeJS.Timeout>();
 beforeAll(async () => {
   [steady, shifty, legacy] = await Promise.all([startMcpTarget([forecast]), startMcpTarget([forecast, alerts]), startSseMcpTarget([forecast])]);
   broken = await startHttpStub((_req, res) => res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"internal"}'));
-  // Answers long after the probe timeout (OBSERVE_TIMEOUT_MS below), and then with nothing useful.
+  // Answers long after the probe timeout (OBSERVE_TIMEOUT_MS below, sized for a loaded machine: a
+  // probe is server/discover, initialize and tools/list in sequence), and then with nothing useful.
   sluggish = await startHttpStub((_req, res) => {
-    const timer = setTimeout(() => res.writeHead(503).end(), 5_000);
+    const timer = setTimeout(() => res.writeHead(503).end(), 10_000);
     slowTimers.add(timer);
     res.on('close', () => clearTimeout(timer));
   });
   walled = await startHttpStub((_req, res) => res.writeHead(401, { 'www-authenticate': 'Bearer realm="mcp"', 'content-type': 'application/json' }).end('{"error":"unauthorized"}'));
   t = await startTestApp(
-    { ALLOW_PRIVATE_TARGETS: '1', OBSERVE_INTERVAL_SECONDS: '60', OBSERVE_TIMEOUT_MS: '600', OBSERVE_CONCURRENCY: '3', OBSERVE_RATE_PER_MINUTE: '1000' },
+    { ALLOW_PRIVATE_TARGETS: '1', OBSERVE_INTERVAL_SECONDS: '60', OBSERVE_TIMEOUT_MS: '3000', OBSERVE_CONCURRENCY: '3', OBSERVE_RATE_PER_MINUTE: '1000' },
     { now: () => clock },
   );
   const remote = (name: string, url: string, type = 'streamable-http') => ({

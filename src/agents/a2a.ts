@@ -194,7 +194,7 @@ export function createA2aHandler(skills: AgentSkills, db: Db, now: () => Date) {
 }
 
 export function a2aRoutes(app: FastifyInstance, { services, db, config }: RouteDeps, now: () => Date = () => new Date()) {
-  const handler = createA2aHandler(createAgentSkills(services, db), db, now);
+  const handler = createA2aHandler(createAgentSkills(services), db, now);
 
   void app.register(async (scope) => {
     // Raw text in, so malformed JSON is a JSON-RPC parse error; body limit and Content-Type
