@@ -20,6 +20,7 @@ import { createProbeService } from './probes.js';
 import { createComplianceService } from './compliance.js';
 import { createCatalogueService } from './catalogue.js';
 import { createObservationService } from './observation.js';
+import { createMcpProbeService } from './mcp-probe.js';
 import { createTelemetryRetention } from './telemetry-retention.js';
 
 /** Every service implementation, built once per process. */
@@ -27,8 +28,9 @@ export function createServices(deps: ServiceDeps) {
   const trust = createTrustService(deps);
   const preflight = createPreflightService(deps, trust);
   const telemetry = createTelemetryService(deps);
-  const drift = createDriftService(deps);
-  const observation = createObservationService(deps, { telemetry, drift }, { onError: deps.onBackgroundError });
+  const mcpProbe = createMcpProbeService(deps);
+  const drift = createDriftService(deps, { mcpProbe });
+  const observation = createObservationService(deps, { telemetry, drift, mcpProbe }, { onError: deps.onBackgroundError });
   const telemetryRetention = createTelemetryRetention(deps, { onError: deps.onBackgroundError });
   return {
     keyring: deps.keyring,
@@ -45,6 +47,8 @@ export function createServices(deps: ServiceDeps) {
     /** Receipt lookup, verification, behavioral evidence, ERC-8004 attestations (ReceiptService). */
     receipt: createReceiptService(deps, trust),
     drift,
+    /** The MCP probe (v2 SDK client): protocol revision, transport and Server Card of a server, recorded. */
+    mcpProbe,
     /** Catalogue import from an MCP Registry (the `observatory import` command). */
     catalogue: createCatalogueService(deps),
     /** Active observation: the observatory's own scheduled probes (started by `serve` and `observe`). */

@@ -10,6 +10,7 @@ import { serverStore, type ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
 import { SCORE_CACHE_MS } from './trust-engine.js';
 import type { CallContext, ServiceDeps } from './context.js';
+import type { ServerCardCheck } from './mcp-probe.js';
 import type { TrustService } from './trust.js';
 
 /** Longest target accepted (a URL or a name); longer is 400, not a lookup. */
@@ -51,6 +52,8 @@ export interface PreflightAssessment {
   trustScore: number | undefined;
   totalInteractions: number;
   anomalyFlags: string[];
+  /** The server's Server Card against runtime at its latest probe (null: none found, or never probed). */
+  serverCard: ServerCardCheck | null;
 }
 
 const VERDICTS: readonly string[] = ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'];
@@ -89,11 +92,13 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     let trustScore: number | undefined;
     let totalInteractions = 0;
     let anomalyFlags: string[] = [];
+    let serverCard: ServerCardCheck | null = null;
     if (server) {
       // The trust service's cheap, cached score (never recomputed here: one source per figure).
       const score = await trust.scoreFor(server);
       totalInteractions = score.total_interactions;
       anomalyFlags = [...score.anomaly_flags];
+      serverCard = score.server_card;
       // UNRATED: no accepted telemetry (DECISIONS.md); otherwise the trust service's verdict.
       if (totalInteractions > 0 && VERDICTS.includes(score.verdict)) {
         verdict = score.verdict;
@@ -101,7 +106,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       }
     }
 
-    return { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags };
+    return { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags, serverCard };
   }
 
   async function preflight(req: Partial<PreflightRequest>, _ctx?: CallContext, opts: PreflightOptions = {}): Promise<PreflightResult> {
@@ -110,7 +115,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     if (target.length > MAX_TARGET_LENGTH) throw invalidArgument(`target is longer than ${MAX_TARGET_LENGTH} characters`);
     // NUL and other control characters are never part of a URL or a name (and PostgreSQL cannot store NUL).
     if (/[\u0000-\u001f\u007f]/.test(target)) throw invalidArgument('target must not contain control characters');
-    const { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags } = opts.assessment ?? (await assess(target));
+    const { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags, serverCard } = opts.assessment ?? (await assess(target));
 
     const serverUrl = server?.url ?? givenUrl;
     const recommendation = RECOMMENDATIONS[verdict];
@@ -155,6 +160,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       tracked: server !== null,
       totalInteractions,
       anomalyFlags,
+      serverCard: serverCard ?? undefined,
     };
   }
 
