@@ -9,6 +9,7 @@ import { startHttpStub } from './support/mcp-target.js';
 
 let t: TestApp;
 let stub: Awaited<ReturnType<typeof startHttpStub>>;
+let sseStub: Awaited<ReturnType<typeof startHttpStub>>;
 beforeAll(async () => {
   t = await startTestApp({ ALLOW_PRIVATE_TARGETS: '1' });
   stub = await startHttpStub((req, res) => {
@@ -18,9 +19,23 @@ beforeAll(async () => {
     const line = `: ${'x'.repeat(1022)}\n`;
     for (let i = 0; i < 2048; i++) res.write(line);
   });
-  expect((await postJson(`${t.base}/api/report`, { server_url: stub.url, success: true, latency_ms: 5 })).status).toBe(200);
+  // An HTTP+SSE server: POST to its stream URL is refused (so the probe falls back to SSE), its
+  // GET stream names the message endpoint and then floods past the cap.
+  sseStub = await startHttpStub((req, res) => {
+    if (req.method === 'GET') {
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+      res.write('event: endpoint\ndata: /messages?sessionId=1\n\n');
+      const line = `: ${'x'.repeat(1022)}\n`;
+      for (let i = 0; i < 2048; i++) res.write(line);
+      return;
+    }
+    if ((req.url ?? '').startsWith('/messages')) return void res.writeHead(202).end();
+    res.writeHead(405).end();
+  });
+  for (const url of [stub.url, sseStub.url]) expect((await postJson(`${t.base}/api/report`, { server_url: url, success: true, latency_ms: 5 })).status).toBe(200);
 });
 afterAll(async () => {
+  await sseStub?.close();
   await stub?.close();
   await t?.close();
 });
@@ -28,6 +43,12 @@ afterAll(async () => {
 describe(`an MCP target streaming an SSE body over the size cap (${backend})`, () => {
   it('is refused as too large (502), not reported as a timeout (504)', async () => {
     const res = await fetch(`${t.base}/api/drift?server=${encodeURIComponent(stub.url)}`);
+    const body = await expectProblem(res, 502, 'upstream_error');
+    expect(String(body.detail)).toMatch(/cap/);
+  }, 60_000);
+
+  it('over the HTTP+SSE transport too (the GET event stream goes over the cap)', async () => {
+    const res = await fetch(`${t.base}/api/drift?server=${encodeURIComponent(sseStub.url)}`);
     const body = await expectProblem(res, 502, 'upstream_error');
     expect(String(body.detail)).toMatch(/cap/);
   }, 60_000);

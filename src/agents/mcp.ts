@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
+import { buildCatalog, buildServerCard, SERVER_CARD_MEDIA_TYPE } from '../domain/server-card.js';
 import type { RouteDeps } from '../http/routes.js';
 import { createAgentSkills } from './skills.js';
 
@@ -64,6 +65,30 @@ export async function mcpDiscoveryDocument(config: Config) {
   };
 }
 
+const CARD_DESCRIPTION = 'Runtime trust scores, signed pre-flight receipts and drift checks for MCP servers';
+
+/**
+ * Our MCP Server Card (SEP-2127 draft shape, docs/agents.md "Server Card"): identity, the /mcp
+ * endpoint and every protocol revision it speaks, built from the same constants /mcp answers with.
+ */
+export async function mcpServerCard(config: Config) {
+  const { MCP_SERVER_INFO, SUPPORTED_PROTOCOL_VERSIONS } = await mcpRuntime();
+  return buildServerCard({
+    publicBaseUrl: config.publicBaseUrl,
+    name: MCP_SERVER_INFO.name,
+    title: MCP_SERVER_INFO.title,
+    version: MCP_SERVER_INFO.version,
+    description: CARD_DESCRIPTION,
+    protocolVersions: SUPPORTED_PROTOCOL_VERSIONS,
+  });
+}
+
+/** The MCP Catalog at /.well-known/mcp/catalog.json: one entry, our card. */
+export async function mcpCatalog(config: Config) {
+  const card = await mcpServerCard(config);
+  return buildCatalog({ publicBaseUrl: config.publicBaseUrl, cardName: card.name, displayName: card.title });
+}
+
 const LOOPBACK_BINDS = new Set(['127.0.0.1', '::1', 'localhost', '::ffff:127.0.0.1']);
 
 /**
@@ -121,6 +146,19 @@ export function mcpRoutes(app: FastifyInstance, { services, config }: RouteDeps)
       }
       reply.header('cache-control', DISCOVERY_CACHE);
       return mcpDiscoveryDocument(config);
+    });
+
+    // Server Card: where SEP-2127 reserves it (<mcp-url>/server-card) and where some frameworks
+    // still serve it; the catalog points at the former. Public metadata, cached like discovery.
+    const card = (reply: FastifyReply) => {
+      reply.header('cache-control', DISCOVERY_CACHE).type(SERVER_CARD_MEDIA_TYPE);
+      return mcpServerCard(config);
+    };
+    scope.get('/mcp/server-card', async (_req, reply) => card(reply));
+    scope.get('/.well-known/mcp/server-card.json', async (_req, reply) => card(reply));
+    scope.get('/.well-known/mcp/catalog.json', async (_req, reply) => {
+      reply.header('cache-control', DISCOVERY_CACHE);
+      return mcpCatalog(config);
     });
 
     scope.post('/mcp', async (req, reply) => {

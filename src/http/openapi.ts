@@ -162,7 +162,7 @@ const OPS: Op[] = [
   { method: 'get', path: '/a2a', id: 'getA2aDescriptor', tag: 'agents', summary: 'A2A JSON-RPC descriptor: methods, skills, usage example', ok: okJson('descriptor') },
   { method: 'post', path: '/a2a', id: 'a2a', tag: 'agents', summary: 'A2A 0.3 JSON-RPC 2.0: message/send, tasks/get (errors are JSON-RPC errors with HTTP 200)', body: { oneOf: [{ type: 'object' }, { type: 'array' }] }, ok: okJson('JSON-RPC response (or an array for a batch)', { oneOf: [ref('JsonRpcResponse'), { type: 'array', items: ref('JsonRpcResponse') }] }), errors: { 413: 'body too large', 415: 'not JSON' } },
   { method: 'get', path: '/mcp', id: 'getMcpDiscovery', tag: 'agents', summary: 'MCP discovery document (without Accept: text/event-stream)', ok: okJson('server info and tools') },
-  { method: 'post', path: '/mcp', id: 'mcp', tag: 'agents', summary: 'MCP Streamable HTTP (stateless): tools preflight_check, check_trust, verify_attestation', body: { type: 'object' }, ok: okJson('JSON-RPC response', ref('JsonRpcResponse')), errors: { 413: 'body too large', 415: 'not JSON' } },
+  { method: 'post', path: '/mcp', id: 'mcp', tag: 'agents', summary: 'MCP Streamable HTTP (stateless): 2026-07-28 (server/discover, no initialize) and 2025-11-25 back to 2024-11-05 (initialize); tools preflight_check, check_trust, verify_attestation', body: { type: 'object' }, ok: okJson('JSON-RPC response', ref('JsonRpcResponse')), errors: { 413: 'body too large', 415: 'not JSON' } },
 ];
 
 const DOCS: [path: string, id: string, summary: string, type?: string][] = [
@@ -171,6 +171,9 @@ const DOCS: [path: string, id: string, summary: string, type?: string][] = [
   ['/.well-known/agent.json', 'getAgentJson', 'A2A agent card (legacy location)'],
   ['/.well-known/did.json', 'getDidDocument', 'did:web document; verification methods are the JWKS keys'],
   ['/.well-known/mcp.json', 'getMcpJson', 'MCP server discovery document'],
+  ['/.well-known/mcp/catalog.json', 'getMcpCatalog', 'MCP Catalog (SEP-2127 draft): points at our Server Card'],
+  ['/mcp/server-card', 'getMcpServerCard', 'MCP Server Card (SEP-2127 draft): identity, endpoint and protocol versions of /mcp', 'application/mcp-server-card+json'],
+  ['/.well-known/mcp/server-card.json', 'getMcpServerCardWellKnown', 'MCP Server Card at the location some frameworks use (same document)', 'application/mcp-server-card+json'],
   ['/.well-known/ai-plugin.json', 'getAiPlugin', 'AI plugin manifest'],
   ['/.well-known/oauth-protected-resource', 'getProtectedResourceMetadata', 'OAuth protected resource metadata (RFC 9728)'],
   ['/.well-known/oauth-authorization-server', 'getAuthorizationServerMetadata', 'OAuth authorization server metadata (RFC 8414)'],
@@ -196,7 +199,7 @@ export function openApiDocument(config: Config) {
     };
   }
   for (const [path, id, summary, type] of DOCS) {
-    paths[path] = { get: { operationId: id, tags: ['discovery'], summary, responses: { 200: { description: summary, content: { [type ?? 'application/json']: { schema: type ? { type: 'string' } : ref('Json') } } } } } };
+    paths[path] = { get: { operationId: id, tags: ['discovery'], summary, responses: { 200: { description: summary, content: { [type ?? 'application/json']: { schema: type && !type.endsWith('+json') ? { type: 'string' } : ref('Json') } } } } } };
   }
   return {
     openapi: '3.1.0',
