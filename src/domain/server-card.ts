@@ -195,10 +195,14 @@ export function reservedCardUrl(mcpUrl: string): string {
   return u.href;
 }
 
-/** A reverse-DNS card name for a host: "observatory.example.com" -> "com.example.observatory/<name>". */
+/**
+ * A reverse-DNS card name for a host: "observatory.example.com" -> "com.example.observatory/<name>";
+ * an IP address (a development setup) has no DNS name to reverse: "local/<name>".
+ */
 export function reverseDnsName(host: string, name: string): string {
-  const labels = host.toLowerCase().replace(/^\[|\]$/g, '').split('.').filter(Boolean).reverse();
-  const ns = labels.join('.').replace(/[^a-z0-9.-]/g, '-') || 'local';
+  const h = host.toLowerCase().replace(/^\[|\]$/g, '');
+  const ip = h.includes(':') || /^\d{1,3}(\.\d{1,3}){3}$/.test(h);
+  const ns = ip ? 'local' : h.split('.').filter(Boolean).reverse().join('.').replace(/[^a-z0-9.-]/g, '-') || 'local';
   return `${ns}/${name.replace(/[^a-zA-Z0-9._-]/g, '-')}`;
 }
 
