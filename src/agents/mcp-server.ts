@@ -71,6 +71,8 @@ async function run(log: Log, tool: string, fn: () => Promise<JsonObject>): Promi
 export function buildMcpServer(skills: AgentSkills, log: Log): McpServer {
   const server = new McpServer(MCP_SERVER_INFO, {
     instructions: INSTRUCTIONS,
+    // The three tools are fixed for a release: no notifications/tools/list_changed ever comes.
+    capabilities: { tools: { listChanged: false } },
     supportedProtocolVersions: [...SUPPORTED_PROTOCOL_VERSIONS],
     cacheHints: { 'tools/list': LIST_CACHE_HINT, 'server/discover': LIST_CACHE_HINT },
   });
