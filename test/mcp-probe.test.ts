@@ -192,6 +192,36 @@ describe(`the probe behind drift, trust, pre-flight and the pages (${backend})`,
     }
   });
 
+  it('active observation probes a 2026-07-28 server with no agent asking, records its revision and checks its card', async () => {
+    const target = await startModernMcpTarget(TOOLS, { version: '2.1.0', card: { at: 'reserved', doc: (u: string) => matchingCard(u) } });
+    try {
+      const imported = await t.obs.services.catalogue.importDocument({ servers: [{ server: { name: 'io.github.probe/modern', version: '2.1.0', remotes: [{ type: 'streamable-http', url: target.url }] } }] });
+      expect(imported.added).toBe(1);
+      const round = await t.obs.services.observation.runRound();
+      expect(round.results.find((r) => r.url === target.url)).toMatchObject({ outcome: 'ok', toolCount: 3 });
+      expect(target.methods).not.toContain('initialize');
+      const rec = await trust('io.github.probe/modern');
+      expect(rec.server.protocol_version).toBe('2026-07-28');
+      // The card says 2.0.0; the server reports 2.1.0.
+      expect(rec.server_card.differences).toEqual([{ field: 'version', claimed: '2.0.0', observed: '2.1.0', detail: 'the card says version 2.0.0, the server reports 2.1.0' }]);
+      expect(rec.anomaly.anomaly_flags).toContain('server_card_mismatch');
+    } finally {
+      await target.close();
+    }
+  });
+
+  it('agent-readiness reaches the 2026-07-28 endpoint its mcp.json names (shown, not scored), with its card', async () => {
+    const site = await startModernMcpTarget(TOOLS, { card: { at: 'reserved', doc: (u: string) => matchingCard(u) }, docs: { '/.well-known/mcp.json': (u) => ({ endpoint: u }) } });
+    try {
+      const b = await json(fetch(`${t.base}/api/agent-readiness?url=${encodeURIComponent(site.url)}`));
+      expect(b.detected_surfaces).toEqual(['mcp.json']);
+      expect(b.reasons.mcp_endpoint).toMatchObject({ url: site.url, reached: true, protocol_version: '2026-07-28', era: 'modern', transport: 'streamable-http', server_card: `${site.url}/server-card` });
+      expect(site.methods).not.toContain('initialize');
+    } finally {
+      await site.close();
+    }
+  });
+
   it('the agency checklist reaches a 2026-07-28-only server and names the revision it spoke', async () => {
     const b = await json(fetch(`${t.base}/api/agency-checklist?url=${encodeURIComponent(modern.url)}`));
     const tls = b.controls.find((c: { id: string }) => c.id === 'transport_tls');

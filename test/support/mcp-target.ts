@@ -44,7 +44,7 @@ function serveCard(req: http.IncomingMessage, res: http.ServerResponse, mcpPath:
  * different order with different per-response metadata (ttlMs, cacheScope, _meta), which must
  * never count as drift. `methods` records every JSON-RPC method it received.
  */
-export async function startModernMcpTarget(initial: Tool[], opts: { pageSize?: number; name?: string; version?: string; card?: CardOptions } = {}) {
+export async function startModernMcpTarget(initial: Tool[], opts: { pageSize?: number; name?: string; version?: string; card?: CardOptions; docs?: Record<string, (mcpUrl: string) => unknown> } = {}) {
   let tools = initial;
   let card = opts.card ?? null;
   const methods: string[] = [];
@@ -73,6 +73,8 @@ export async function startModernMcpTarget(initial: Tool[], opts: { pageSize?: n
   let base = '';
   const srv = http.createServer(async (req, res) => {
     if (serveCard(req, res, '/mcp', () => base, card)) return;
+    const doc = req.method === 'GET' ? opts.docs?.[(req.url ?? '/').split('?')[0]!] : undefined;
+    if (doc) return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(doc(`${base}/mcp`)));
     if (!req.url?.startsWith('/mcp') || req.method !== 'POST') return void res.writeHead(req.url?.startsWith('/mcp') ? 405 : 404).end();
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
