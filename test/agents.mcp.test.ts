@@ -244,6 +244,13 @@ describe('/mcp transport rules', () => {
     expect((await json(res)).error.code).toBe(-32600);
   });
 
+  it('a message nested absurdly deep is an invalid request, not a crash', async () => {
+    const deep = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":' + '{"a":'.repeat(5000) + '1' + '}'.repeat(5000) + '}';
+    const res = await fetch(`${app.base}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json', ...MCP_HEADERS }, body: deep });
+    expect(res.status).toBe(400);
+    expect((await json(res)).error.code).toBe(-32600);
+  });
+
   it('malformed JSON is a JSON-RPC parse error', async () => {
     const res = await fetch(`${app.base}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json', ...MCP_HEADERS }, body: '{"jsonrpc":' });
     expect(res.status).toBe(400);

@@ -102,6 +102,21 @@ export function mcpAllowedHosts(config: Config): string[] | null {
   return [...hosts];
 }
 
+/** Deepest nesting a message may have: far beyond any real MCP message, far below what recursive validators survive. */
+const MAX_MESSAGE_DEPTH = 64;
+
+/** Whether `value` nests objects/arrays deeper than `max` (iterative: hostile input cannot blow the stack here). */
+function nestedDeeperThan(value: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (depth >= max) return true;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+  }
+  return false;
+}
+
 function jsonRpcError(reply: FastifyReply, status: number, code: number, message: string) {
   return reply.code(status).type('application/json').send({ jsonrpc: '2.0', id: null, error: { code, message } });
 }
@@ -174,6 +189,9 @@ export function mcpRoutes(app: FastifyInstance, { services, config }: RouteDeps)
       }
       if (message === null || typeof message !== 'object') {
         return jsonRpcError(reply, 400, -32600, 'Invalid Request: the body must be a JSON-RPC message object');
+      }
+      if (nestedDeeperThan(message, MAX_MESSAGE_DEPTH)) {
+        return jsonRpcError(reply, 400, -32600, `Invalid Request: the message nests deeper than ${MAX_MESSAGE_DEPTH} levels`);
       }
 
       const { handle } = await httpHandler();
