@@ -40,7 +40,15 @@ const SCHEMAS: Record<string, Schema> = {
   TrustRecord: obj(
     {
       server: obj(
-        { name: str(), url: str(undefined, { format: 'uri' }), slug: str(), category: str(), trust_score: num('0 to 100', { minimum: 0, maximum: 100 }), registered_at: str(undefined, { format: 'date-time' }) },
+        {
+          name: str(),
+          url: str(undefined, { format: 'uri' }),
+          slug: str(),
+          category: str(),
+          trust_score: num('0 to 100', { minimum: 0, maximum: 100 }),
+          registered_at: str(undefined, { format: 'date-time' }),
+          protocol_version: nullable(str('MCP protocol revision the server spoke at its latest probe (e.g. 2026-07-28); null before any probe')),
+        },
         ['name', 'url', 'category', 'trust_score', 'registered_at'],
       ),
       metrics: obj({ total_interactions: int(), avg_latency_ms: num(), success_rate: nullable(num('0 to 1', { minimum: 0, maximum: 1 })) }, ['total_interactions', 'avg_latency_ms', 'success_rate']),
@@ -51,9 +59,23 @@ const SCHEMAS: Record<string, Schema> = {
       anomaly: obj({ is_anomalous: { type: 'boolean' }, anomaly_flags: { type: 'array', items: str() } }, ['is_anomalous', 'anomaly_flags']),
       score_breakdown: { type: ['object', 'null'], description: 'additive explanation of the score' },
       verdict,
+      server_card: { anyOf: [ref('ServerCardCheck'), { type: 'null' }] },
     },
     ['server', 'metrics', 'category_baseline', 'anomaly'],
     'Trust record (SPEC 2.1)',
+  ),
+  ServerCardCheck: obj(
+    {
+      card_url: str(undefined, { format: 'uri' }),
+      checked_at: str(undefined, { format: 'date-time' }),
+      matches: { type: 'boolean' },
+      differences: {
+        type: 'array',
+        items: obj({ field: str('name, version, title, endpoint, transport, protocol_versions or tools'), claimed: str(), observed: str(), detail: str() }, ['field', 'claimed', 'observed', 'detail']),
+      },
+    },
+    ['card_url', 'checked_at', 'matches', 'differences'],
+    "The server's MCP Server Card (SEP-2127) against runtime at its latest probe; a mismatch raises server_card_mismatch and changes no score",
   ),
   Preflight: obj(
     {
@@ -65,6 +87,8 @@ const SCHEMAS: Record<string, Schema> = {
       diligence_receipt: str('compact JWS (header.payload.signature)'),
       receipt_id: str(undefined, { pattern: '^[0-9a-f]{16}$' }),
       checked_at: str(undefined, { format: 'date-time' }),
+      anomaly_flags: { type: 'array', items: str() },
+      server_card: { anyOf: [ref('ServerCardCheck'), { type: 'null' }] },
     },
     ['verdict', 'recommendation', 'diligence_receipt', 'receipt_id'],
   ),
