@@ -10,7 +10,7 @@ import { ProbeFailed, TargetRefused, type SafeFetcher } from './safe-fetch.js';
 // A card from 2 or 3 counts only when it lists the probed URL among its remotes. Nothing here
 // ever fails a probe: a missing, unreadable or oversized card is simply no card.
 
-export const CARD_LIMITS = { maxBytes: 64 * 1024, totalTimeoutMs: 5_000, catalogEntries: 5 } as const;
+export const CARD_LIMITS = { maxBytes: 64 * 1024, totalTimeoutMs: 5_000, catalogEntries: 5, lookupTimeoutMs: 8_000 } as const;
 
 export interface FoundCard {
   url: string;
@@ -22,7 +22,7 @@ const ACCEPT = `${SERVER_CARD_MEDIA_TYPE}, application/json;q=0.9`;
 
 async function getJson(fetcher: SafeFetcher, url: string, signal?: AbortSignal): Promise<unknown> {
   try {
-    const res = await fetcher.request(url, { headers: { accept: ACCEPT }, ...CARD_LIMITS, signal });
+    const res = await fetcher.request(url, { headers: { accept: ACCEPT }, maxBytes: CARD_LIMITS.maxBytes, totalTimeoutMs: CARD_LIMITS.totalTimeoutMs, signal });
     if (res.status !== 200) return null;
     const type = (res.headers.get('content-type') ?? '').toLowerCase();
     if (/html/.test(type)) return null;
@@ -34,8 +34,10 @@ async function getJson(fetcher: SafeFetcher, url: string, signal?: AbortSignal):
   }
 }
 
-/** The card that describes the MCP server at `mcpUrl`, or null when it publishes none we can read. */
-export async function findServerCard(fetcher: SafeFetcher, mcpUrl: string, signal?: AbortSignal): Promise<FoundCard | null> {
+/** The card that describes the MCP server at `mcpUrl`, or null when it publishes none we can read (within CARD_LIMITS.lookupTimeoutMs in all). */
+export async function findServerCard(fetcher: SafeFetcher, mcpUrl: string, outer?: AbortSignal): Promise<FoundCard | null> {
+  const deadline = AbortSignal.timeout(CARD_LIMITS.lookupTimeoutMs);
+  const signal = outer ? AbortSignal.any([outer, deadline]) : deadline;
   const reserved = reservedCardUrl(mcpUrl);
   const own = parseServerCard(await getJson(fetcher, reserved, signal));
   if (own) return { url: reserved, location: 'reserved', claims: own };
