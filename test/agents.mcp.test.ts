@@ -1,4 +1,5 @@
 import { Client as ClientV2, StreamableHTTPClientTransport as StreamableHTTPClientTransportV2 } from '@modelcontextprotocol/client';
+import { readFile } from 'node:fs/promises';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -211,6 +212,16 @@ describe(`/mcp over raw HTTP: 2026-07-28 errors and every earlier revision (${ba
       const headers = version >= '2025-06-18' ? { ...MCP_HEADERS, 'mcp-protocol-version': version } : MCP_HEADERS;
       const call = await json(postJson(`${app.base}/mcp`, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'check_trust', arguments: { server: SERVER } } }, headers));
       expect(call.result.structuredContent.found, version).toBe(true);
+    }
+  });
+});
+
+describe('/mcp layering', () => {
+  it('the MCP door calls services only: no store, no SQL, no database handle in its modules', async () => {
+    for (const f of ['mcp.ts', 'mcp-server.ts', 'mcp-tools.ts', 'mcp-tool-names.ts', 'skills.ts']) {
+      const src = await readFile(new URL(`../src/agents/${f}`, import.meta.url), 'utf8');
+      expect(src, f).not.toMatch(/from '\.\.\/(store|db)\//);
+      expect(src, f).not.toMatch(/\bSELECT\b|\bINSERT\b|\.query\(/);
     }
   });
 });
