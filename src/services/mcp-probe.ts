@@ -5,7 +5,7 @@ import type { Queryable } from '../db/index.js';
 import { DRIFT_FLAG_WINDOW_MS } from '../domain/drift.js';
 import { compareServerCard, SERVER_CARD_FLAG, type CardClaims } from '../domain/server-card.js';
 import { readToolManifest, type LiveManifest, type McpTransportKind } from '../probes/mcp-manifest.js';
-import { createSafeFetcher, type SafeFetcher } from '../probes/safe-fetch.js';
+import { createSafeFetcher, ProbeFailed, type SafeFetcher } from '../probes/safe-fetch.js';
 import { findServerCard } from '../probes/server-card.js';
 import { mcpFactsStore, type McpFactsRow } from '../store/mcp-facts.js';
 import type { ServiceDeps } from './context.js';
@@ -116,6 +116,8 @@ export function createMcpProbeService({ db, config, now }: Pick<ServiceDeps, 'db
         card = await findServerCard(fetcher, server.url, o.signal);
         fetchedAt = at;
       }
+      // Stopped half-way (shutdown): a lookup cut short says nothing about the card; record nothing.
+      if (o.signal?.aborted) throw new ProbeFailed('timeout', `the probe of ${server.url} was stopped`);
       const differences = card
         ? compareServerCard(card.claims, {
             url: server.url,
