@@ -122,6 +122,18 @@ function jsonRpcError(reply: FastifyReply, status: number, code: number, message
 }
 
 export function mcpRoutes(app: FastifyInstance, { services, config }: RouteDeps) {
+  // Server Card documents: public metadata, cached like the other discovery documents.
+  const card = (reply: FastifyReply) => {
+    reply.header('cache-control', DISCOVERY_CACHE).type(SERVER_CARD_MEDIA_TYPE);
+    return mcpServerCard(config);
+  };
+  // Where some frameworks still serve the card, and the MCP Catalog pointing at /mcp/server-card.
+  app.get('/.well-known/mcp/server-card.json', async (_req, reply) => card(reply));
+  app.get('/.well-known/mcp/catalog.json', async (_req, reply) => {
+    reply.header('cache-control', DISCOVERY_CACHE);
+    return mcpCatalog(config);
+  });
+
   const skills = createAgentSkills(services);
   const allowedHosts = mcpAllowedHosts(config);
   let handler: Promise<import('./mcp-server.js').McpHttpHandler> | null = null;
@@ -163,18 +175,9 @@ export function mcpRoutes(app: FastifyInstance, { services, config }: RouteDeps)
       return mcpDiscoveryDocument(config);
     });
 
-    // Server Card: where SEP-2127 reserves it (<mcp-url>/server-card) and where some frameworks
-    // still serve it; the catalog points at the former. Public metadata, cached like discovery.
-    const card = (reply: FastifyReply) => {
-      reply.header('cache-control', DISCOVERY_CACHE).type(SERVER_CARD_MEDIA_TYPE);
-      return mcpServerCard(config);
-    };
+    // Server Card at the location SEP-2127 reserves (<mcp-url>/server-card); the well-known
+    // copies are registered beside the other discovery documents, below.
     scope.get('/mcp/server-card', async (_req, reply) => card(reply));
-    scope.get('/.well-known/mcp/server-card.json', async (_req, reply) => card(reply));
-    scope.get('/.well-known/mcp/catalog.json', async (_req, reply) => {
-      reply.header('cache-control', DISCOVERY_CACHE);
-      return mcpCatalog(config);
-    });
 
     scope.post('/mcp', async (req, reply) => {
       let message: unknown;
