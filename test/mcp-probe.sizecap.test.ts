@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectProblem, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
-import { startHttpStub } from './support/mcp-target.js';
+import { readToolManifest } from '../src/probes/mcp-manifest.js';
+import { createSafeFetcher } from '../src/probes/safe-fetch.js';
+import { startHttpStub, startMcpTarget } from './support/mcp-target.js';
 
 // Finding 13 (issue 17): a target that answers an MCP request with an SSE body larger than the
 // safe client's size cap must be refused as too large at once (502 upstream_error naming the
@@ -51,5 +53,15 @@ describe(`an MCP target streaming an SSE body over the size cap (${backend})`, (
     const res = await fetch(`${t.base}/api/drift?server=${encodeURIComponent(sseStub.url)}`);
     const body = await expectProblem(res, 502, 'upstream_error');
     expect(String(body.detail)).toMatch(/cap/);
+  }, 60_000);
+
+  it('but the optional side stream of a Streamable HTTP server going over the cap does not fail a probe that got its answers', async () => {
+    const target = await startMcpTarget([{ name: 'ping', inputSchema: { type: 'object' } }], 2, { floodGetStream: true, listDelayMs: 1500 });
+    try {
+      const m = await readToolManifest(createSafeFetcher({ allowPrivate: true }), target.url, '1.3.0');
+      expect(m.tools.map((x) => x.name)).toEqual(['ping']);
+    } finally {
+      await target.close();
+    }
   }, 60_000);
 });

@@ -120,6 +120,7 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
     { capabilities: {}, ...(kind === 'streamable-http' ? { versionNegotiation: { mode: 'auto' as const, probe: { timeoutMs } } } : {}) },
   );
   client.onerror = (err) => run.note(err);
+  run.getStreamEssential = kind === 'sse';
   const target = new URL(url);
   // redirectPolicy 'follow': the safe client follows redirects itself, re-checking every hop.
   const transport: Transport =
@@ -171,6 +172,12 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
  */
 class ProbeRun {
   private failure: ProbeFailed | TargetRefused | null = null;
+  /**
+   * Whether a GET's failure ends the probe: over HTTP+SSE the GET stream carries every answer;
+   * over Streamable HTTP it is the optional server-to-client stream the SDK opens on the side
+   * (its failure, or the safe client's per-request deadline closing it, says nothing).
+   */
+  getStreamEssential = false;
 
   constructor(
     private readonly fetcher: SafeFetcher,
@@ -178,10 +185,13 @@ class ProbeRun {
     private readonly onExchange?: (e: McpExchange) => void,
   ) {}
 
+  /** Failures of non-essential requests, which the SDK may still report through onerror. */
+  private readonly ignored = new WeakSet<object>();
+
   /** Records a failure of the safe client and ends the probe: nothing after it can succeed. */
   note(err: unknown): void {
     const f = safeClientFailure(err);
-    if (f && !this.failure) {
+    if (f && !this.ignored.has(f) && !this.failure) {
       this.failure = f;
       this.controller.abort();
     }
@@ -210,15 +220,17 @@ class ProbeRun {
 
   readonly fetch = async (input: string | URL, init?: RequestInit): Promise<Response> => {
     const signal = init?.signal ? AbortSignal.any([init.signal, this.controller.signal]) : this.controller.signal;
+    const method = (init?.method ?? 'GET').toUpperCase();
+    const essential = method !== 'GET' || this.getStreamEssential;
     let res: Response;
     try {
       res = await this.fetcher.fetch(input, { ...init, signal });
     } catch (err) {
-      this.note(err);
+      this.settle(err, essential);
       throw err;
     }
     const target = typeof input === 'string' ? input : input.href;
-    this.onExchange?.({ url: res.url || target, method: (init?.method ?? 'GET').toUpperCase(), status: res.status, headers: res.headers, tls: responseTls(res) });
+    this.onExchange?.({ url: res.url || target, method, status: res.status, headers: res.headers, tls: responseTls(res) });
     if (res.body === null) return res;
     // The body is read by the SDK, which may only log a failure (an SSE stream going over the
     // cap, a reset): watch it here so such a failure ends the probe with its own kind.
@@ -230,7 +242,7 @@ class ProbeRun {
           if (done) c.close();
           else c.enqueue(value);
         } catch (err) {
-          this.note(err);
+          this.settle(err, essential);
           c.error(err);
         }
       },
@@ -240,6 +252,12 @@ class ProbeRun {
     Object.defineProperty(monitored, 'url', { value: res.url });
     return monitored;
   };
+
+  private settle(err: unknown, essential: boolean): void {
+    if (essential) return this.note(err);
+    const f = safeClientFailure(err);
+    if (f) this.ignored.add(f);
+  }
 
   /** The error the probe reports for `err`: the safe client's own failure first, then HTTP status, then timeout. */
   explain(err: unknown, url: string, timeoutMs: number): Error {

@@ -108,19 +108,26 @@ export async function startModernMcpTarget(initial: Tool[], opts: { pageSize?: n
  * on 127.0.0.1 whose tool list the test changes between calls. tools/list is paginated `pageSize`
  * tools per page.
  */
-export async function startMcpTarget(initial: Tool[], pageSize = 2, opts: { card?: CardOptions } = {}) {
+export async function startMcpTarget(initial: Tool[], pageSize = 2, opts: { card?: CardOptions; floodGetStream?: boolean; listDelayMs?: number } = {}) {
   let tools = initial;
   let initializations = 0;
   let card = opts.card ?? null;
   let base = '';
   const srv = http.createServer(async (req, res) => {
     if (serveCard(req, res, '/mcp', () => base, card)) return;
+    if (opts.floodGetStream && req.method === 'GET' && req.url?.startsWith('/mcp')) {
+      // The optional server-to-client stream, 2 MiB of comments: more than any probe accepts.
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (let i = 0; i < 2048; i++) res.write(`: ${'x'.repeat(1022)}\n`);
+      return;
+    }
     if (!req.url?.startsWith('/mcp')) {
       res.writeHead(404).end();
       return;
     }
     const server = new Server({ name: 'drift-target', version: '1.0.0' }, { capabilities: { tools: {} } });
     server.setRequestHandler(ListToolsRequestSchema, async (r) => {
+      if (opts.listDelayMs) await new Promise((done) => setTimeout(done, opts.listDelayMs));
       const start = r.params?.cursor ? Number(r.params.cursor) : 0;
       const page = tools.slice(start, start + pageSize);
       const next = start + pageSize < tools.length ? String(start + pageSize) : undefined;
