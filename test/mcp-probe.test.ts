@@ -34,7 +34,8 @@ const fetcher = createSafeFetcher({ allowPrivate: true });
 
 beforeAll(async () => {
   [modern, legacy, sse] = await Promise.all([startModernMcpTarget(TOOLS), startMcpTarget(TOOLS), startSseMcpTarget(TOOLS)]);
-  t = await startTestApp({ ALLOW_PRIVATE_TARGETS: '1' });
+  // Observation rounds here probe every server these tests tracked; a generous deadline for a loaded machine.
+  t = await startTestApp({ ALLOW_PRIVATE_TARGETS: '1', OBSERVE_TIMEOUT_MS: '30000' });
   for (const url of [modern.url, legacy.url, sse.url]) {
     expect((await postJson(`${t.base}/api/report`, { server_url: url, success: true, latency_ms: 40 })).status).toBe(200);
   }

@@ -71,7 +71,9 @@ export async function startModernMcpTarget(initial: Tool[], opts: { pageSize?: n
   };
   const handle = toNodeHandler(createMcpHandler(factory, { legacy: 'reject' }));
   let base = '';
-  const srv = http.createServer(async (req, res) => {
+  const srv = http.createServer((req, res) => void serve(req, res).catch(() => res.destroy()));
+  // A probe that gives up mid-request (its deadline, a test ending) must not become an unhandled rejection here.
+  async function serve(req: http.IncomingMessage, res: http.ServerResponse) {
     if (serveCard(req, res, '/mcp', () => base, card)) return;
     const doc = req.method === 'GET' ? opts.docs?.[(req.url ?? '/').split('?')[0]!] : undefined;
     if (doc) return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(doc(`${base}/mcp`)));
@@ -87,7 +89,7 @@ export async function startModernMcpTarget(initial: Tool[], opts: { pageSize?: n
     const m = (body as { method?: unknown } | undefined)?.method;
     if (typeof m === 'string') methods.push(m);
     await handle(req, res, body);
-  });
+  }
   const { port, close } = await listenOnLoopback(srv);
   base = `http://127.0.0.1:${port}`;
   return {
@@ -113,7 +115,8 @@ export async function startMcpTarget(initial: Tool[], pageSize = 2, opts: { card
   let initializations = 0;
   let card = opts.card ?? null;
   let base = '';
-  const srv = http.createServer(async (req, res) => {
+  const srv = http.createServer((req, res) => void serve(req, res).catch(() => res.destroy()));
+  async function serve(req: http.IncomingMessage, res: http.ServerResponse) {
     if (serveCard(req, res, '/mcp', () => base, card)) return;
     if (opts.floodGetStream && req.method === 'GET' && req.url?.startsWith('/mcp')) {
       // The optional server-to-client stream, 2 MiB of comments: more than any probe accepts.
@@ -144,7 +147,7 @@ export async function startMcpTarget(initial: Tool[], pageSize = 2, opts: { card
     const body = chunks.length ? JSON.parse(Buffer.concat(chunks).toString('utf8')) : undefined;
     if ((body as { method?: string } | undefined)?.method === 'initialize') initializations++;
     await transport.handleRequest(req, res, body);
-  });
+  }
   const { port, close } = await listenOnLoopback(srv);
   base = `http://127.0.0.1:${port}`;
   return {
@@ -167,7 +170,8 @@ export async function startMcpTarget(initial: Tool[], pageSize = 2, opts: { card
 export async function startSseMcpTarget(tools: Tool[]) {
   const transports = new Map<string, SSEServerTransport>();
   let initializations = 0;
-  const srv = http.createServer(async (req, res) => {
+  const srv = http.createServer((req, res) => void serve(req, res).catch(() => res.destroy()));
+  async function serve(req: http.IncomingMessage, res: http.ServerResponse) {
     const u = new URL(req.url ?? '/', 'http://x');
     if (req.method === 'GET' && u.pathname === '/sse') {
       const transport = new SSEServerTransport('/messages', res);
@@ -189,7 +193,7 @@ export async function startSseMcpTarget(tools: Tool[]) {
       return;
     }
     res.writeHead(404).end();
-  });
+  }
   const { port, close } = await listenOnLoopback(srv);
   return {
     url: `http://127.0.0.1:${port}/sse`,
