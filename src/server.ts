@@ -130,7 +130,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     methods: [...new Set(['GET', 'HEAD', 'POST', 'OPTIONS', ...connectCors.allowedMethods])],
     // x402: v1 X-Payment; v2 PAYMENT-SIGNATURE. @x402/fetch also sends Access-Control-Expose-Headers
     // on its paid retry, so a browser pre-flight names it and must be allowed.
-    allowedHeaders: [...connectCors.allowedHeaders, 'Authorization', 'X-Payment', 'PAYMENT-SIGNATURE', 'Access-Control-Expose-Headers', 'X-Request-Id', 'Mcp-Session-Id', 'Mcp-Protocol-Version', 'Last-Event-ID', 'A2A-Version', 'A2A-Extensions'],
+    allowedHeaders: [...connectCors.allowedHeaders, 'Authorization', 'X-Payment', 'PAYMENT-SIGNATURE', 'Access-Control-Expose-Headers', 'X-Request-Id', 'Mcp-Session-Id', 'Mcp-Protocol-Version', 'Mcp-Method', 'Mcp-Name', 'Last-Event-ID', 'A2A-Version', 'A2A-Extensions'],
     exposedHeaders: [
       ...connectCors.exposedHeaders,
       'X-Request-Id',

@@ -1,9 +1,14 @@
+import { Client as ClientV2, StreamableHTTPClientTransport as StreamableHTTPClientTransportV2 } from '@modelcontextprotocol/client';
+import { readFile } from 'node:fs/promises';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { backend } from './support/db.js';
 
-// /mcp with the official MCP SDK client, plus the transport rules a stock client does not exercise.
+// /mcp with both official MCP SDK client lines: the v2 client speaks MCP 2026-07-28 (no
+// initialize), the 1.x client the 2025 handshake; plus raw HTTP for the transport rules and the
+// 2026-07-28 error codes a stock client does not exercise.
 
 let app: TestApp;
 let client: Client;
@@ -23,7 +28,7 @@ afterAll(async () => {
 
 const text = (r: object) => (((r as { content?: unknown }).content as { type: string; text: string }[])[0]?.text ?? '');
 
-describe('MCP SDK client', () => {
+describe(`MCP SDK 1.x client: the 2025 initialize handshake (${backend})`, () => {
   it('negotiates and sees serverInfo version 1.3.0', () => {
     expect(client.getServerVersion()).toMatchObject({ name: 'trust-observatory', version: '1.3.0' });
     expect(client.getServerCapabilities()?.tools).toBeDefined();
@@ -62,11 +67,14 @@ describe('MCP SDK client', () => {
     expect(r.structuredContent).toMatchObject({ found: false, verdict: 'UNRATED' });
   });
 
-  it('check_trust with bad input is a tool error, not a crash', async () => {
-    const r = await client.callTool({ name: 'check_trust', arguments: { server: '' } });
-    expect(r.isError).toBe(true);
-    const r2 = await client.callTool({ name: 'check_trust', arguments: { server: 'x'.repeat(5000) } });
-    expect(r2.isError).toBe(true);
+  it('check_trust refuses malformed input exactly as GET /api/trust does: isError, same detail, same code', async () => {
+    for (const bad of ['', '   ', 'ftp://weather.example.com/mcp', 'http://', 'https://user:secret@weather.example.com/mcp', 'x'.repeat(5000), 'weather\u0000example']) {
+      const rest = await expectProblem(await fetch(`${app.base}/api/trust?url=${encodeURIComponent(bad)}`), 400, 'invalid_argument');
+      const r = await client.callTool({ name: 'check_trust', arguments: { server: bad } });
+      expect(r.isError, JSON.stringify(bad)).toBe(true);
+      expect(text(r), JSON.stringify(bad)).toBe(rest.detail);
+      expect((r._meta as Record<string, unknown>)['dev.trust-observatory/problem']).toEqual({ code: 'invalid_argument', status: 400 });
+    }
   });
 
   it('verify_attestation verifies one of our receipts and refuses a forged one', async () => {
@@ -98,6 +106,126 @@ describe('MCP SDK client', () => {
   });
 });
 
+describe(`MCP SDK v2 client: MCP 2026-07-28, stateless, no initialize (${backend})`, () => {
+  let v2: ClientV2;
+  const sent: { method: string; headers: Record<string, string> }[] = [];
+
+  beforeAll(async () => {
+    // The fetch the transport uses records every JSON-RPC message it sends, with its headers.
+    const recording = async (url: string | URL, init?: RequestInit) => {
+      if (typeof init?.body === 'string') {
+        const msg = JSON.parse(init.body) as { method?: string };
+        if (msg.method) sent.push({ method: msg.method, headers: Object.fromEntries(new Headers(init.headers).entries()) });
+      }
+      return fetch(url, init);
+    };
+    v2 = new ClientV2({ name: 'test-agent-v2', version: '2.0.0' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
+    await v2.connect(new StreamableHTTPClientTransportV2(new URL(`${app.base}/mcp`), { fetch: recording }));
+  });
+  afterAll(async () => v2?.close());
+
+  it('negotiates 2026-07-28 with server/discover and never sends initialize', async () => {
+    expect(v2.getProtocolEra()).toBe('modern');
+    expect(v2.getNegotiatedProtocolVersion()).toBe('2026-07-28');
+    expect(v2.getServerVersion()).toMatchObject({ name: 'trust-observatory', version: '1.3.0' });
+    expect(v2.getDiscoverResult()?.supportedVersions).toEqual(['2026-07-28']);
+    const { tools } = await v2.listTools();
+    expect(tools.map((t) => t.name).sort()).toEqual(['check_trust', 'preflight_check', 'verify_attestation']);
+    const r = await v2.callTool({ name: 'check_trust', arguments: { server: SERVER } });
+    const rest = await json(fetch(`${app.base}/api/trust?url=${encodeURIComponent(SERVER)}`));
+    expect(r.structuredContent).toMatchObject({ found: true, verdict: rest.verdict, server: rest.server, metrics: rest.metrics });
+    const methods = sent.map((m) => m.method);
+    expect(methods).toContain('server/discover');
+    expect(methods).not.toContain('initialize');
+    expect(methods).not.toContain('notifications/initialized');
+    // Each request carried the 2026-07-28 headers.
+    const call = sent.find((m) => m.method === 'tools/call')!;
+    expect(call.headers).toMatchObject({ 'mcp-method': 'tools/call', 'mcp-name': 'check_trust', 'mcp-protocol-version': '2026-07-28' });
+  });
+
+  it('the same three tools answer the same shapes as for the 1.x client', async () => {
+    const pf = await v2.callTool({ name: 'preflight_check', arguments: { target: SERVER } });
+    const sc = pf.structuredContent as Record<string, string>;
+    expect(sc.receipt_id).toMatch(/^[0-9a-f]{16}$/);
+    const ver = await v2.callTool({ name: 'verify_attestation', arguments: { jws: sc.diligence_receipt! } });
+    expect(ver.structuredContent).toMatchObject({ valid: true, payload: { jti: sc.receipt_id, kind: 'preflight' } });
+    const v1Tools = (await client.listTools()).tools;
+    const v2Tools = (await v2.listTools()).tools;
+    for (const t of v1Tools) {
+      const m = v2Tools.find((x) => x.name === t.name)!;
+      expect(m.outputSchema).toEqual(t.outputSchema);
+      expect(m.inputSchema).toEqual(t.inputSchema);
+    }
+    const bad = await v2.callTool({ name: 'check_trust', arguments: { server: 'ftp://x.example' } });
+    expect(bad.isError).toBe(true);
+    expect((bad.content as { text: string }[])[0]!.text).toBe('url: only http and https URLs are accepted');
+  });
+});
+
+describe(`/mcp over raw HTTP: 2026-07-28 errors and every earlier revision (${backend})`, () => {
+  const META = { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', 'io.modelcontextprotocol/clientInfo': { name: 'curl', version: '1' }, 'io.modelcontextprotocol/clientCapabilities': {} };
+  const modernHeaders = (method: string, extra: Record<string, string> = {}) => ({ ...MCP_HEADERS, 'mcp-protocol-version': '2026-07-28', 'mcp-method': method, ...extra });
+
+  it('a modern request with no initialize answers, with cache hints on tools/list', async () => {
+    const res = await postJson(`${app.base}/mcp`, { jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: META } }, modernHeaders('tools/list'));
+    expect(res.status).toBe(200);
+    const body = await json(res);
+    expect(body.result.tools).toHaveLength(3);
+    expect(body.result).toMatchObject({ ttlMs: 300_000, cacheScope: 'public' });
+  });
+
+  it('header/body mismatch is -32020 with HTTP 400', async () => {
+    // Mcp-Method names another method than the body.
+    const m1 = await postJson(`${app.base}/mcp`, { jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: META } }, modernHeaders('tools/call'));
+    expect(m1.status).toBe(400);
+    expect((await json(m1)).error.code).toBe(-32020);
+    // MCP-Protocol-Version header disagrees with the body's envelope.
+    const m2 = await postJson(`${app.base}/mcp`, { jsonrpc: '2.0', id: 2, method: 'tools/list', params: { _meta: META } }, modernHeaders('tools/list', { 'mcp-protocol-version': '2025-06-18' }));
+    expect(m2.status).toBe(400);
+    expect((await json(m2)).error.code).toBe(-32020);
+    // Mcp-Name names another tool than the body.
+    const call = { jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'check_trust', arguments: { server: SERVER }, _meta: META } };
+    const m3 = await postJson(`${app.base}/mcp`, call, modernHeaders('tools/call', { 'mcp-name': 'preflight_check' }));
+    expect(m3.status).toBe(400);
+    expect((await json(m3)).error.code).toBe(-32020);
+    // Matching headers: answered.
+    expect((await json(postJson(`${app.base}/mcp`, call, modernHeaders('tools/call', { 'mcp-name': 'check_trust' })))).result.structuredContent.found).toBe(true);
+  });
+
+  it('an unsupported protocol version is -32022 with HTTP 400, naming what is supported', async () => {
+    const meta = { ...META, 'io.modelcontextprotocol/protocolVersion': '2099-01-01' };
+    const res = await postJson(`${app.base}/mcp`, { jsonrpc: '2.0', id: 1, method: 'server/discover', params: { _meta: meta } }, modernHeaders('server/discover', { 'mcp-protocol-version': '2099-01-01' }));
+    expect(res.status).toBe(400);
+    const body = await json(res);
+    expect(body.error.code).toBe(-32022);
+    expect(body.error.data.supported).toContain('2026-07-28');
+    expect(body.error.data.requested).toBe('2099-01-01');
+  });
+
+  it('every earlier revision initializes and calls a tool on the same path', async () => {
+    const doc = await json(fetch(`${app.base}/mcp`));
+    expect(doc.supportedProtocolVersions).toEqual(expect.arrayContaining(['2026-07-28', '2025-11-25', '2025-06-18', '2025-03-26', '2024-11-05']));
+    for (const version of ['2025-11-25', '2025-06-18', '2025-03-26', '2024-11-05']) {
+      const init = await json(postJson(`${app.base}/mcp`, { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: version, capabilities: {}, clientInfo: { name: 'old', version: '1' } } }, MCP_HEADERS));
+      expect(init.result.protocolVersion, version).toBe(version);
+      expect(init.result.serverInfo.version).toBe('1.3.0');
+      const headers = version >= '2025-06-18' ? { ...MCP_HEADERS, 'mcp-protocol-version': version } : MCP_HEADERS;
+      const call = await json(postJson(`${app.base}/mcp`, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'check_trust', arguments: { server: SERVER } } }, headers));
+      expect(call.result.structuredContent.found, version).toBe(true);
+    }
+  });
+});
+
+describe('/mcp layering', () => {
+  it('the MCP door calls services only: no store, no SQL, no database handle in its modules', async () => {
+    for (const f of ['mcp.ts', 'mcp-server.ts', 'mcp-tools.ts', 'mcp-tool-names.ts', 'skills.ts']) {
+      const src = await readFile(new URL(`../src/agents/${f}`, import.meta.url), 'utf8');
+      expect(src, f).not.toMatch(/from '\.\.\/(store|db)\//);
+      expect(src, f).not.toMatch(/\bSELECT\b|\bINSERT\b|\.query\(/);
+    }
+  });
+});
+
 describe('/mcp transport rules', () => {
   const init = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'curl', version: '1' } } };
 
@@ -123,6 +251,13 @@ describe('/mcp transport rules', () => {
 
   it('a JSON-RPC batch is refused (MCP 2025-06-18 has no batching)', async () => {
     const res = await postJson(`${app.base}/mcp`, [init, { jsonrpc: '2.0', id: 2, method: 'ping' }], MCP_HEADERS);
+    expect(res.status).toBe(400);
+    expect((await json(res)).error.code).toBe(-32600);
+  });
+
+  it('a message nested absurdly deep is an invalid request, not a crash', async () => {
+    const deep = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":' + '{"a":'.repeat(5000) + '1' + '}'.repeat(5000) + '}';
+    const res = await fetch(`${app.base}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json', ...MCP_HEADERS }, body: deep });
     expect(res.status).toBe(400);
     expect((await json(res)).error.code).toBe(-32600);
   });

@@ -2,6 +2,10 @@ import { createServer } from 'node:net';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { A2A_METHODS } from '../src/agents/a2a-card.js';
+import { compareServerCard } from '../src/domain/server-card.js';
+import { readToolManifest } from '../src/probes/mcp-manifest.js';
+import { createSafeFetcher } from '../src/probes/safe-fetch.js';
+import { findServerCard } from '../src/probes/server-card.js';
 import { SPEC_SECTION_4_PATHS } from './support/spec-paths.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 
@@ -36,6 +40,7 @@ const DOCS = [
   '/.well-known/agent-card.json',
   '/.well-known/did.json',
   '/.well-known/mcp.json',
+  '/.well-known/mcp/catalog.json',
   '/.well-known/ai-plugin.json',
   '/.well-known/jwks.json',
   '/.well-known/oauth-protected-resource',
@@ -131,6 +136,36 @@ describe('discovery documents', () => {
       expect(d.inputSchema.properties).toEqual(t.inputSchema.properties);
       expect(d.description).toBe(t.description);
     }
+  });
+
+  it('our Server Card: catalog -> card at /mcp/server-card (and the framework location), consistent with /mcp and with what our own probe reads', async () => {
+    const catalog = await json(fetch(`${base}/.well-known/mcp/catalog.json`));
+    expect(catalog.specVersion).toBe('draft');
+    expect(catalog.entries).toEqual([{ identifier: expect.stringMatching(/^urn:air:127\.0\.0\.1:trust-observatory$/), displayName: 'Trust Observatory', type: 'application/mcp-server-card+json', url: `${base}/mcp/server-card` }]);
+    const res = await fetch(catalog.entries[0].url, { headers: { accept: 'application/mcp-server-card+json', origin: 'https://agent.example' } });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^application\/mcp-server-card\+json/);
+    expect(res.headers.get('access-control-allow-origin')).toBe('*');
+    expect(res.headers.get('cache-control')).toMatch(/max-age=\d+/);
+    const card = (await res.json()) as { description: string };
+    expect(await json(fetch(`${base}/.well-known/mcp/server-card.json`))).toEqual(card);
+    const doc = await json(fetch(`${base}/mcp`));
+    expect(card).toMatchObject({
+      $schema: 'https://static.modelcontextprotocol.io/schemas/v2/server-card.schema.json',
+      name: 'local/trust-observatory',
+      version: doc.version,
+      title: doc.title,
+      remotes: [{ type: 'streamable-http', url: `${base}/mcp`, supportedProtocolVersions: doc.supportedProtocolVersions }],
+    });
+    expect(card.description.length).toBeLessThanOrEqual(100);
+    expect(doc.serverCard).toBe(`${base}/mcp/server-card`);
+    // The observatory's own probe, pointed at itself, finds the card and no contradiction.
+    const fetcher = createSafeFetcher({ allowPrivate: true });
+    const live = await readToolManifest(fetcher, `${base}/mcp`, '1.3.0');
+    expect(live).toMatchObject({ era: 'modern', protocol_version: '2026-07-28' });
+    const found = await findServerCard(fetcher, `${base}/mcp`);
+    expect(found?.url).toBe(`${base}/mcp/server-card`);
+    expect(compareServerCard(found!.claims, { url: `${base}/mcp`, ...live, tools: live.tools.map((x) => x.name) })).toEqual([]);
   });
 
   it('ai-plugin.json is a v1 manifest pointing at our OpenAPI document', async () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { dimensionResult, exportPeriod, overallResult, BadDateRange, type Control } from '../src/domain/compliance.js';
-import { diffManifests, driftFlagActive, DRIFT_FLAG_WINDOW_MS, hashManifest } from '../src/domain/drift.js';
+import { diffManifests, driftFlagActive, DRIFT_FLAG_WINDOW_MS, hashManifest, manifestToolOf } from '../src/domain/drift.js';
 import { robotsBlocksAll, rubric, scoreReadiness } from '../src/domain/readiness.js';
 
 const NOW = new Date('2026-03-15T12:00:00Z');
@@ -13,6 +13,37 @@ describe('drift domain', () => {
     const c = hashManifest([{ name: 't', description: 'd', inputSchema: { a: 2, b: 1 }, outputSchema: { type: 'object' }, annotations: { readOnlyHint: true } }]);
     expect(diffManifests(a.tools, c.tools)).toEqual({ added: [], removed: [], changed: [{ name: 't', changes: ['output_schema', 'annotations'] }] });
   });
+  it('hashes tools in canonical order: the order a server lists them in is no drift', () => {
+    const x = { name: 'x', description: 'X', inputSchema: { type: 'object' } };
+    const y = { name: 'y', description: 'Y' };
+    const z = { name: 'z', annotations: { readOnlyHint: true } };
+    const base = hashManifest([x, y, z]);
+    for (const order of [[z, y, x], [y, x, z], [x, z, y]]) expect(hashManifest(order).manifest_hash).toBe(base.manifest_hash);
+    expect(base.tools.map((t) => t.name)).toEqual(['x', 'y', 'z']);
+    // A name listed twice (an old server's bug) still hashes the same whatever the order.
+    const twice = [x, { ...x, description: 'other' }];
+    expect(hashManifest(twice).manifest_hash).toBe(hashManifest([...twice].reverse()).manifest_hash);
+  });
+
+  it('per-response and presentational metadata never count as drift (ttlMs, cacheScope, _meta, title, icons, execution)', () => {
+    const tool = { name: 't', description: 'd', inputSchema: { type: 'object', properties: { a: { type: 'string' } } }, outputSchema: { type: 'object' }, annotations: { readOnlyHint: true } };
+    const base = hashManifest([tool]);
+    // What a 2026-07-28 tools/list answer adds around and on each tool, different every time.
+    const listed = [
+      { ...tool, _meta: { 'example.com/served': 1 }, title: 'T', icons: [{ src: 'https://example.com/a.png' }], execution: { taskSupport: 'optional' } },
+      { ...tool, _meta: { 'example.com/served': 2, ttlMs: 60_000, cacheScope: 'public' } },
+    ];
+    for (const l of listed) {
+      expect(manifestToolOf(l)).toEqual(tool);
+      const h = hashManifest([l as typeof tool]);
+      expect(h.manifest_hash).toBe(base.manifest_hash);
+      expect(diffManifests(base.tools, h.tools)).toEqual({ added: [], removed: [], changed: [] });
+    }
+    // What an agent relies on does count.
+    const changed = hashManifest([{ ...tool, annotations: { readOnlyHint: false } }]);
+    expect(diffManifests(base.tools, changed.tools).changed).toEqual([{ name: 't', changes: ['annotations'] }]);
+  });
+
   it('keeps the flag raised for the window only', () => {
     expect(driftFlagActive(null, NOW)).toBe(false);
     expect(driftFlagActive(new Date(NOW.getTime() - DRIFT_FLAG_WINDOW_MS), NOW)).toBe(true);

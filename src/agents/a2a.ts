@@ -191,7 +191,7 @@ async function sendEventStream(reply: FastifyReply, answer: Extract<Answer, { ki
 }
 
 export function a2aRoutes(app: FastifyInstance, { services, db, config }: RouteDeps, now: () => Date = () => new Date()) {
-  const a2a = createA2aService({ db, now }, a2aSkillRunner(createAgentSkills(services, db)));
+  const a2a = createA2aService({ db, now }, a2aSkillRunner(createAgentSkills(services)));
   const handler = createA2aHandler(a2a);
 
   void app.register(async (scope) => {

@@ -7,6 +7,14 @@ import type { McpToolName } from './mcp-tool-names.js';
 const verdict = z.enum(['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED']);
 const looseObject = z.looseObject({});
 
+/** What a probe found comparing the server's Server Card with what the server said at runtime. */
+const serverCard = z.looseObject({
+  card_url: z.string(),
+  checked_at: z.string(),
+  matches: z.boolean(),
+  differences: z.array(z.looseObject({ field: z.string(), claimed: z.string(), observed: z.string(), detail: z.string() })),
+});
+
 const trustServer = z.looseObject({
   name: z.string(),
   url: z.string(),
@@ -14,6 +22,7 @@ const trustServer = z.looseObject({
   category: z.string(),
   trust_score: z.number().min(0).max(100),
   registered_at: z.string(),
+  protocol_version: z.string().nullable().optional(),
 });
 
 // What the MCP Registry says about the server (RegistryListing in trust.proto); null when unlisted.
@@ -36,10 +45,10 @@ export const MCP_TOOLS = {
       'FAIL < 40 block, UNRATED when there is no runtime evidence), its trust score, a recommendation and an ' +
       'Ed25519-signed diligence receipt (compact JWS) verifiable offline against /.well-known/jwks.json. ' +
       'Pre-flight checks are counted as demand only; they never change a score.',
-    inputSchema: {
+    inputSchema: z.object({
       target: z.string().min(1).max(2048).describe('MCP server URL (e.g. https://weather.example.com/mcp), name or slug'),
-    },
-    outputSchema: {
+    }),
+    outputSchema: z.object({
       target: z.string(),
       server_url: z.string().nullable(),
       verdict,
@@ -54,7 +63,8 @@ export const MCP_TOOLS = {
       total_interactions: z.number().int().min(0).optional(),
       anomaly_flags: z.array(z.string()).optional(),
       registry: registryListing,
-    },
+      server_card: serverCard.nullable().optional(),
+    }),
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },
   },
   check_trust: {
@@ -63,10 +73,12 @@ export const MCP_TOOLS = {
       'Returns the trust record of an MCP server named by URL, name or slug: trust score 0-100 with its verdict ' +
       '(PASS >= 60, UNCERTAIN 40-59, FAIL < 40), observed metrics (interactions, average latency, success rate), the ' +
       'category baseline, anomaly flags and the score breakdown. An untracked server answers found:false with verdict UNRATED.',
-    inputSchema: {
-      server: z.string().min(1).max(2048).describe('MCP server URL, name or slug'),
-    },
-    outputSchema: {
+    // No length rules here: the trust service refuses malformed input itself, with the same
+    // words as GET /api/trust (required, at most 2048 characters, a valid http(s) URL or a name).
+    inputSchema: z.object({
+      server: z.string().describe('MCP server URL, name or slug (at most 2048 characters)'),
+    }),
+    outputSchema: z.object({
       found: z.boolean(),
       target: z.string(),
       verdict,
@@ -79,7 +91,8 @@ export const MCP_TOOLS = {
       anomaly: z.looseObject({ is_anomalous: z.boolean(), anomaly_flags: z.array(z.string()) }).optional(),
       score_breakdown: looseObject.nullable().optional(),
       registry: registryListing,
-    },
+      server_card: serverCard.nullable().optional(),
+    }),
     annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   },
   verify_attestation: {
@@ -88,15 +101,15 @@ export const MCP_TOOLS = {
       'Verifies a compact JWS (header.payload.signature) issued by this observatory (diligence receipt, compliance ' +
       'attestation, ...) against its published Ed25519 keys. Returns valid:true with the decoded header and payload, ' +
       'or valid:false with the reason. Stateless: needs no stored data.',
-    inputSchema: {
+    inputSchema: z.object({
       jws: z.string().min(1).max(10 * 1024 + 1024).describe('compact JWS: header.payload.signature'),
-    },
-    outputSchema: {
+    }),
+    outputSchema: z.object({
       valid: z.boolean(),
       header: looseObject.optional(),
       payload: looseObject.optional(),
       reason: z.string().optional(),
-    },
+    }),
     annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   },
 } as const satisfies Record<McpToolName, unknown>;
@@ -107,8 +120,8 @@ export function mcpToolDescriptors() {
     name,
     title: t.title,
     description: t.description,
-    inputSchema: z.toJSONSchema(z.object(t.inputSchema), { target: 'draft-7', io: 'input' }),
-    outputSchema: z.toJSONSchema(z.object(t.outputSchema), { target: 'draft-7', io: 'output' }),
+    inputSchema: z.toJSONSchema(t.inputSchema, { target: 'draft-7', io: 'input' }),
+    outputSchema: z.toJSONSchema(t.outputSchema, { target: 'draft-7', io: 'output' }),
     annotations: t.annotations,
   }));
 }

@@ -1,12 +1,15 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
+import { buildCatalog, buildServerCard, SERVER_CARD_MEDIA_TYPE } from '../domain/server-card.js';
 import type { RouteDeps } from '../http/routes.js';
 import { createAgentSkills } from './skills.js';
 import { refuseMcpCallOverLimit } from './rate-limit.js';
 
-// /mcp: an MCP server over Streamable HTTP, stateless (no sessions). Each POST gets its own
-// McpServer and transport (construction is a few object allocations; the tool schemas are built
-// once, below), so nothing leaks between requests and any instance can answer any request.
+// /mcp: an MCP server over Streamable HTTP, stateless (no sessions), on the v2 SDK. MCP 2026-07-28
+// clients talk to it with no initialize; clients of 2025-11-25 back to 2024-11-05 initialize as
+// before, on the same path (mcp-server.ts). Each POST gets its own McpServer and transport
+// (construction is a few object allocations; the tool schemas are built once), so nothing leaks
+// between requests and any instance can answer any request.
 
 const DISCOVERY_CACHE = 'public, max-age=300';
 
@@ -19,7 +22,19 @@ export function mcpRuntime(): Promise<typeof import('./mcp-server.js')> {
 
 /** The JSON document a plain GET of /mcp answers (and /.well-known/mcp.json embeds). */
 export async function mcpDiscoveryDocument(config: Config) {
-  const { MCP_SERVER_INFO, INSTRUCTIONS, LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, TOOL_DESCRIPTORS } = await mcpRuntime();
+  const { MCP_SERVER_INFO, INSTRUCTIONS, LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, LEGACY_PROTOCOL_VERSIONS, TOOL_DESCRIPTORS } = await mcpRuntime();
+  const meta = {
+    'io.modelcontextprotocol/protocolVersion': LATEST_PROTOCOL_VERSION,
+    'io.modelcontextprotocol/clientInfo': { name: 'my-agent', version: '1.0.0' },
+    'io.modelcontextprotocol/clientCapabilities': {},
+  };
+  const modernHeaders = (method: string, name?: string) => ({
+    'Content-Type': 'application/json',
+    Accept: 'application/json, text/event-stream',
+    'MCP-Protocol-Version': LATEST_PROTOCOL_VERSION,
+    'Mcp-Method': method,
+    ...(name ? { 'Mcp-Name': name } : {}),
+  });
   return {
     name: MCP_SERVER_INFO.name,
     title: MCP_SERVER_INFO.title,
@@ -32,13 +47,47 @@ export async function mcpDiscoveryDocument(config: Config) {
     serverInfo: MCP_SERVER_INFO,
     capabilities: { tools: {} },
     authentication: { required: false },
+    serverCard: `${config.publicBaseUrl}/mcp/server-card`,
     tools: TOOL_DESCRIPTORS,
     usage: {
-      initialize: { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: LATEST_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: 'my-agent', version: '1.0.0' } } },
-      call: { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'check_trust', arguments: { server: 'https://weather.example.com/mcp' } } },
-      headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
+      // MCP 2026-07-28: no handshake; every request carries the envelope in _meta and the headers.
+      discover: { headers: modernHeaders('server/discover'), body: { jsonrpc: '2.0', id: 1, method: 'server/discover', params: { _meta: meta } } },
+      call: {
+        headers: modernHeaders('tools/call', 'check_trust'),
+        body: { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'check_trust', arguments: { server: 'https://weather.example.com/mcp' }, _meta: meta } },
+      },
+      // Earlier revisions: initialize first, then the call (stateless: no session id to keep).
+      legacy: {
+        headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
+        initialize: { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: LEGACY_PROTOCOL_VERSIONS[0], capabilities: {}, clientInfo: { name: 'my-agent', version: '1.0.0' } } },
+        call: { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'check_trust', arguments: { server: 'https://weather.example.com/mcp' } } },
+      },
     },
   };
+}
+
+const CARD_DESCRIPTION = 'Runtime trust scores, signed pre-flight receipts and drift checks for MCP servers';
+
+/**
+ * Our MCP Server Card (SEP-2127 draft shape, docs/agents.md "Server Card"): identity, the /mcp
+ * endpoint and every protocol revision it speaks, built from the same constants /mcp answers with.
+ */
+export async function mcpServerCard(config: Config) {
+  const { MCP_SERVER_INFO, SUPPORTED_PROTOCOL_VERSIONS } = await mcpRuntime();
+  return buildServerCard({
+    publicBaseUrl: config.publicBaseUrl,
+    name: MCP_SERVER_INFO.name,
+    title: MCP_SERVER_INFO.title,
+    version: MCP_SERVER_INFO.version,
+    description: CARD_DESCRIPTION,
+    protocolVersions: SUPPORTED_PROTOCOL_VERSIONS,
+  });
+}
+
+/** The MCP Catalog at /.well-known/mcp/catalog.json: one entry, our card. */
+export async function mcpCatalog(config: Config) {
+  const card = await mcpServerCard(config);
+  return buildCatalog({ publicBaseUrl: config.publicBaseUrl, cardName: card.name, displayName: card.title });
 }
 
 const LOOPBACK_BINDS = new Set(['127.0.0.1', '::1', 'localhost', '::ffff:127.0.0.1']);
@@ -54,13 +103,46 @@ export function mcpAllowedHosts(config: Config): string[] | null {
   return [...hosts];
 }
 
+/** Deepest nesting a message may have: far beyond any real MCP message, far below what recursive validators survive. */
+const MAX_MESSAGE_DEPTH = 64;
+
+/** Whether `value` nests objects/arrays deeper than `max` (iterative: hostile input cannot blow the stack here). */
+function nestedDeeperThan(value: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (depth >= max) return true;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+  }
+  return false;
+}
+
 function jsonRpcError(reply: FastifyReply, status: number, code: number, message: string) {
   return reply.code(status).type('application/json').send({ jsonrpc: '2.0', id: null, error: { code, message } });
 }
 
-export function mcpRoutes(app: FastifyInstance, { services, db, config }: RouteDeps) {
-  const skills = createAgentSkills(services, db);
+export function mcpRoutes(app: FastifyInstance, { services, config }: RouteDeps) {
+  // Server Card documents: public metadata, cached like the other discovery documents.
+  const card = (reply: FastifyReply) => {
+    reply.header('cache-control', DISCOVERY_CACHE).type(SERVER_CARD_MEDIA_TYPE);
+    return mcpServerCard(config);
+  };
+  // Where some frameworks still serve the card, and the MCP Catalog pointing at /mcp/server-card.
+  app.get('/.well-known/mcp/server-card.json', async (_req, reply) => card(reply));
+  app.get('/.well-known/mcp/catalog.json', async (_req, reply) => {
+    reply.header('cache-control', DISCOVERY_CACHE);
+    return mcpCatalog(config);
+  });
+
+  const skills = createAgentSkills(services);
   const allowedHosts = mcpAllowedHosts(config);
+  let handler: Promise<import('./mcp-server.js').McpHttpHandler> | null = null;
+  const httpHandler = () =>
+    (handler ??= mcpRuntime().then(({ buildMcpServer, createMcpHttpHandler }) => createMcpHttpHandler(() => buildMcpServer(skills, app.log), app.log)));
+  app.addHook('onClose', async () => {
+    if (handler) await (await handler).close();
+  });
 
   void app.register(async (scope) => {
     // Raw text in, so a malformed body is a JSON-RPC parse error (-32700) rather than a REST
@@ -94,6 +176,10 @@ export function mcpRoutes(app: FastifyInstance, { services, db, config }: RouteD
       return mcpDiscoveryDocument(config);
     });
 
+    // Server Card at the location SEP-2127 reserves (<mcp-url>/server-card); the well-known
+    // copies are registered beside the other discovery documents, below.
+    scope.get('/mcp/server-card', async (_req, reply) => card(reply));
+
     scope.post('/mcp', async (req, reply) => {
       let message: unknown;
       try {
@@ -108,22 +194,18 @@ export function mcpRoutes(app: FastifyInstance, { services, db, config }: RouteD
       if (message === null || typeof message !== 'object') {
         return jsonRpcError(reply, 400, -32600, 'Invalid Request: the body must be a JSON-RPC message object');
       }
+      if (nestedDeeperThan(message, MAX_MESSAGE_DEPTH)) {
+        return jsonRpcError(reply, 400, -32600, `Invalid Request: the message nests deeper than ${MAX_MESSAGE_DEPTH} levels`);
+      }
       // preflight_check signs and stores a receipt per call: a per-client limit of its own.
       if (refuseMcpCallOverLimit(reply, services.limits, message, req.ip)) return reply;
 
-      const { buildMcpServer, StreamableHTTPServerTransport } = await mcpRuntime();
+      const { handle } = await httpHandler();
       reply.hijack();
       // Headers fastify hooks set (request id, interface version, CORS) go out on the raw response.
       for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) reply.raw.setHeader(k, v as string);
-      const server = buildMcpServer(skills, req.log);
-      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
-      reply.raw.on('close', () => {
-        void transport.close().catch(() => {});
-        void server.close().catch(() => {});
-      });
       try {
-        await server.connect(transport);
-        await transport.handleRequest(req.raw, reply.raw, message);
+        await handle(req.raw, reply.raw, message);
       } catch (err) {
         req.log.error({ err }, 'mcp request failed');
         if (!reply.raw.headersSent) {

@@ -1,26 +1,33 @@
 import { GetTrustResponseSchema, PreflightResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
-import type { Db } from '../db/index.js';
-import { ObservatoryError } from '../errors.js';
+import { ObservatoryError, PROBLEMS, type ProblemCode } from '../errors.js';
 import { restJson } from '../http/rest-json.js';
 import type { Services } from '../services/index.js';
 import { EMPTY_CONTEXT } from '../services/context.js';
-import { serverStore } from '../store/servers.js';
 
 // The answers the agent interfaces give (MCP tools and A2A skills). Both call these functions,
 // which only adapt inputs and outputs: every figure comes from the same service methods the REST
-// paths call. Answers are the REST JSON bodies (proto field names), so an agent reading /mcp,
-// /a2a or /api/trust sees the same keys.
+// paths call, and a question the service refuses is refused with the service's own words. Answers
+// are the REST JSON bodies (proto field names), so an agent reading /mcp, /a2a or /api/trust sees
+// the same keys. No store is read here: adapters go through services.
 
 export type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 export type JsonObject = { [k: string]: Json };
 
-/** A question the agent interfaces cannot answer as asked: bad input, or a capability not built yet. */
+/**
+ * A question the agent interfaces cannot answer as asked: the caller's input was refused. `code`
+ * and `message` are the service's problem code and detail, word for word what REST answers.
+ */
 export class SkillError extends Error {
   constructor(
-    readonly code: 'invalid_argument',
+    readonly code: ProblemCode,
     message: string,
   ) {
     super(message);
+  }
+
+  /** The HTTP status REST answers the same refusal with. */
+  get status(): number {
+    return PROBLEMS[this.code].status;
   }
 }
 
@@ -33,35 +40,33 @@ export interface AgentSkills {
   verifyAttestation(jws: string): Promise<JsonObject>;
 }
 
-/** Maps service errors caused by the caller's input to SkillError; anything else propagates. */
+/** Maps service errors caused by the caller's input to SkillError (same code and detail); anything else propagates. */
 function callerError(err: unknown): never {
-  if (err instanceof ObservatoryError && err.status < 500) throw new SkillError('invalid_argument', err.rawMessage);
+  if (err instanceof ObservatoryError && err.status < 500) throw new SkillError(err.problem, err.rawMessage);
   throw err;
 }
 
-export function createAgentSkills(services: Services, db: Db): AgentSkills {
-  const servers = serverStore(db);
-
+export function createAgentSkills(services: Services): AgentSkills {
   return {
 
     async checkTrust(server) {
-      const target = server.trim();
-      if (target === '') throw new SkillError('invalid_argument', 'server is required (a URL, name or slug)');
-      const row = await servers.resolve(target);
-      if (!row) {
-        const untracked: JsonObject = {
-          found: false,
-          target,
-          verdict: 'UNRATED',
-          detail: `${target} is not tracked by this observatory: there is no runtime evidence for it yet`,
-        };
-        return untracked;
-      }
+      // The trust service validates and resolves exactly as for GET /api/trust?url=...; only
+      // "not tracked" is an answer here (found:false, UNRATED) rather than a refusal.
       try {
-        const record = restJson(GetTrustResponseSchema, await services.trust.getTrust({ url: row.url }, EMPTY_CONTEXT)) as JsonObject;
-        const found: JsonObject = { found: true, target, ...record };
+        const record = restJson(GetTrustResponseSchema, await services.trust.getTrust({ url: server }, EMPTY_CONTEXT)) as JsonObject;
+        const found: JsonObject = { found: true, target: server.trim(), ...record };
         return found;
       } catch (err) {
+        if (err instanceof ObservatoryError && err.problem === 'not_tracked') {
+          const target = server.trim();
+          const untracked: JsonObject = {
+            found: false,
+            target,
+            verdict: 'UNRATED',
+            detail: `${target} is not tracked by this observatory: there is no runtime evidence for it yet`,
+          };
+          return untracked;
+        }
         return callerError(err);
       }
     },

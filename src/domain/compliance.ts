@@ -24,7 +24,15 @@ export interface Control {
 
 export interface AgencyObservation {
   url: string;
-  endpoint: { reachable: boolean; status: number | null; error: string | null; tls: { protocol: string | null; authorized: boolean; cipher: string | null } | null; headers: Record<string, string> };
+  endpoint: {
+    reachable: boolean;
+    status: number | null;
+    error: string | null;
+    tls: { protocol: string | null; authorized: boolean; cipher: string | null } | null;
+    headers: Record<string, string>;
+    /** The MCP conversation the probe managed: protocol revision and transport; null when it did not get that far. */
+    mcp?: { protocol_version: string; era: 'modern' | 'legacy'; transport: 'streamable-http' | 'sse' } | null;
+  };
   protected_resource_metadata: { url: string; found: boolean; status: number | null; resource: string | null; authorization_servers: string[] };
   did_document: { url: string; found: boolean; status: number | null; id: string | null; verification_methods: number };
   history: { tracked: boolean; total: number; first_observed: string | null; last_observed: string | null; days_observed: number };
@@ -68,7 +76,14 @@ export function evaluateControls(o: AgencyObservation): Control[] {
       title: 'Encrypted transport (TLS 1.2+ with a valid certificate)',
       category: 'transport',
       status: tlsOk ? 'pass' : 'fail',
-      evidence: { scheme: https ? 'https' : 'http', reachable: o.endpoint.reachable, tls: o.endpoint.tls, error: o.endpoint.error },
+      evidence: {
+        scheme: https ? 'https' : 'http',
+        reachable: o.endpoint.reachable,
+        tls: o.endpoint.tls,
+        error: o.endpoint.error,
+        mcp_protocol_version: o.endpoint.mcp?.protocol_version ?? null,
+        mcp_transport: o.endpoint.mcp?.transport ?? null,
+      },
       detail: tlsOk ? `TLS ${o.endpoint.tls!.protocol} with a certificate that verified` : !https ? 'the endpoint is plain http' : !o.endpoint.reachable ? `the endpoint could not be reached: ${o.endpoint.error}` : 'TLS did not verify or is older than 1.2',
     },
     {
@@ -97,10 +112,10 @@ export function evaluateControls(o: AgencyObservation): Control[] {
       evidence: { http_status: o.endpoint.status, www_authenticate: challenge, resource_metadata_advertised: challenge !== null && /resource_metadata=/i.test(challenge) },
       detail:
         o.endpoint.status === 401 && challenge !== null
-          ? `an unauthenticated initialize got 401 with WWW-Authenticate: ${challenge}`
+          ? `an unauthenticated MCP request got 401 with WWW-Authenticate: ${challenge}`
           : o.endpoint.status === null
-            ? 'the endpoint did not answer an unauthenticated initialize'
-            : `an unauthenticated initialize got ${o.endpoint.status} without a Bearer challenge`,
+            ? 'the endpoint did not answer an unauthenticated MCP request'
+            : `an unauthenticated MCP request got ${o.endpoint.status} without a Bearer challenge`,
     },
     {
       id: 'rate_limit_signals',

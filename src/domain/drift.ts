@@ -19,6 +19,21 @@ export interface ManifestTool {
   annotations?: unknown;
 }
 
+/**
+ * The parts of a listed tool that drift compares: what an agent relies on. Everything else a
+ * tools/list answer carries is per-response or presentational and never counts as drift: the
+ * result's `ttlMs`, `cacheScope`, `nextCursor` and `_meta` (MCP 2026-07-28 cache hints, paging),
+ * a tool's own `_meta`, `title`, `icons` and `execution`, and the order tools are listed in.
+ */
+export function manifestToolOf(t: { name: string; description?: unknown; inputSchema?: unknown; outputSchema?: unknown; annotations?: unknown }): ManifestTool {
+  const tool: ManifestTool = { name: t.name };
+  if (t.description !== undefined) tool.description = t.description;
+  if (t.inputSchema !== undefined) tool.inputSchema = t.inputSchema;
+  if (t.outputSchema !== undefined) tool.outputSchema = t.outputSchema;
+  if (t.annotations !== undefined) tool.annotations = t.annotations;
+  return tool;
+}
+
 /** Per-tool hashes stored with a baseline. */
 export interface ToolHashes {
   name: string;
@@ -69,14 +84,22 @@ export function hashTool(t: ManifestTool, texts?: PartTexts): ToolHashes {
   };
 }
 
+/** Canonical order of hashed tools: by name, then by hash (a server listing one name twice still hashes the same). */
+function canonicalOrder(a: ToolHashes, b: ToolHashes): number {
+  if (a.name !== b.name) return a.name < b.name ? -1 : 1;
+  return a.hash < b.hash ? -1 : a.hash > b.hash ? 1 : 0;
+}
+
 /**
- * Hashes a whole manifest: tools sorted by name, manifest hash over the (name, hash) list; `texts`
+ * Hashes a whole manifest in canonical order, whatever order the server listed the tools in (the
+ * 2026-07-28 spec asks servers for a deterministic order; older servers do not give one):
+ * tools sorted by name (then hash), manifest hash over the (name, hash) list; `texts`
  * holds the canonical text of every part by its hash (content-addressed, so the /drift page can
  * show what a changed part said before and after).
  */
 export function hashManifest(tools: ManifestTool[]): { manifest_hash: string; tools: ToolHashes[]; texts: PartTexts } {
   const texts: PartTexts = new Map();
-  const hashed = tools.map((t) => hashTool(t, texts)).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const hashed = tools.map((t) => hashTool(manifestToolOf(t), texts)).sort(canonicalOrder);
   return { manifest_hash: sha256Hex(jcs(hashed.map((t) => ({ name: t.name, hash: t.hash })))), tools: hashed, texts };
 }
 

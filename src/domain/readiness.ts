@@ -65,7 +65,8 @@ export function robotsBlocksAll(robots: string): boolean {
   return false;
 }
 
-function mcpEndpoint(mcp: Obj | null): string | null {
+/** The MCP endpoint an mcp.json names (the first of the usual keys), or null. */
+export function mcpEndpoint(mcp: Obj | null): string | null {
   if (!mcp) return null;
   for (const k of ['endpoint', 'url', 'mcp_endpoint', 'mcpEndpoint', 'server_url']) if (str(mcp[k])) return mcp[k] as string;
   for (const k of ['servers', 'endpoints', 'transports']) {

@@ -40,7 +40,15 @@ const SCHEMAS: Record<string, Schema> = {
   TrustRecord: obj(
     {
       server: obj(
-        { name: str(), url: str(undefined, { format: 'uri' }), slug: str(), category: str(), trust_score: num('0 to 100', { minimum: 0, maximum: 100 }), registered_at: str(undefined, { format: 'date-time' }) },
+        {
+          name: str(),
+          url: str(undefined, { format: 'uri' }),
+          slug: str(),
+          category: str(),
+          trust_score: num('0 to 100', { minimum: 0, maximum: 100 }),
+          registered_at: str(undefined, { format: 'date-time' }),
+          protocol_version: nullable(str('MCP protocol revision the server spoke at its latest probe (e.g. 2026-07-28); null before any probe')),
+        },
         ['name', 'url', 'category', 'trust_score', 'registered_at'],
       ),
       metrics: obj({ total_interactions: int(), avg_latency_ms: num(), success_rate: nullable(num('0 to 1', { minimum: 0, maximum: 1 })) }, ['total_interactions', 'avg_latency_ms', 'success_rate']),
@@ -51,9 +59,23 @@ const SCHEMAS: Record<string, Schema> = {
       anomaly: obj({ is_anomalous: { type: 'boolean' }, anomaly_flags: { type: 'array', items: str() } }, ['is_anomalous', 'anomaly_flags']),
       score_breakdown: { type: ['object', 'null'], description: 'additive explanation of the score' },
       verdict,
+      server_card: { anyOf: [ref('ServerCardCheck'), { type: 'null' }] },
     },
     ['server', 'metrics', 'category_baseline', 'anomaly'],
     'Trust record (SPEC 2.1)',
+  ),
+  ServerCardCheck: obj(
+    {
+      card_url: str(undefined, { format: 'uri' }),
+      checked_at: str(undefined, { format: 'date-time' }),
+      matches: { type: 'boolean' },
+      differences: {
+        type: 'array',
+        items: obj({ field: str('name, version, title, endpoint, transport, protocol_versions or tools'), claimed: str(), observed: str(), detail: str() }, ['field', 'claimed', 'observed', 'detail']),
+      },
+    },
+    ['card_url', 'checked_at', 'matches', 'differences'],
+    "The server's MCP Server Card (SEP-2127) against runtime at its latest probe; a mismatch raises server_card_mismatch and changes no score",
   ),
   Preflight: obj(
     {
@@ -65,6 +87,8 @@ const SCHEMAS: Record<string, Schema> = {
       diligence_receipt: str('compact JWS (header.payload.signature)'),
       receipt_id: str(undefined, { pattern: '^[0-9a-f]{16}$' }),
       checked_at: str(undefined, { format: 'date-time' }),
+      anomaly_flags: { type: 'array', items: str() },
+      server_card: { anyOf: [ref('ServerCardCheck'), { type: 'null' }] },
     },
     ['verdict', 'recommendation', 'diligence_receipt', 'receipt_id'],
   ),
@@ -162,7 +186,7 @@ const OPS: Op[] = [
   { method: 'get', path: '/a2a', id: 'getA2aDescriptor', tag: 'agents', summary: 'A2A JSON-RPC descriptor: methods, skills, usage example', ok: okJson('descriptor') },
   { method: 'post', path: '/a2a', id: 'a2a', tag: 'agents', summary: 'A2A 1.0 and 0.3 over JSON-RPC 2.0 (A2A-Version header: 1.0 for SendMessage, GetTask, ListTasks, CancelTask, ...; none or 0.3 for message/send, tasks/get, ...). Streaming methods answer text/event-stream; errors are JSON-RPC errors with HTTP 200', body: { oneOf: [{ type: 'object' }, { type: 'array' }] }, ok: okJson('JSON-RPC response (or an array for a batch)', { oneOf: [ref('JsonRpcResponse'), { type: 'array', items: ref('JsonRpcResponse') }] }), errors: { 413: 'body too large', 415: 'not JSON' } },
   { method: 'get', path: '/mcp', id: 'getMcpDiscovery', tag: 'agents', summary: 'MCP discovery document (without Accept: text/event-stream)', ok: okJson('server info and tools') },
-  { method: 'post', path: '/mcp', id: 'mcp', tag: 'agents', summary: 'MCP Streamable HTTP (stateless): tools preflight_check, check_trust, verify_attestation', body: { type: 'object' }, ok: okJson('JSON-RPC response', ref('JsonRpcResponse')), errors: { 413: 'body too large', 415: 'not JSON' } },
+  { method: 'post', path: '/mcp', id: 'mcp', tag: 'agents', summary: 'MCP Streamable HTTP (stateless): 2026-07-28 (server/discover, no initialize) and 2025-11-25 back to 2024-11-05 (initialize); tools preflight_check, check_trust, verify_attestation', body: { type: 'object' }, ok: okJson('JSON-RPC response', ref('JsonRpcResponse')), errors: { 413: 'body too large', 415: 'not JSON' } },
 ];
 
 const DOCS: [path: string, id: string, summary: string, type?: string][] = [
@@ -171,6 +195,9 @@ const DOCS: [path: string, id: string, summary: string, type?: string][] = [
   ['/.well-known/agent.json', 'getAgentJson', 'A2A agent card (legacy location)'],
   ['/.well-known/did.json', 'getDidDocument', 'did:web document; verification methods are the JWKS keys'],
   ['/.well-known/mcp.json', 'getMcpJson', 'MCP server discovery document'],
+  ['/.well-known/mcp/catalog.json', 'getMcpCatalog', 'MCP Catalog (SEP-2127 draft): points at our Server Card'],
+  ['/mcp/server-card', 'getMcpServerCard', 'MCP Server Card (SEP-2127 draft): identity, endpoint and protocol versions of /mcp', 'application/mcp-server-card+json'],
+  ['/.well-known/mcp/server-card.json', 'getMcpServerCardWellKnown', 'MCP Server Card at the location some frameworks use (same document)', 'application/mcp-server-card+json'],
   ['/.well-known/ai-plugin.json', 'getAiPlugin', 'AI plugin manifest'],
   ['/.well-known/oauth-protected-resource', 'getProtectedResourceMetadata', 'OAuth protected resource metadata (RFC 9728)'],
   ['/.well-known/oauth-authorization-server', 'getAuthorizationServerMetadata', 'OAuth authorization server metadata (RFC 8414)'],
@@ -196,7 +223,7 @@ export function openApiDocument(config: Config) {
     };
   }
   for (const [path, id, summary, type] of DOCS) {
-    paths[path] = { get: { operationId: id, tags: ['discovery'], summary, responses: { 200: { description: summary, content: { [type ?? 'application/json']: { schema: type ? { type: 'string' } : ref('Json') } } } } } };
+    paths[path] = { get: { operationId: id, tags: ['discovery'], summary, responses: { 200: { description: summary, content: { [type ?? 'application/json']: { schema: type && !type.endsWith('+json') ? { type: 'string' } : ref('Json') } } } } } };
   }
   return {
     openapi: '3.1.0',

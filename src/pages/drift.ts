@@ -5,7 +5,7 @@ import type { Services } from '../services/index.js';
 import { fmtInt, fmtTime } from './format.js';
 import { html, type SafeHtml } from './html.js';
 import { page } from './layout.js';
-import { serverHref } from './monitor.js';
+import { serverCardSection, serverHref } from './monitor.js';
 import type { DiffGap, DiffLine } from '../domain/text-diff.js';
 
 const PART_WORDS: Record<string, string> = { description: 'description', input_schema: 'input schema', output_schema: 'output schema', annotations: 'annotations' };
@@ -57,15 +57,16 @@ ${
     : ''
 }
 ${r.driftDetected ? html`<p><a href="#drift-${r.baselineId}">Read the text diff of each changed tool below.</a></p>` : ''}
-<p class="small">Baseline ${fmtTime(r.baselineAt)} · manifest <code>${shortHash(r.manifestHash ?? null)}</code> · signed receipt <a href="/v1/receipt/${r.receiptId}"><code>${r.receiptId}</code></a></p>
-</section>`;
+<p class="small">Baseline ${fmtTime(r.baselineAt)} · manifest <code>${shortHash(r.manifestHash ?? null)}</code> · signed receipt <a href="/v1/receipt/${r.receiptId}"><code>${r.receiptId}</code></a> · MCP <span data-field="protocol_version">${r.protocolVersion}</span> over ${r.transport}</p>
+</section>
+${serverCardSection(r.serverCard)}`;
     } catch (err) {
       if (!(err instanceof ObservatoryError)) throw err;
       status = err.status;
       check = html`<section class="notice err" id="check-result" role="alert"><b>${PROBLEMS[err.problem].title}.</b> ${err.rawMessage}</section>`;
     }
   }
-  const [drifts, baselines] = await Promise.all([services.drift.listDrifts(50), services.drift.listBaselines(100)]);
+  const [drifts, baselines, cards] = await Promise.all([services.drift.listDrifts(50), services.drift.listBaselines(100), services.mcpProbe.cardMismatches(50)]);
   const body = html`
 <h1>Tool manifest drift</h1>
 <p class="muted">A server's tool descriptions and schemas are what an agent relies on. Each check records a signed baseline of them; a later check that finds them changed is drift (and raises the <span class="flag">tool_manifest_drift</span> flag for 7 days).</p>
@@ -102,6 +103,16 @@ ${d.changed.map((c) =>
 ${d.added.map((t) => toolText('added', t))}${d.removed.map((t) => toolText('removed', t))}
 </article>`,
       )
+}
+
+<h2 id="server-cards">Server Cards that contradict their server</h2>
+<p class="muted small">A Server Card is what a server claims before anyone connects (SEP-2127). Each probe compares it with what the server then says; a contradiction raises <span class="flag">server_card_mismatch</span> for 7 days. A card is a claim, never evidence: it changes no score.</p>
+${
+  cards.length === 0
+    ? html`<p class="muted">No card contradicts its server.</p>`
+    : html`<div class="table-wrap"><table class="cards"><thead><tr><th>Server</th><th>Card</th><th>What differs</th><th>Checked</th></tr></thead><tbody>${cards.map(
+        (c) => html`<tr data-server="${c.serverUrl}"><td><a href="${serverHref(c.slug)}">${c.name}</a></td><td><a href="${c.serverCard.cardUrl}">${c.serverCard.cardUrl}</a></td><td><ul class="card-diff">${(c.serverCard.differences ?? []).map((d) => html`<li data-field="${d.field}">${d.detail}</li>`)}</ul></td><td>${fmtTime(c.serverCard.checkedAt)}</td></tr>`,
+      )}</tbody></table></div>`
 }
 
 <h2>Latest baselines</h2>

@@ -3,6 +3,7 @@
 import type { Config } from '../config.js';
 import { gradeFor } from '../domain/verdict.js';
 import type { Services } from '../services/index.js';
+import type { ServerCardCheck } from '../services/mcp-probe.js';
 import { lineChart, sparkline } from './charts.js';
 import { fmtDelta, fmtInt, fmtMs, fmtPct, fmtScore, fmtTime } from './format.js';
 import { html, type SafeHtml } from './html.js';
@@ -114,6 +115,17 @@ function deltaList(
   return html`<ul>${rows.map((r) => html`<li>${nameLink(r.url, r.name)}: ${fmtScore(r.prevScore)} → ${fmtScore(r.trustScore)} (<b>${fmtDelta(r.delta ?? 0)}</b>)</li>`)}</ul>`;
 }
 
+/** What the server's Server Card claims against what it said at the latest probe (a claim: no score effect). */
+export function serverCardSection(c: ServerCardCheck | undefined): SafeHtml | '' {
+  if (!c) return '';
+  const diffs = c.differences ?? [];
+  return html`<section class="notice ${c.matches ? 'ok' : 'err'}" id="server-card"><b>Server Card</b> (<a href="${c.cardUrl}">${c.cardUrl}</a>, checked ${fmtTime(c.checkedAt)}): ${
+    c.matches
+      ? 'what it claims matches what the server said.'
+      : html`it contradicts the server (<span class="flag">server_card_mismatch</span>; a card is a claim and changes no score):<ul class="card-diff">${diffs.map((d) => html`<li data-field="${d.field}">${d.detail}</li>`)}</ul>`
+  }</section>`;
+}
+
 export async function serverPage(services: Services, config: Config, slug: string): Promise<SafeHtml> {
   const trust = services.trust;
   const bench = await trust.getBenchmark({ serverSlug: slug });
@@ -138,7 +150,7 @@ export async function serverPage(services: Services, config: Config, slug: strin
   const body = html`
 <p class="small"><a href="/monitor">← Monitor</a></p>
 <h1>${bench.name} ${verdictPill(verdict)}</h1>
-<p class="muted small">${bench.serverUrl} · category <a href="/monitor?category=${encodeURIComponent(bench.category ?? '')}">${bench.category}</a> · tracked since ${fmtTime(rec.server?.registeredAt)} · last report ${
+<p class="muted small">${bench.serverUrl} · category <a href="/monitor?category=${encodeURIComponent(bench.category ?? '')}">${bench.category}</a> · tracked since ${fmtTime(rec.server?.registeredAt)} · MCP protocol <span data-field="protocol_version">${rec.server?.protocolVersion ?? 'not probed yet'}</span> · last report ${
     bench.lastUpdated ? html`<time data-field="last_report" datetime="${bench.lastUpdated}">${fmtTime(bench.lastUpdated)}</time>` : 'none yet'
   }</p>
 <div class="notice ${verdict === 'PASS' ? 'ok' : verdict === 'FAIL' ? 'err' : ''}"><b>Why:</b> ${why}</div>
@@ -153,6 +165,7 @@ export async function serverPage(services: Services, config: Config, slug: strin
   <div class="card"><div class="n">${(bench.reliability?.trend ?? '–').replace(/_/g, ' ')}</div><div class="l">7-day trend</div></div>
 </div>
 ${flags.length ? html`<p>Active anomalies: ${flags.map((f) => html`<span class="flag">${f}</span>`)}</p>` : ''}
+${serverCardSection(rec.serverCard)}
 ${legend()}
 <div class="grid2">
 <section><h2>Latency per day</h2>${lineChart(

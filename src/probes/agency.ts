@@ -1,9 +1,12 @@
 import { INTERFACE_VERSION } from '../config.js';
 import type { AgencyObservation } from '../domain/compliance.js';
+import { connectMcp, type McpExchange } from './mcp-manifest.js';
 import { ProbeFailed, TargetRefused, type SafeFetcher } from './safe-fetch.js';
 
-// The live half of the agency checklist: one unauthenticated MCP initialize (transport, auth
-// challenge, rate-limit headers), the RFC 9728 metadata and the did:web document.
+// The live half of the agency checklist: an unauthenticated MCP connection through the one MCP
+// probe (v2 SDK client: server/discover for 2026-07-28 servers, initialize for 2025-era ones, SSE
+// for the old transport), whose first answer gives the transport, auth challenge and rate-limit
+// evidence; the RFC 9728 metadata and the did:web document.
 
 const LIMITS = { maxBytes: 64 * 1024, totalTimeoutMs: 8_000 } as const;
 type Live = Pick<AgencyObservation, 'endpoint' | 'protected_resource_metadata' | 'did_document'>;
@@ -22,29 +25,30 @@ async function getJson(fetcher: SafeFetcher, url: string): Promise<{ status: num
 
 export async function probeAgency(fetcher: SafeFetcher, url: string): Promise<Live> {
   const u = new URL(url);
-  const initialize = JSON.stringify({
-    jsonrpc: '2.0',
-    id: 1,
-    method: 'initialize',
-    params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'trust-observatory-checklist', version: INTERFACE_VERSION } },
-  });
   const path = u.pathname === '/' ? '' : u.pathname;
   const prmUrls = [`${u.origin}/.well-known/oauth-protected-resource${path}`, `${u.origin}/.well-known/oauth-protected-resource`].filter((x, i, a) => a.indexOf(x) === i);
   const didUrl = `${u.origin}/.well-known/did.json`;
 
-  const endpointP = fetcher
-    .request(url, { method: 'POST', body: initialize, headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, ...LIMITS })
-    .then(
-      (res) => {
-        const headers: Record<string, string> = {};
-        res.headers.forEach((v, k) => (headers[k] = v));
-        return { reachable: true, status: res.status, error: null, tls: res.tls, headers };
-      },
-      (err: unknown) => {
-        if (err instanceof ProbeFailed || err instanceof TargetRefused) return { reachable: false, status: null, error: err.message, tls: null, headers: {} };
-        throw err;
-      },
-    );
+  const endpointP = (async () => {
+    // The endpoint's first answer is the evidence, whether or not MCP then succeeds (over the
+    // HTTP+SSE transport: the first answer to its GET stream).
+    const exchanges: McpExchange[] = [];
+    const onExchange = (e: McpExchange) => void (exchanges.length < 16 && exchanges.push(e));
+    let mcp: AgencyObservation['endpoint']['mcp'] = null;
+    let error: string | null = null;
+    try {
+      const c = await connectMcp(fetcher, url, INTERFACE_VERSION, { clientName: 'trust-observatory-checklist', timeoutMs: LIMITS.totalTimeoutMs, onExchange });
+      mcp = { protocol_version: c.protocol_version, era: c.era, transport: c.transport };
+    } catch (err) {
+      if (!(err instanceof ProbeFailed || err instanceof TargetRefused)) throw err;
+      error = err.message;
+    }
+    const f = (mcp?.transport === 'sse' ? exchanges.find((e) => e.method === 'GET') : undefined) ?? exchanges[0];
+    if (!f) return { reachable: false, status: null, error: error ?? 'no answer', tls: null, headers: {}, mcp };
+    const headers: Record<string, string> = {};
+    f.headers.forEach((v, k) => (headers[k] = v));
+    return { reachable: true, status: f.status, error, tls: f.tls, headers, mcp };
+  })();
   const prmP = (async () => {
     for (const p of prmUrls) {
       const r = await getJson(fetcher, p);

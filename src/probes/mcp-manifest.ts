@@ -1,34 +1,65 @@
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { SSEClientTransport, SseError } from '@modelcontextprotocol/sdk/client/sse.js';
-import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
-import type { ManifestTool } from '../domain/drift.js';
-import { ProbeFailed, TargetRefused, type SafeFetcher } from './safe-fetch.js';
+import { Client, SdkHttpError, SSEClientTransport, SseError, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
+import { manifestToolOf, type ManifestTool } from '../domain/drift.js';
+import { ProbeFailed, responseTls, TargetRefused, type SafeFetcher, type TlsInfo } from './safe-fetch.js';
 
-// Reads a live MCP server's tool manifest with the official SDK client: initialize, then
-// tools/list page by page. Every request goes through the safe client.
+// The one MCP probe (docs/probes.md "The MCP probe"): the official v2 SDK client
+// (@modelcontextprotocol/client) reads a live server through the safe outbound client, whatever
+// protocol generation the server speaks:
+// - MCP 2026-07-28 servers: server/discover, then tools/list with the per-request envelope;
+// - 2025-era servers (2025-11-25 back to 2024-11-05, e.g. built with SDK 1.x): the client's
+//   version negotiation falls back to initialize when server/discover is not understood;
+// - HTTP+SSE servers (the transport of 2024-11-05): the catalogue says so, or the Streamable
+//   HTTP POST is refused with 404/405 (the fallback the MCP transport spec describes).
+// Every request goes through the safe client (address policy, redirects re-checked, size cap,
+// timeouts). A failure of the safe client anywhere inside the SDK (a body over the cap, a refused
+// redirect, a reset) ends the probe at once with that failure, never as a later timeout.
 
 export const MANIFEST_LIMITS = { maxPages: 50, maxTools: 2000, totalTimeoutMs: 20_000 } as const;
 
-export interface LiveManifest {
+export type McpTransportKind = 'streamable-http' | 'sse';
+
+/** What the server said about itself when the probe connected. */
+export interface McpConnection {
+  /** The protocol revision the conversation used (e.g. 2026-07-28, 2025-06-18). */
+  protocol_version: string;
+  /** modern: 2026-07-28 or later (server/discover, no initialize); legacy: the initialize handshake. */
+  era: 'modern' | 'legacy';
+  transport: McpTransportKind;
+  server_info: { name: string; version: string; title: string | null } | null;
+  /** Revisions a modern server advertised in server/discover; null after an initialize handshake. */
+  supported_versions: string[] | null;
+  /** Whether the server declared the tools capability. */
+  has_tools: boolean;
+}
+
+export interface LiveManifest extends McpConnection {
   tools: ManifestTool[];
-  server_info: { name: string; version: string } | null;
-  protocol_version: string | null;
   pages: number;
 }
 
+/** One HTTP exchange of the probe, as the safe client saw it (agency checklist evidence). */
+export interface McpExchange {
+  url: string;
+  method: string;
+  status: number;
+  headers: Headers;
+  tls: TlsInfo | null;
+}
+
 export interface ManifestReadOptions {
-  /** The server's transport (MCP Registry remote type); default streamable-http. */
-  transport?: 'streamable-http' | 'sse';
+  /** The server's transport when known (MCP Registry remote type); otherwise Streamable HTTP, then SSE on 404/405. */
+  transport?: McpTransportKind;
   /** Overall deadline; default MANIFEST_LIMITS.totalTimeoutMs. */
   timeoutMs?: number;
-  /** Client name sent in initialize. */
+  /** Client name the server sees (clientInfo). */
   clientName?: string;
   /** Aborts the read early (it then fails as a timeout). */
   signal?: AbortSignal;
+  /** Called with every HTTP response the probe receives, in order. */
+  onExchange?: (e: McpExchange) => void;
 }
 
-/** The server answered initialize or tools/list with this HTTP status instead of MCP (401, 500, ...). */
+/** The server answered an MCP request with this HTTP status instead of MCP (401, 500, ...). */
 export class McpHttpStatus extends ProbeFailed {
   constructor(
     readonly status: number,
@@ -38,7 +69,17 @@ export class McpHttpStatus extends ProbeFailed {
   }
 }
 
-export async function readToolManifest(fetcher: SafeFetcher, url: string, version: string, opts: ManifestReadOptions = {}): Promise<LiveManifest> {
+/** Connects, lists every page of tools/list, and disconnects. */
+export function readToolManifest(fetcher: SafeFetcher, url: string, version: string, opts: ManifestReadOptions = {}): Promise<LiveManifest> {
+  return probe(fetcher, url, version, opts, true) as Promise<LiveManifest>;
+}
+
+/** Connects (negotiating the protocol revision) and disconnects without listing anything. */
+export function connectMcp(fetcher: SafeFetcher, url: string, version: string, opts: ManifestReadOptions = {}): Promise<McpConnection> {
+  return probe(fetcher, url, version, opts, false);
+}
+
+async function probe(fetcher: SafeFetcher, url: string, version: string, opts: ManifestReadOptions, listTools: boolean): Promise<McpConnection | LiveManifest> {
   // Refusal is decided before the SDK is involved, so a refused target never looks like an MCP error.
   await fetcher.check(url);
   const timeoutMs = opts.timeoutMs ?? MANIFEST_LIMITS.totalTimeoutMs;
@@ -47,50 +88,202 @@ export async function readToolManifest(fetcher: SafeFetcher, url: string, versio
   const onAbort = () => controller.abort();
   opts.signal?.addEventListener('abort', onAbort, { once: true });
   if (opts.signal?.aborted) controller.abort();
-  const safeFetch = (input: string | URL | Request, init?: RequestInit) =>
-    fetcher.fetch(input instanceof Request ? input.url : input, { ...init, signal: init?.signal ? AbortSignal.any([init.signal, controller.signal]) : controller.signal });
-  const transport: Transport & { protocolVersion?: string } =
-    opts.transport === 'sse' ? new SSEClientTransport(new URL(url), { fetch: safeFetch }) : new StreamableHTTPClientTransport(new URL(url), { fetch: safeFetch });
-  const client = new Client({ name: opts.clientName ?? 'trust-observatory-drift', version }, { capabilities: {} });
+  const run = new ProbeRun(fetcher, controller, opts.onExchange);
   try {
-    await client.connect(transport, { signal: controller.signal, timeout: timeoutMs });
+    const first: McpTransportKind = opts.transport ?? 'streamable-http';
+    try {
+      return await attempt(run, url, version, first, opts, timeoutMs, listTools);
+    } catch (err) {
+      const e = run.explain(err, url, timeoutMs);
+      // Not a Streamable HTTP endpoint: the HTTP+SSE transport's GET stream may be (transport spec, backwards compatibility).
+      if (opts.transport === undefined && e instanceof McpHttpStatus && (e.status === 404 || e.status === 405) && !controller.signal.aborted) {
+        try {
+          return await attempt(run, url, version, 'sse', opts, timeoutMs, listTools);
+        } catch (err2) {
+          throw run.explain(err2, url, timeoutMs);
+        }
+      }
+      throw e;
+    }
+  } finally {
+    clearTimeout(timer);
+    opts.signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+async function attempt(run: ProbeRun, url: string, version: string, kind: McpTransportKind, opts: ManifestReadOptions, timeoutMs: number, listTools: boolean): Promise<McpConnection | LiveManifest> {
+  const signal = run.controller.signal;
+  const client = new Client(
+    { name: opts.clientName ?? 'trust-observatory-drift', version },
+    // Streamable HTTP: server/discover first, initialize when the server does not understand it.
+    // HTTP+SSE predates 2026-07-28: that transport only ever carries the initialize handshake.
+    { capabilities: {}, ...(kind === 'streamable-http' ? { versionNegotiation: { mode: 'auto' as const, probe: { timeoutMs } } } : {}) },
+  );
+  client.onerror = (err) => run.note(err);
+  run.getStreamEssential = kind === 'sse';
+  const target = new URL(url);
+  // redirectPolicy 'follow': the safe client follows redirects itself, re-checking every hop.
+  const transport: Transport =
+    kind === 'sse'
+      ? new SSEClientTransport(target, { fetch: run.fetch, redirectPolicy: 'follow' })
+      : new StreamableHTTPClientTransport(target, {
+          fetch: run.fetch,
+          redirectPolicy: 'follow',
+          reconnectionOptions: { maxRetries: 0, initialReconnectionDelay: 1000, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1 },
+        });
+  try {
+    await run.guard(client.connect(transport, kind === 'sse' ? { signal, timeout: timeoutMs, prior: { kind: 'legacy' } } : { signal, timeout: timeoutMs }));
+    const era = client.getProtocolEra() ?? 'legacy';
+    const info = client.getServerVersion();
     const caps = client.getServerCapabilities();
+    const connection: McpConnection = {
+      protocol_version: client.getNegotiatedProtocolVersion() ?? 'unknown',
+      era,
+      transport: kind,
+      server_info: info ? { name: info.name, version: info.version, title: typeof info.title === 'string' ? info.title : null } : null,
+      supported_versions: era === 'modern' ? [...(client.getDiscoverResult()?.supportedVersions ?? [])] : null,
+      has_tools: Boolean(caps?.tools),
+    };
+    if (!listTools) return connection;
     const tools: ManifestTool[] = [];
     let pages = 0;
     if (caps?.tools) {
       let cursor: string | undefined;
       do {
         if (pages >= MANIFEST_LIMITS.maxPages) throw new ProbeFailed('too_large', `tools/list returned more than ${MANIFEST_LIMITS.maxPages} pages`);
-        const page = await client.listTools(cursor === undefined ? {} : { cursor }, { signal: controller.signal, timeout: timeoutMs });
+        // Page by page (not the SDK's aggregating listTools): every tool the server lists is
+        // evidence, and the caps above stop a runaway server early.
+        const page = await run.guard(client.request({ method: 'tools/list', params: cursor === undefined ? {} : { cursor } }, { signal, timeout: timeoutMs }));
         pages++;
-        for (const t of page.tools) {
-          tools.push({ name: t.name, description: t.description, inputSchema: t.inputSchema, outputSchema: t.outputSchema, annotations: t.annotations });
-        }
+        for (const t of page.tools) tools.push(manifestToolOf(t));
         if (tools.length > MANIFEST_LIMITS.maxTools) throw new ProbeFailed('too_large', `the manifest lists more than ${MANIFEST_LIMITS.maxTools} tools`);
         cursor = page.nextCursor;
       } while (cursor);
     }
-    const info = client.getServerVersion();
-    return { tools, server_info: info ? { name: info.name, version: info.version } : null, protocol_version: transport.protocolVersion ?? null, pages };
-  } catch (err) {
-    if (err instanceof TargetRefused || err instanceof ProbeFailed) throw err;
-    const cause = (err as { cause?: unknown }).cause;
-    if (cause instanceof TargetRefused || cause instanceof ProbeFailed) throw cause;
-    if (controller.signal.aborted) throw new ProbeFailed('timeout', `${url} did not list its tools within ${timeoutMs} ms`);
-    const status = httpStatusOf(err);
-    if (status !== null) throw new McpHttpStatus(status, `${url} answered HTTP ${status} instead of MCP`);
-    throw new ProbeFailed('network', `could not read the MCP tool manifest of ${url}: ${(err as Error).message}`.slice(0, 500));
+    return { ...connection, tools, pages };
   } finally {
-    clearTimeout(timer);
-    opts.signal?.removeEventListener('abort', onAbort);
     await client.close().catch(() => {});
   }
+}
+
+/**
+ * One probe's view of the safe client: its fetch (deadline, exchanges, body monitoring) and the
+ * first failure of the safe client seen anywhere, which explains whatever the SDK then reports.
+ */
+class ProbeRun {
+  private failure: ProbeFailed | TargetRefused | null = null;
+  /**
+   * Whether a GET's failure ends the probe: over HTTP+SSE the GET stream carries every answer;
+   * over Streamable HTTP it is the optional server-to-client stream the SDK opens on the side
+   * (its failure, or the safe client's per-request deadline closing it, says nothing).
+   */
+  getStreamEssential = false;
+
+  constructor(
+    private readonly fetcher: SafeFetcher,
+    readonly controller: AbortController,
+    private readonly onExchange?: (e: McpExchange) => void,
+  ) {}
+
+  /** Failures of non-essential requests, which the SDK may still report through onerror. */
+  private readonly ignored = new WeakSet<object>();
+
+  /** Records a failure of the safe client and ends the probe: nothing after it can succeed. */
+  note(err: unknown): void {
+    const f = safeClientFailure(err);
+    if (f && !this.ignored.has(f) && !this.failure) {
+      this.failure = f;
+      this.controller.abort();
+    }
+  }
+
+  /** Resolves with `p`, or rejects as soon as the safe client fails (the SDK may swallow that failure and wait). */
+  guard<T>(p: Promise<T>): Promise<T> {
+    const signal = this.controller.signal;
+    return new Promise<T>((resolve, reject) => {
+      // Without a failure of the safe client, the abort is the deadline (or the caller): explain() says so.
+      const onAbort = () => reject(this.failure ?? new Error('aborted'));
+      if (signal.aborted) return onAbort();
+      signal.addEventListener('abort', onAbort, { once: true });
+      p.then(
+        (v) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(v);
+        },
+        (e: unknown) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(e);
+        },
+      );
+    });
+  }
+
+  readonly fetch = async (input: string | URL, init?: RequestInit): Promise<Response> => {
+    const signal = init?.signal ? AbortSignal.any([init.signal, this.controller.signal]) : this.controller.signal;
+    const method = (init?.method ?? 'GET').toUpperCase();
+    const essential = method !== 'GET' || this.getStreamEssential;
+    let res: Response;
+    try {
+      res = await this.fetcher.fetch(input, { ...init, signal });
+    } catch (err) {
+      this.settle(err, essential);
+      throw err;
+    }
+    const target = typeof input === 'string' ? input : input.href;
+    this.onExchange?.({ url: res.url || target, method, status: res.status, headers: res.headers, tls: responseTls(res) });
+    if (res.body === null) return res;
+    // The body is read by the SDK, which may only log a failure (an SSE stream going over the
+    // cap, a reset): watch it here so such a failure ends the probe with its own kind.
+    const reader = res.body.getReader();
+    const body = new ReadableStream<Uint8Array>({
+      pull: async (c) => {
+        try {
+          const { done, value } = await reader.read();
+          if (done) c.close();
+          else c.enqueue(value);
+        } catch (err) {
+          this.settle(err, essential);
+          c.error(err);
+        }
+      },
+      cancel: (reason) => reader.cancel(reason),
+    });
+    const monitored = new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
+    Object.defineProperty(monitored, 'url', { value: res.url });
+    return monitored;
+  };
+
+  private settle(err: unknown, essential: boolean): void {
+    if (essential) return this.note(err);
+    const f = safeClientFailure(err);
+    if (f) this.ignored.add(f);
+  }
+
+  /** The error the probe reports for `err`: the safe client's own failure first, then HTTP status, then timeout. */
+  explain(err: unknown, url: string, timeoutMs: number): Error {
+    if (this.failure) return this.failure;
+    const own = safeClientFailure(err);
+    if (own) return own;
+    if (this.controller.signal.aborted) return new ProbeFailed('timeout', `${url} did not answer MCP within ${timeoutMs} ms`);
+    const status = httpStatusOf(err);
+    if (status !== null) return new McpHttpStatus(status, `${url} answered HTTP ${status} instead of MCP`);
+    return new ProbeFailed('network', `could not read the MCP tool manifest of ${url}: ${(err as Error)?.message ?? String(err)}`.slice(0, 500));
+  }
+}
+
+/** A TargetRefused or ProbeFailed thrown by the safe client, possibly wrapped by the SDK (cause chain). */
+function safeClientFailure(err: unknown): ProbeFailed | TargetRefused | null {
+  for (let e = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    if (e instanceof TargetRefused || e instanceof ProbeFailed) return e;
+  }
+  return null;
 }
 
 /** The HTTP status an SDK transport error carries (a non-2xx answer to an MCP request), if any. */
 function httpStatusOf(err: unknown): number | null {
   let code: unknown;
-  if (err instanceof StreamableHTTPError || err instanceof SseError) code = err.code;
+  if (err instanceof SdkHttpError) code = err.status;
+  else if (err instanceof SseError) code = err.code;
   else {
     // The SSE transport reports a failed POST as a plain Error "Error POSTing to endpoint (HTTP 500): ...".
     const m = /\(HTTP (\d{3})\)/.exec((err as Error)?.message ?? '');

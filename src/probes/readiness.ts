@@ -1,5 +1,8 @@
-import { SURFACES, type ReadinessObservation, type SurfaceName } from '../domain/readiness.js';
+import { INTERFACE_VERSION } from '../config.js';
+import { mcpEndpoint, SURFACES, type ReadinessObservation, type SurfaceName } from '../domain/readiness.js';
+import { connectMcp } from './mcp-manifest.js';
 import { ProbeFailed, TargetRefused, type SafeFetcher } from './safe-fetch.js';
+import { findServerCard } from './server-card.js';
 
 // Fetches the five agent-facing documents of a site through the safe client. A document counts
 // as found when it answers 200 with a usable body: text that is not an HTML page, or a JSON object.
@@ -58,4 +61,40 @@ export async function probeReadiness(fetcher: SafeFetcher, origin: string): Prom
     },
     probes,
   };
+}
+
+/** What the MCP endpoint a site names in mcp.json said when the one MCP probe connected (informational, unscored). */
+export interface McpEndpointProbe {
+  url: string;
+  reached: boolean;
+  protocol_version: string | null;
+  era: 'modern' | 'legacy' | null;
+  transport: 'streamable-http' | 'sse' | null;
+  /** Where its Server Card is, when it publishes one that describes it. */
+  server_card: string | null;
+  note: string;
+}
+
+/**
+ * Connects to the MCP endpoint mcp.json names (the v2 client: 2026-07-28 servers, 2025-era ones
+ * and HTTP+SSE alike) and looks for its Server Card. Null when mcp.json names none. Never throws
+ * for the endpoint's faults: they are the note.
+ */
+export async function probeMcpEndpoint(fetcher: SafeFetcher, origin: string, mcp: Record<string, unknown> | null): Promise<McpEndpointProbe | null> {
+  const named = mcpEndpoint(mcp);
+  if (named === null) return null;
+  let url: string;
+  try {
+    url = new URL(named, origin).href;
+  } catch {
+    return { url: named, reached: false, protocol_version: null, era: null, transport: null, server_card: null, note: 'mcp.json names an endpoint that is not a URL' };
+  }
+  try {
+    const c = await connectMcp(fetcher, url, INTERFACE_VERSION, { clientName: 'trust-observatory-readiness', timeoutMs: READINESS_LIMITS.totalTimeoutMs });
+    const card = await findServerCard(fetcher, url);
+    return { url, reached: true, protocol_version: c.protocol_version, era: c.era, transport: c.transport, server_card: card?.url ?? null, note: `speaks MCP ${c.protocol_version} over ${c.transport}` };
+  } catch (err) {
+    if (err instanceof ProbeFailed || err instanceof TargetRefused) return { url, reached: false, protocol_version: null, era: null, transport: null, server_card: null, note: err.message };
+    throw err;
+  }
 }

@@ -94,6 +94,13 @@ interface Opened {
   tls: TlsInfo | null;
 }
 
+const tlsOfResponse = new WeakMap<Response, TlsInfo | null>();
+
+/** TLS details of a response from SafeFetcher.fetch (null over plain http or for other responses). */
+export function responseTls(res: Response): TlsInfo | null {
+  return tlsOfResponse.get(res) ?? null;
+}
+
 export interface SafeFetcher {
   readonly policy: AddressPolicy;
   /** Resolves the URL's host and checks every answer; throws TargetRefused or ProbeFailed('dns'). */
@@ -337,6 +344,7 @@ export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = sy
       headers: headersOf(o.res),
     });
     Object.defineProperty(res, 'url', { value: o.url.href });
+    tlsOfResponse.set(res, o.tls);
     return res;
   }
 

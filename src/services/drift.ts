@@ -1,17 +1,15 @@
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { GetDriftRequest, GetDriftResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
-import { INTERFACE_VERSION } from '../config.js';
 import type { Queryable } from '../db/index.js';
 import { diffManifests, DRIFT_FLAG, DRIFT_FLAG_WINDOW_MS, driftFlagActive, hashManifest, hasDrift, TOOL_PARTS, type ManifestDiff, type ManifestTool, type ToolHashes } from '../domain/drift.js';
 import { diffLines, readablePart, splitLines, withContext } from '../domain/text-diff.js';
 import { invalidArgument, notTracked } from '../errors.js';
-import { readToolManifest } from '../probes/mcp-manifest.js';
 import { probeError } from '../probes/probe-errors.js';
-import { createSafeFetcher } from '../probes/safe-fetch.js';
 import { newReceiptId } from '../signing/receipts.js';
 import { driftStore, type DriftBaselineRow } from '../store/drift.js';
 import { serverStore } from '../store/servers.js';
 import type { CallContext, ServiceDeps } from './context.js';
+import { createMcpProbeService, type McpProbeService } from './mcp-probe.js';
 import { SCORE_CACHE_MS } from './trust-engine.js';
 
 // Time of each server's last detected drift, per database handle, kept for SCORE_CACHE_MS like
@@ -93,10 +91,11 @@ export interface BaselineResult {
   receipt: string | null;
 }
 
-/** GetDrift (GET /api/drift): live manifest -> signed baseline -> per-tool drift report. */
-export function createDriftService({ db, config, now, receipts }: ServiceDeps) {
+/** GetDrift (GET /api/drift): live manifest (and Server Card) -> signed baseline -> per-tool drift report. */
+export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: McpProbeService } = {}) {
+  const { db, now, receipts } = deps;
   const servers = serverStore(db);
-  const fetcher = createSafeFetcher({ allowPrivate: config.allowPrivateTargets });
+  const mcpProbe = services.mcpProbe ?? createMcpProbeService(deps);
 
   /**
    * Records a signed baseline of a manifest just read from `server` and compares it with the
@@ -167,13 +166,15 @@ export function createDriftService({ db, config, now, receipts }: ServiceDeps) {
       const server = await servers.resolve(target);
       if (!server) throw notTracked(target);
 
-      let manifest;
+      let probed;
       try {
-        const transport = (await servers.catalogue(server.id))?.transport === 'sse' ? 'sse' : 'streamable-http';
-        manifest = await readToolManifest(fetcher, server.url, INTERFACE_VERSION, { transport });
+        // The catalogue's transport when it knows one; otherwise the probe finds out (Streamable HTTP, then SSE).
+        const transport = (await servers.catalogue(server.id))?.transport === 'sse' ? ('sse' as const) : undefined;
+        probed = await mcpProbe.probe(server, { transport });
       } catch (err) {
         throw probeError(err);
       }
+      const { manifest, view } = probed;
       const b = await recordBaseline(server, manifest.tools);
       return {
         serverUrl: server.url,
@@ -191,6 +192,9 @@ export function createDriftService({ db, config, now, receipts }: ServiceDeps) {
         previousManifestHash: b.previous?.manifest_hash,
         receiptId: b.receiptId,
         receipt: b.receipt ?? '',
+        protocolVersion: manifest.protocol_version,
+        transport: manifest.transport,
+        serverCard: view.serverCard ?? undefined,
       };
     },
 

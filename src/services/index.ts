@@ -20,6 +20,7 @@ import { createProbeService } from './probes.js';
 import { createComplianceService } from './compliance.js';
 import { createCatalogueService } from './catalogue.js';
 import { createObservationService } from './observation.js';
+import { createMcpProbeService } from './mcp-probe.js';
 import { createTelemetryRetention } from './telemetry-retention.js';
 import { createRateLimiter } from './rate-limits.js';
 import { createRegistrySync } from './registry-sync.js';
@@ -32,8 +33,9 @@ export function createServices(deps: ServiceDeps) {
   const trust = createTrustService(deps);
   const preflight = createPreflightService(deps, trust);
   const telemetry = createTelemetryService(deps);
-  const drift = createDriftService(deps);
-  const observation = createObservationService(deps, { telemetry, drift }, { onError: deps.onBackgroundError });
+  const mcpProbe = createMcpProbeService(deps);
+  const drift = createDriftService(deps, { mcpProbe });
+  const observation = createObservationService(deps, { telemetry, drift, mcpProbe }, { onError: deps.onBackgroundError });
   const telemetryRetention = createTelemetryRetention(deps, { onError: deps.onBackgroundError });
   const limits = createRateLimiter(deps.config);
   const catalogue = createCatalogueService(deps);
@@ -56,6 +58,8 @@ export function createServices(deps: ServiceDeps) {
     /** Receipt lookup, verification, behavioral evidence, ERC-8004 attestations (ReceiptService). */
     receipt: createReceiptService(deps, trust),
     drift,
+    /** The MCP probe (v2 SDK client): protocol revision, transport and Server Card of a server, recorded. */
+    mcpProbe,
     /** Catalogue import from an MCP Registry (the `observatory import` command). */
     catalogue,
     /** The standing MCP Registry sync (REGISTRY_SYNC_URL; started by `serve`). */

@@ -1,20 +1,21 @@
 // Active observation (docs/observation.md): the observatory probes catalogue servers, and servers
 // with evidence from OBSERVE_MIN_SOURCES independent source families, itself (never a server one
-// reporter invented), on a schedule, with the official MCP SDK client (initialize + tools/list) through the safe
-// outbound client. Each probe becomes telemetry from the observatory's own source (weighted
+// reporter invented), on a schedule, with the official MCP SDK client (v2: server/discover or
+// initialize, then tools/list; the MCP probe service, which also checks the Server Card) through
+// the safe outbound client. Each probe becomes telemetry from the observatory's own source (weighted
 // below any agent, src/domain/scoring.ts) and refreshes the server's drift baseline, so servers
 // nobody reports on get a score, and manifest changes are flagged without anyone asking.
 //
 // Several instances on one PostgreSQL share the work: each round claims due servers with
 // FOR UPDATE SKIP LOCKED and moves them one interval ahead (store/observation.ts), so each server
 // is probed once per interval, within one global per-minute budget.
-import { INTERFACE_VERSION } from '../config.js';
-import { McpHttpStatus, readToolManifest } from '../probes/mcp-manifest.js';
-import { createSafeFetcher, ProbeFailed, TargetRefused, type SafeFetcher } from '../probes/safe-fetch.js';
+import { McpHttpStatus } from '../probes/mcp-manifest.js';
+import { ProbeFailed, TargetRefused, type SafeFetcher } from '../probes/safe-fetch.js';
 import { observationStore, type ClaimedServer, type ProbeOutcomeKind } from '../store/observation.js';
 import type { ServiceDeps } from './context.js';
 import type { DriftService } from './drift.js';
 import { INSTANCE_ID } from './jobs.js';
+import { CARD_REFRESH_MS, createMcpProbeService, type McpProbeService } from './mcp-probe.js';
 import type { TelemetryService } from './telemetry.js';
 
 /** An unchanged manifest is re-baselined (a fresh signed receipt) at most this often. */
@@ -53,12 +54,12 @@ export interface RoundSummary {
 
 export function createObservationService(
   deps: ServiceDeps,
-  services: { telemetry: Pick<TelemetryService, 'recordObservation'>; drift: Pick<DriftService, 'recordBaseline'> },
+  services: { telemetry: Pick<TelemetryService, 'recordObservation'>; drift: Pick<DriftService, 'recordBaseline'>; mcpProbe?: Pick<McpProbeService, 'probe'> },
   opts: { instance?: string; fetcher?: SafeFetcher; onError?: (err: unknown) => void } = {},
 ) {
   const { db, config, now } = deps;
   const cfg = config.observe;
-  const fetcher = opts.fetcher ?? createSafeFetcher({ allowPrivate: config.allowPrivateTargets });
+  const mcpProbe = services.mcpProbe ?? createMcpProbeService(deps, { fetcher: opts.fetcher });
   const instance = opts.instance ?? INSTANCE_ID;
   const store = observationStore(db);
   const intervalMs = cfg.intervalSeconds * 1000;
@@ -70,16 +71,18 @@ export function createObservationService(
 
   /** One probe of one claimed server, recorded as telemetry and as a drift baseline. */
   async function probe(server: ClaimedServer): Promise<ProbeResult> {
-    const transport = server.transport === 'sse' ? 'sse' : 'streamable-http';
+    // The catalogue's transport when it knows one; otherwise the probe finds out (Streamable HTTP, then SSE).
+    const transport = server.transport === 'sse' ? ('sse' as const) : undefined;
     const started = performance.now();
     const base = { serverId: server.id, url: server.url, name: server.name, toolCount: null, driftDetected: false };
     let result: ProbeResult;
     try {
-      const manifest = await readToolManifest(fetcher, server.url, INTERFACE_VERSION, {
+      const { manifest } = await mcpProbe.probe(server, {
         transport,
         timeoutMs: cfg.timeoutMs,
         clientName: 'trust-observatory-observer',
         signal: stopController.signal,
+        cardMaxAgeMs: CARD_REFRESH_MS,
       });
       const latencyMs = performance.now() - started;
       result = { ...base, outcome: 'ok', latencyMs, httpStatus: 200, toolCount: manifest.tools.length, recorded: true, detail: null };

@@ -12,6 +12,7 @@ import { rememberedListings, type RegistryListingRow } from '../store/registry-s
 import { listingMessage } from './registry-sync.js';
 import { SCORE_CACHE_MS } from './trust-engine.js';
 import type { CallContext, ServiceDeps } from './context.js';
+import type { ServerCardCheck } from './mcp-probe.js';
 import type { TrustService } from './trust.js';
 
 /** Longest target accepted (a URL or a name); longer is 400, not a lookup. */
@@ -55,6 +56,8 @@ export interface PreflightAssessment {
   anomalyFlags: string[];
   /** The server's MCP Registry listing; null when untracked or never listed. */
   listing: RegistryListingRow | null;
+  /** The server's Server Card against runtime at its latest probe (null: none found, or never probed). */
+  serverCard: ServerCardCheck | null;
 }
 
 const VERDICTS: readonly string[] = ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'];
@@ -96,12 +99,14 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     let totalInteractions = 0;
     let anomalyFlags: string[] = [];
     let listing: RegistryListingRow | null = null;
+    let serverCard: ServerCardCheck | null = null;
     if (server) {
       listing = await registryListing(server.id);
       // The trust service's cheap, cached score (never recomputed here: one source per figure).
       const score = await trust.scoreFor(server);
       totalInteractions = score.total_interactions;
       anomalyFlags = [...score.anomaly_flags];
+      serverCard = score.server_card;
       // UNRATED: no accepted telemetry (DECISIONS.md); otherwise the trust service's verdict.
       if (totalInteractions > 0 && VERDICTS.includes(score.verdict)) {
         verdict = score.verdict;
@@ -109,7 +114,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       }
     }
 
-    return { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags, listing };
+    return { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags, listing, serverCard };
   }
 
   async function preflight(req: Partial<PreflightRequest>, _ctx?: CallContext, opts: PreflightOptions = {}): Promise<PreflightResult> {
@@ -118,7 +123,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     if (target.length > MAX_TARGET_LENGTH) throw invalidArgument(`target is longer than ${MAX_TARGET_LENGTH} characters`);
     // NUL and other control characters are never part of a URL or a name (and PostgreSQL cannot store NUL).
     if (/[\u0000-\u001f\u007f]/.test(target)) throw invalidArgument('target must not contain control characters');
-    const { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags, listing } = opts.assessment ?? (await assess(target));
+    const { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags, listing, serverCard } = opts.assessment ?? (await assess(target));
 
     const serverUrl = server?.url ?? givenUrl;
     const recommendation = RECOMMENDATIONS[verdict];
@@ -164,6 +169,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       totalInteractions,
       anomalyFlags,
       registry: listingMessage(listing),
+      serverCard: serverCard ?? undefined,
     };
   }
 

@@ -3,12 +3,12 @@ import type { GetAgentReadinessRequest, GetAgentReadinessResponseSchema } from '
 import { scoreReadiness } from '../domain/readiness.js';
 import { ObservatoryError } from '../errors.js';
 import { probeError } from '../probes/probe-errors.js';
-import { probeReadiness } from '../probes/readiness.js';
+import { probeMcpEndpoint, probeReadiness } from '../probes/readiness.js';
 import { createSafeFetcher } from '../probes/safe-fetch.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { requireServerUrl } from './trust.js';
 
-/** GetAgentReadiness (GET /api/agent-readiness): probes five documents and scores them. */
+/** GetAgentReadiness (GET /api/agent-readiness): probes five documents and scores them; connects to the MCP endpoint mcp.json names. */
 export function createProbeService({ config, now }: ServiceDeps) {
   const fetcher = createSafeFetcher({ allowPrivate: config.allowPrivateTargets });
 
@@ -24,6 +24,8 @@ export function createProbeService({ config, now }: ServiceDeps) {
       if (probes.every((p) => p.http_status === null && !p.note.startsWith('redirect refused'))) {
         throw new ObservatoryError('upstream_error', `${origin} could not be reached: ${probes[0]?.note ?? 'no answer'}`);
       }
+      // The endpoint mcp.json names, reached with the one MCP probe: shown, not scored.
+      const mcpProbe = await probeMcpEndpoint(fetcher, origin, observation.mcp);
       const s = scoreReadiness(observation);
       return {
         url: origin,
@@ -35,7 +37,7 @@ export function createProbeService({ config, now }: ServiceDeps) {
         transactabilityScore: s.dimensions.transactability,
         detectedSurfaces: probes.filter((p) => p.found).map((p) => p.surface),
         missingSurfaces: probes.filter((p) => !p.found).map((p) => p.surface),
-        reasons: { ...s.reasons, probes: probes.map((p) => ({ surface: p.surface, path: p.path, found: p.found, note: p.note })) } as never,
+        reasons: { ...s.reasons, probes: probes.map((p) => ({ surface: p.surface, path: p.path, found: p.found, note: p.note })), mcp_endpoint: mcpProbe } as never,
         recommendedNextAction: s.recommended_next_action,
         checkedAt: now().toISOString(),
         probes: probes.map((p) => ({ path: p.path, found: p.found, httpStatus: p.http_status ?? undefined })),

@@ -32,6 +32,7 @@ import { serversWithDriftFlag, toolManifestDriftFlags } from './drift.js';
 import { DRIFT_FLAG } from '../domain/drift.js';
 import { periodicJob } from './jobs.js';
 import { listingMessage } from './registry-sync.js';
+import { mcpTrustView, type McpTrustView, type ServerCardCheck } from './mcp-probe.js';
 import { createTrustEngine, SCORE_CACHE_MS, type ComputedScore, type ScoreSummary } from './trust-engine.js';
 
 const DAY_MS = 86_400_000;
@@ -134,8 +135,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   }
 
   // GetTrust hot path: server rows by URL (hits only, SCORE_CACHE_MS like the scores) and the
-  // response built once per computation. Responses are shared: callers must not mutate them.
-  const trustResponses = new WeakMap<ComputedScore, MessageInitShape<typeof GetTrustResponseSchema>>();
+  // response built once per computation and MCP view. Responses are shared: callers must not mutate them.
+  const trustResponses = new WeakMap<ComputedScore, { mcp: McpTrustView | null; res: MessageInitShape<typeof GetTrustResponseSchema> }>();
   const trackedByUrl = rememberedHits(db, (url) => servers.lookupUrl(url), SCORE_CACHE_MS);
   // What the MCP Registry says about a server (registry sync), remembered like the scores.
   const registryListing = rememberedListings(db, SCORE_CACHE_MS);
@@ -177,11 +178,15 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       snapshotJob.stop();
     },
 
-    /** Current score, verdict and anomaly flags of a tracked server; cheap (cached, refreshed when stale). */
-    async scoreFor(server: ServerRow): Promise<ScoreSummary> {
+    /**
+     * Current score, verdict and anomaly flags of a tracked server; cheap (cached, refreshed when
+     * stale). Drift and Server Card flags are added to the flags; neither moves the score.
+     */
+    async scoreFor(server: ServerRow): Promise<ScoreSummary & { server_card: ServerCardCheck | null; protocol_version: string | null }> {
       const at = now();
-      const [s, drift] = await Promise.all([engine.scoreFor(server, at), toolManifestDriftFlags(db, server.id, at)]);
-      return drift.length > 0 ? { ...s, anomaly_flags: [...s.anomaly_flags, ...drift] } : s;
+      const [s, drift, mcp] = await Promise.all([engine.scoreFor(server, at), toolManifestDriftFlags(db, server.id, at), mcpTrustView(db, server.id, at)]);
+      const extra = [...drift, ...(mcp?.flags ?? [])];
+      return { ...s, anomaly_flags: extra.length > 0 ? [...s.anomaly_flags, ...extra] : s.anomaly_flags, server_card: mcp?.serverCard ?? null, protocol_version: mcp?.protocolVersion ?? null };
     },
 
     /**
@@ -206,16 +211,22 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         if (!tracked) throw notTracked(url);
       }
       const at = now();
-      // Drift flags change with manifests, not telemetry, so they are read each time; the cached
-      // response is only reused while no drift flag is active.
-      const [c, driftFlags, listing] = await Promise.all([engine.current(tracked, at), toolManifestDriftFlags(db, tracked.id, at), registryListing(tracked.id)]);
+      // Drift flags and the MCP probe's view change with probes, not telemetry, so they are read
+      // each time; the cached response is only reused while no drift flag is active and the view
+      // is the same object (mcpTrustView keeps it while nothing changed).
+      const [c, driftFlags, mcp, listing] = await Promise.all([
+        engine.current(tracked, at),
+        toolManifestDriftFlags(db, tracked.id, at),
+        mcpTrustView(db, tracked.id, at),
+        registryListing(tracked.id),
+      ]);
       const server = c.server;
       const registry = listingMessage(listing);
       const known = driftFlags.length === 0 ? trustResponses.get(c) : undefined;
       // Responses are plain init objects (never created messages), so the listing spreads onto them.
       const withListing = (r: MessageInitShape<typeof GetTrustResponseSchema>) => (registry ? ({ ...r, registry } as MessageInitShape<typeof GetTrustResponseSchema>) : r);
-      if (known) return withListing(known);
-      const flags = [...c.anomaly.flags, ...driftFlags];
+      if (known && known.mcp === mcp) return withListing(known.res);
+      const flags = [...c.anomaly.flags, ...driftFlags, ...(mcp?.flags ?? [])];
       const n = c.totals?.n ?? 0;
       const res: MessageInitShape<typeof GetTrustResponseSchema> = {
         server: {
@@ -225,6 +236,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
           category: server.category,
           trustScore: c.trust_score,
           registeredAt: server.registered_at.toISOString(),
+          protocolVersion: mcp?.protocolVersion,
         },
         metrics: {
           totalInteractions: n,
@@ -241,8 +253,9 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         anomaly: { isAnomalous: flags.length > 0, anomalyFlags: flags },
         scoreBreakdown: { ...c.breakdown, anomaly_details: c.anomaly.details, computed_at: c.computed_at.toISOString() },
         verdict: c.verdict,
+        serverCard: mcp?.serverCard ?? undefined,
       };
-      if (driftFlags.length === 0) trustResponses.set(c, res);
+      if (driftFlags.length === 0) trustResponses.set(c, { mcp, res });
       return withListing(res);
     },
 

@@ -26,7 +26,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file observatory/v1/common.proto.
  */
 export const file_observatory_v1_common: GenFile = /*@__PURE__*/
-  fileDesc("ChtvYnNlcnZhdG9yeS92MS9jb21tb24ucHJvdG8SDm9ic2VydmF0b3J5LnYxIoQBChBDYXRlZ29yeUJhc2VsaW5lEhAKCGNhdGVnb3J5GAEgASgJEhYKDmF2Z19sYXRlbmN5X21zGAIgASgBEhYKDnA5NV9sYXRlbmN5X21zGAMgASgBEhgKEGF2Z19zdWNjZXNzX3JhdGUYBCABKAESFAoMc2VydmVyX2NvdW50GAUgASgBIjYKB0Fub21hbHkSFAoMaXNfYW5vbWFsb3VzGAEgASgIEhUKDWFub21hbHlfZmxhZ3MYAiADKAkiTAoKVmVyZGljdE1peBIMCgRwYXNzGAEgASgBEhEKCXVuY2VydGFpbhgCIAEoARIMCgRmYWlsGAMgASgBEg8KB3VucmF0ZWQYBCABKAEiZwoOUmVjZWlwdFN1bW1hcnkSEgoKcmVjZWlwdF9pZBgBIAEoCRIMCgRraW5kGAIgASgJEhEKCWlzc3VlZF9hdBgDIAEoCRIUCgd2ZXJkaWN0GAQgASgJSACIAQFCCgoIX3ZlcmRpY3RiBnByb3RvMw");
+  fileDesc("ChtvYnNlcnZhdG9yeS92MS9jb21tb24ucHJvdG8SDm9ic2VydmF0b3J5LnYxIoQBChBDYXRlZ29yeUJhc2VsaW5lEhAKCGNhdGVnb3J5GAEgASgJEhYKDmF2Z19sYXRlbmN5X21zGAIgASgBEhYKDnA5NV9sYXRlbmN5X21zGAMgASgBEhgKEGF2Z19zdWNjZXNzX3JhdGUYBCABKAESFAoMc2VydmVyX2NvdW50GAUgASgBIjYKB0Fub21hbHkSFAoMaXNfYW5vbWFsb3VzGAEgASgIEhUKDWFub21hbHlfZmxhZ3MYAiADKAkigwEKD1NlcnZlckNhcmRDaGVjaxIQCghjYXJkX3VybBgBIAEoCRISCgpjaGVja2VkX2F0GAIgASgJEg8KB21hdGNoZXMYAyABKAgSOQoLZGlmZmVyZW5jZXMYBCADKAsyJC5vYnNlcnZhdG9yeS52MS5TZXJ2ZXJDYXJkRGlmZmVyZW5jZSJYChRTZXJ2ZXJDYXJkRGlmZmVyZW5jZRINCgVmaWVsZBgBIAEoCRIPCgdjbGFpbWVkGAIgASgJEhAKCG9ic2VydmVkGAMgASgJEg4KBmRldGFpbBgEIAEoCSJMCgpWZXJkaWN0TWl4EgwKBHBhc3MYASABKAESEQoJdW5jZXJ0YWluGAIgASgBEgwKBGZhaWwYAyABKAESDwoHdW5yYXRlZBgEIAEoASJnCg5SZWNlaXB0U3VtbWFyeRISCgpyZWNlaXB0X2lkGAEgASgJEgwKBGtpbmQYAiABKAkSEQoJaXNzdWVkX2F0GAMgASgJEhQKB3ZlcmRpY3QYBCABKAlIAIgBAUIKCghfdmVyZGljdGIGcHJvdG8z");
 
 /**
  * Behaviour baseline of a server's category (trust record `category_baseline`, GET /api/trust).
@@ -106,6 +106,92 @@ export const AnomalySchema: GenMessage<Anomaly> = /*@__PURE__*/
   messageDesc(file_observatory_v1_common, 1);
 
 /**
+ * What a probe found comparing a server's MCP Server Card (SEP-2127) with what the server said at
+ * runtime (`server_card` in GET /api/trust, GET /v1/preflight and GET /api/drift). A card is a
+ * claim: a mismatch raises the anomaly flag `server_card_mismatch` and changes no score.
+ *
+ * @generated from message observatory.v1.ServerCardCheck
+ */
+export type ServerCardCheck = Message<"observatory.v1.ServerCardCheck"> & {
+  /**
+   * Where the card was found (`<mcp-url>/server-card`, a catalog entry or /.well-known/mcp/server-card.json).
+   *
+   * @generated from field: string card_url = 1;
+   */
+  cardUrl: string;
+
+  /**
+   * Time of the probe that compared it, RFC 3339.
+   *
+   * @generated from field: string checked_at = 2;
+   */
+  checkedAt: string;
+
+  /**
+   * True when nothing the card claims contradicts runtime.
+   *
+   * @generated from field: bool matches = 3;
+   */
+  matches: boolean;
+
+  /**
+   * What differs; empty when the card matches.
+   *
+   * @generated from field: repeated observatory.v1.ServerCardDifference differences = 4;
+   */
+  differences: ServerCardDifference[];
+};
+
+/**
+ * Describes the message observatory.v1.ServerCardCheck.
+ * Use `create(ServerCardCheckSchema)` to create a new message.
+ */
+export const ServerCardCheckSchema: GenMessage<ServerCardCheck> = /*@__PURE__*/
+  messageDesc(file_observatory_v1_common, 2);
+
+/**
+ * One claim of a Server Card that runtime contradicts.
+ *
+ * @generated from message observatory.v1.ServerCardDifference
+ */
+export type ServerCardDifference = Message<"observatory.v1.ServerCardDifference"> & {
+  /**
+   * name, version, title, endpoint, transport, protocol_versions or tools.
+   *
+   * @generated from field: string field = 1;
+   */
+  field: string;
+
+  /**
+   * What the card says.
+   *
+   * @generated from field: string claimed = 2;
+   */
+  claimed: string;
+
+  /**
+   * What the server did or said.
+   *
+   * @generated from field: string observed = 3;
+   */
+  observed: string;
+
+  /**
+   * One sentence saying what differs.
+   *
+   * @generated from field: string detail = 4;
+   */
+  detail: string;
+};
+
+/**
+ * Describes the message observatory.v1.ServerCardDifference.
+ * Use `create(ServerCardDifferenceSchema)` to create a new message.
+ */
+export const ServerCardDifferenceSchema: GenMessage<ServerCardDifference> = /*@__PURE__*/
+  messageDesc(file_observatory_v1_common, 3);
+
+/**
  * Count of servers or checks per verdict (`verdict_mix` in GET /api/stats and GET /api/demand).
  *
  * @generated from message observatory.v1.VerdictMix
@@ -145,7 +231,7 @@ export type VerdictMix = Message<"observatory.v1.VerdictMix"> & {
  * Use `create(VerdictMixSchema)` to create a new message.
  */
 export const VerdictMixSchema: GenMessage<VerdictMix> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_common, 2);
+  messageDesc(file_observatory_v1_common, 4);
 
 /**
  * Short reference to a stored signed receipt (lists in GET /api/compliance).
@@ -187,5 +273,5 @@ export type ReceiptSummary = Message<"observatory.v1.ReceiptSummary"> & {
  * Use `create(ReceiptSummarySchema)` to create a new message.
  */
 export const ReceiptSummarySchema: GenMessage<ReceiptSummary> = /*@__PURE__*/
-  messageDesc(file_observatory_v1_common, 3);
+  messageDesc(file_observatory_v1_common, 5);
 
