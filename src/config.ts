@@ -36,6 +36,31 @@ export interface Config {
   telemetryRetentionDays: number;
   /** Active observation: the observatory probes tracked servers itself (docs/observation.md). */
   observe: ObserveConfig;
+  /** Connection deadlines and the connection cap of the listener (docs/reliability.md "Connections"). */
+  http: HttpConfig;
+}
+
+/**
+ * Every stage of a client connection has a deadline, measured while the service waits on the
+ * client (never while a handler works or a stream keeps moving), plus a cap on open connections.
+ */
+export interface HttpConfig {
+  /** HTTP_FIRST_BYTE_TIMEOUT_MS (default 10000): from accept until the first bytes choose HTTP/1.1 or HTTP/2. */
+  firstByteTimeoutMs: number;
+  /** HTTP_HEADERS_TIMEOUT_MS (default 20000): an HTTP/1.1 request head must arrive whole within this (408). */
+  headersTimeoutMs: number;
+  /**
+   * HTTP_REQUEST_TIMEOUT_MS (default 60000): an HTTP/1.1 request (head and body) must arrive whole
+   * within this (408); an HTTP/2 stream is reset when its request body, or the client's reading
+   * of the response, stalls this long (a stream that keeps moving is never cut).
+   */
+  requestTimeoutMs: number;
+  /** HTTP_IDLE_TIMEOUT_MS (default 75000): an HTTP/1.1 keep-alive connection waiting for its next request is closed after this. */
+  idleTimeoutMs: number;
+  /** HTTP2_SESSION_IDLE_TIMEOUT_MS (default 120000): an HTTP/2 connection with no open stream is closed (GOAWAY) after this. */
+  h2SessionIdleTimeoutMs: number;
+  /** MAX_CONNECTIONS (default 0 = derived from the open-file limit at start): open connections served at once. */
+  maxConnections: number;
 }
 
 export interface ObserveConfig {
@@ -152,6 +177,26 @@ function retentionDays(env: Env): number {
   return days;
 }
 
+function httpLimits(env: Env): HttpConfig {
+  const headersTimeoutMs = int(env, 'HTTP_HEADERS_TIMEOUT_MS', 20_000, 100, 600_000);
+  const requestTimeoutMs = int(env, 'HTTP_REQUEST_TIMEOUT_MS', 60_000, 100, 3_600_000);
+  if (headersTimeoutMs > requestTimeoutMs) {
+    throw new ConfigError('HTTP_HEADERS_TIMEOUT_MS', `must not exceed HTTP_REQUEST_TIMEOUT_MS (${requestTimeoutMs}), got ${headersTimeoutMs}`);
+  }
+  const maxConnections = int(env, 'MAX_CONNECTIONS', 0, 0, 1_000_000);
+  if (maxConnections !== 0 && maxConnections < 4) {
+    throw new ConfigError('MAX_CONNECTIONS', `must be 0 (derived from the open-file limit) or at least 4, got ${maxConnections}`);
+  }
+  return {
+    firstByteTimeoutMs: int(env, 'HTTP_FIRST_BYTE_TIMEOUT_MS', 10_000, 100, 600_000),
+    headersTimeoutMs,
+    requestTimeoutMs,
+    idleTimeoutMs: int(env, 'HTTP_IDLE_TIMEOUT_MS', 75_000, 100, 3_600_000),
+    h2SessionIdleTimeoutMs: int(env, 'HTTP2_SESSION_IDLE_TIMEOUT_MS', 120_000, 100, 86_400_000),
+    maxConnections,
+  };
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const port = int(env, 'PORT', 8080, 0, 65535);
   const databaseUrl = str(env, 'DATABASE_URL') ?? null;
@@ -206,5 +251,6 @@ export function loadConfig(env: Env = process.env): Config {
       ratePerMinute: int(env, 'OBSERVE_RATE_PER_MINUTE', 60, 1, 100_000),
       timeoutMs: int(env, 'OBSERVE_TIMEOUT_MS', 10_000, 100, 120_000),
     },
+    http: httpLimits(env),
   };
 }
