@@ -24,6 +24,15 @@ const SHORT = {
 let t: TestApp;
 let port: number;
 const stats = (app: TestApp) => (app.obs.app.server as DualProtocolServer).connectionStats();
+/** Connections the server holds, by node's own count (every accepted socket until it is closed). */
+let held = 0;
+const refreshHeld = (app: TestApp) => app.obs.app.server.getConnections((_err, n) => (held = n));
+async function heldEventually(app: TestApp, ok: (n: number) => boolean): Promise<boolean> {
+  return eventually(() => {
+    refreshHeld(app);
+    return ok(held);
+  });
+}
 
 beforeAll(async () => {
   t = await startTestApp(SHORT);
@@ -35,8 +44,8 @@ afterAll(async () => {
 
 /** After each case, the server itself has released every connection (not only sent its FIN). */
 async function expectAllReleased() {
-  const released = await eventually(() => stats(t).open === 0);
-  expect(released, `connections still held: ${JSON.stringify({ ...stats(t), cap: undefined })}`).toBe(true);
+  const released = await heldEventually(t, (n) => n === 0);
+  expect(released, `connections still held: ${held}`).toBe(true);
 }
 
 describe(`every stage of a connection has a deadline (${backend})`, () => {
@@ -127,7 +136,8 @@ describe(`every stage of a connection has a deadline (${backend})`, () => {
   });
 
   it('holds no connection once every class above has passed its deadline', async () => {
-    const before = stats(t).open;
+    await heldEventually(t, () => true);
+    const before = held;
     const classes = await Promise.all([
       rawConnect(port),
       rawConnect(port, 'PR'),
@@ -136,9 +146,9 @@ describe(`every stage of a connection has a deadline (${backend})`, () => {
       rawConnect(port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'),
       rawConnect(port, H2_PREFACE),
     ]);
-    expect(await eventually(() => stats(t).open >= before + classes.length)).toBe(true);
+    expect(await heldEventually(t, (n) => n >= before + classes.length)).toBe(true);
     for (const c of classes) expect(await c.closedWithin()).toBe(true);
-    expect(await eventually(() => stats(t).open <= before && stats(t).undecided === 0)).toBe(true);
+    expect(await heldEventually(t, (n) => n <= before)).toBe(true);
   });
 });
 
@@ -184,22 +194,24 @@ describe(`connection cap (${backend})`, () => {
   });
 
   it('answers 503 or drops connections beyond the cap, and serves again once they go', async () => {
-    expect(stats(capped).cap).toMatchObject({ served: 8, source: 'MAX_CONNECTIONS' });
     const hogs = await Promise.all(Array.from({ length: 8 }, () => rawConnect(cport)));
-    expect(await eventually(() => stats(capped).open >= 8)).toBe(true);
+    expect(await heldEventually(capped, (n) => n >= 8)).toBe(true);
 
     const refused = await rawGet(cport, '/healthz');
     expect(statusOf(refused), refused.slice(0, 200)).toBe(503);
     expect(refused).toContain('application/problem+json');
     expect(refused).toMatch(/retry-after: \d+/i);
 
-    // Many more: each is answered 503 or closed at once, none is served, the process holds.
+    // Many more at once: each is answered 503 or closed at accept, none is served, the process holds.
     const more = await Promise.all(Array.from({ length: 20 }, () => rawGet(cport, '/healthz').catch(() => '')));
     for (const raw of more) expect([0, 503]).toContain(statusOf(raw));
-    expect(stats(capped).open).toBeLessThanOrEqual(8 + stats(capped).cap!.overflow);
+    const cap = stats(capped).cap!;
+    expect(cap).toMatchObject({ served: 8, source: 'MAX_CONNECTIONS' });
+    refreshHeld(capped);
+    expect(await heldEventually(capped, (n) => n <= cap.served + cap.overflow)).toBe(true);
 
     for (const h of hogs) h.socket.destroy();
-    expect(await eventually(() => stats(capped).open < 8)).toBe(true);
+    expect(await heldEventually(capped, (n) => n < 8)).toBe(true);
     expect(statusOf(await rawGet(cport, '/healthz'))).toBe(200);
   });
 });

@@ -3,7 +3,7 @@ import http2 from 'node:http2';
 import type { Socket } from 'node:net';
 import type { HttpConfig } from '../config.js';
 import { connectionCap, descriptorUsage, type ConnectionCap } from './connection-cap.js';
-import { closeAfterOurEnd, endWithAnswer, rawProblem, trackResponse } from './socket-answers.js';
+import { closeAfterOurEnd, endWithAnswer, hasResponseInFlight, rawProblem, trackResponse } from './socket-answers.js';
 
 type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
 
@@ -56,6 +56,13 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
   // Before the application's handler, so that even a response finished synchronously is seen.
   h1.on('request', trackResponse);
   h1.on('request', handler as http.RequestListener);
+  // Socket inactivity (no byte moved either way). Node reports it here, also when its keep-alive
+  // timeout passes. Closed: an idle keep-alive connection, and a response the client stopped
+  // reading (data waiting to be sent). Kept: a request whose handler is still working.
+  h1.timeout = limits.requestTimeoutMs;
+  h1.on('timeout', (socket: Socket) => {
+    if (socket.writableLength > 0 || !hasResponseInFlight(socket)) socket.destroy();
+  });
 
   const h2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
   const sessions = new Set<http2.Http2Session>();

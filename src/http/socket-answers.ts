@@ -30,6 +30,11 @@ export function trackResponse(req: IncomingMessage, res: ServerResponse): void {
   res.once('close', () => pending.delete(entry));
 }
 
+/** Whether an HTTP/1.1 connection still owes the client a response (a request is being handled or answered). */
+export function hasResponseInFlight(socket: Socket): boolean {
+  return (inFlight.get(socket)?.size ?? 0) > 0;
+}
+
 /** A complete HTTP/1.1 problem+json response that closes the connection. */
 export function rawProblem(code: ProblemCode, detail: string, headers: Record<string, string> = {}): string {
   const requestId = randomUUID();
