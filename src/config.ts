@@ -51,8 +51,8 @@ export interface HttpConfig {
   headersTimeoutMs: number;
   /**
    * HTTP_REQUEST_TIMEOUT_MS (default 60000): an HTTP/1.1 request (head and body) must arrive whole
-   * within this (408); an HTTP/2 stream is reset when its request body, or the client's reading
-   * of the response, stalls this long (a stream that keeps moving is never cut).
+   * within this (408); an HTTP/2 stream is reset, and an HTTP/1.1 connection closed, when the
+   * client's body or its reading of the response stalls this long (moving streams are never cut).
    */
   requestTimeoutMs: number;
   /** HTTP_IDLE_TIMEOUT_MS (default 75000): an HTTP/1.1 keep-alive connection waiting for its next request is closed after this. */
