@@ -3,7 +3,7 @@ import http2 from 'node:http2';
 import type { Socket } from 'node:net';
 import type { HttpConfig } from '../config.js';
 import { connectionCap, descriptorUsage, type ConnectionCap } from './connection-cap.js';
-import { closeAfterOurEnd, endWithAnswer, hasResponseInFlight, rawProblem, trackResponse } from './socket-answers.js';
+import { answerClientError, closeAfterOurEnd, endWithAnswer, rawProblem, requestTimeoutError, trackResponse, waitingFor } from './socket-answers.js';
 
 type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
 
@@ -56,12 +56,16 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
   // Before the application's handler, so that even a response finished synchronously is seen.
   h1.on('request', trackResponse);
   h1.on('request', handler as http.RequestListener);
-  // Socket inactivity (no byte moved either way). Node reports it here, also when its keep-alive
-  // timeout passes. Closed: an idle keep-alive connection, and a response the client stopped
-  // reading (data waiting to be sent). Kept: a request whose handler is still working.
+  // Socket inactivity (no byte moved either way for HTTP_REQUEST_TIMEOUT_MS), and node's
+  // keep-alive timeout, are reported here. A response the client stopped reading (data waits to
+  // be sent) and an idle keep-alive connection are closed; a stalled request gets the 408 node's
+  // head and request deadlines give (whichever notices first); a working handler is left alone.
   h1.timeout = limits.requestTimeoutMs;
   h1.on('timeout', (socket: Socket) => {
-    if (socket.writableLength > 0 || !hasResponseInFlight(socket)) socket.destroy();
+    if (socket.writableLength > 0) return socket.destroy();
+    const waiting = waitingFor(socket);
+    if (waiting === 'client') answerClientError(requestTimeoutError(), socket, limits.requestTimeoutMs);
+    else if (waiting === 'idle') socket.destroy();
   });
 
   const h2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);

@@ -20,6 +20,9 @@ const inFlight = new WeakMap<Socket, Set<{ req: IncomingMessage; res: ServerResp
 /** Connections already answered here: node's parser reports the same error again for every later chunk. */
 const answered = new WeakSet<Socket>();
 
+/** Bytes read from the connection when its last response closed: more since then is a next request starting. */
+const readAtLastResponse = new WeakMap<Socket, number>();
+
 /** 'request' listener of the HTTP/1.1 server, registered before the application's handler. */
 export function trackResponse(req: IncomingMessage, res: ServerResponse): void {
   const socket = req.socket;
@@ -27,12 +30,29 @@ export function trackResponse(req: IncomingMessage, res: ServerResponse): void {
   if (!pending) inFlight.set(socket, (pending = new Set()));
   const entry = { req, res };
   pending.add(entry);
-  res.once('close', () => pending.delete(entry));
+  res.once('close', () => {
+    pending.delete(entry);
+    readAtLastResponse.set(socket, socket.bytesRead);
+  });
 }
 
-/** Whether an HTTP/1.1 connection still owes the client a response (a request is being handled or answered). */
-export function hasResponseInFlight(socket: Socket): boolean {
-  return (inFlight.get(socket)?.size ?? 0) > 0;
+/**
+ * What an HTTP/1.1 connection is waiting for: the client's request (head or body still
+ * arriving), the service (a handler is working on a complete request), or nothing (idle
+ * keep-alive between requests).
+ */
+export function waitingFor(socket: Socket): 'client' | 'service' | 'idle' {
+  const pending = inFlight.get(socket);
+  if (pending && pending.size > 0) {
+    for (const { req } of pending) if (!req.complete) return 'client';
+    return 'service';
+  }
+  return socket.bytesRead > (readAtLastResponse.get(socket) ?? 0) ? 'client' : 'idle';
+}
+
+/** The error node's own request deadlines report, for a stall found by the inactivity timer. */
+export function requestTimeoutError(): NodeJS.ErrnoException {
+  return Object.assign(new Error('request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' });
 }
 
 /** A complete HTTP/1.1 problem+json response that closes the connection. */
