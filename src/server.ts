@@ -6,7 +6,7 @@ import { cors as connectCors } from '@connectrpc/connect';
 import { randomUUID } from 'node:crypto';
 import { INTERFACE_VERSION, type Config } from './config.js';
 import { openDatabase, type Db } from './db/index.js';
-import { createDualProtocolServer } from './http/listener.js';
+import { createDualProtocolServer, type DualProtocolServer } from './http/listener.js';
 import { createMetrics } from './http/metrics.js';
 import { installProblemHandlers, sendProblem, trackRoutes } from './http/problem.js';
 import { answerClientError } from './http/socket-answers.js';
@@ -118,6 +118,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   installRateLimits(app, ratePolicies(config));
 
   metrics.install(app);
+  metrics.watchConnections(() => (app.server as DualProtocolServer).connectionStats());
 
   await app.register(fastifyConnectPlugin, { routes: connectRoutes(services), contextValues: connectContextValues });
   registerRestRoutes(app, { services, db, config });

@@ -213,6 +213,12 @@ describe(`connection cap (${backend})`, () => {
     for (const h of hogs) h.socket.destroy();
     expect(await heldEventually(capped, (n) => n < 8)).toBe(true);
     expect(statusOf(await rawGet(cport, '/healthz'))).toBe(200);
+
+    // Operators see the cap and the refusals.
+    const metrics = await rawGet(cport, '/metrics');
+    expect(metrics).toMatch(/observatory_http_connections\{state="cap"\} 8/);
+    const refusedTotal = [...metrics.matchAll(/observatory_http_connections_refused_total\{how="(?:answered|dropped)"\} (\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
+    expect(refusedTotal).toBeGreaterThanOrEqual(21);
   });
 });
 

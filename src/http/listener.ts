@@ -27,6 +27,8 @@ export interface ConnectionStats {
   undecided: number;
   h2Sessions: number;
   cap: ConnectionCap | null;
+  /** Connections refused since start: answered 503 (or closed, HTTP/2) beyond the cap, or closed at accept beyond the overflow. */
+  refused: { answered: number; dropped: number };
 }
 
 export interface DualProtocolServer extends http.Server {
@@ -92,6 +94,8 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
   const h1Listeners = h1.listeners('connection') as ((socket: Socket) => void)[];
   h1.removeAllListeners('connection');
   let open = 0;
+  const refused = { answered: 0, dropped: 0 };
+  h1.on('drop', () => refused.dropped++);
   // Connections that have not sent enough bytes to choose a protocol belong to neither server,
   // so neither would close them: they are tracked here, have their own deadline, and a client
   // FIN (the server socket is allowHalfOpen) closes them instead of leaving CLOSE-WAIT behind.
@@ -122,6 +126,7 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
       if (isH2Prefix && buffered.length < H2_PREFIX.length) return; // need more bytes to decide
       decided();
       if (overCapacity) {
+        refused.answered++;
         // HTTP/1.1 gets a 503 it can act on; an HTTP/2 client cannot read one and is closed (gRPC: UNAVAILABLE, retried).
         if (isH2Prefix) socket.destroy();
         else endWithAnswer(socket, rawProblem('unavailable', 'the service has too many open connections; retry shortly', { 'Retry-After': '2' }));
@@ -138,7 +143,7 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
     socket.on('error', () => socket.destroy());
   });
 
-  h1.connectionStats = () => ({ open, undecided: undecided.size, h2Sessions: sessions.size, cap });
+  h1.connectionStats = () => ({ open, undecided: undecided.size, h2Sessions: sessions.size, cap, refused: { ...refused } });
 
   // Closing the public server also ends HTTP/2 sessions gracefully (GOAWAY after in-flight streams).
   const close = h1.close.bind(h1);
