@@ -86,14 +86,15 @@ function h2(kind: 'idle' | 'half-body'): Promise<http2.ClientHttp2Session> {
 }
 
 /** One request on a connection of its own; the status, or 0 when the connection was closed without an answer. */
-function freshGet(path: string): Promise<{ status: number; problem: boolean; retryAfter: string | null }> {
+function freshGet(path: string): Promise<{ status: number; problem: boolean; retryAfter: string | null; ms: number }> {
+  const t0 = Date.now();
   return new Promise((resolve) => {
     const req = http.get({ host: '127.0.0.1', port, path, agent: false, timeout: 10_000 }, (res) => {
       res.resume();
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, problem: (res.headers['content-type'] ?? '').startsWith('application/problem+json'), retryAfter: (res.headers['retry-after'] as string) ?? null }));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, problem: (res.headers['content-type'] ?? '').startsWith('application/problem+json'), retryAfter: (res.headers['retry-after'] as string) ?? null, ms: Date.now() - t0 }));
     });
     req.on('timeout', () => req.destroy());
-    req.on('error', () => resolve({ status: 0, problem: false, retryAfter: null }));
+    req.on('error', () => resolve({ status: 0, problem: false, retryAfter: null, ms: Date.now() - t0 }));
   });
 }
 
@@ -174,9 +175,10 @@ async function main() {
     await busyLoop;
     check(busy.ok > 0 && busy.failed.length === 0, `the busy connection opened before the attack stored every report during it (${busy.ok} stored, failures ${JSON.stringify(busy.failed)})`);
     const fresh = await Promise.all(Array.from({ length: 10 }, () => freshGet('/readyz')));
-    const answered = fresh.filter((r) => r.status === 200 || (r.status === 503 && r.problem && r.retryAfter));
-    process.stdout.write(`new connections during the attack: ${JSON.stringify(fresh.map((r) => r.status))}\n`);
-    check(answered.length > 0 && fresh.every((r) => r.status === 200 || r.status === 503 || r.status === 0), 'new connections during the attack get 200, or 503 problem+json with Retry-After, or are closed at once (never a hang)');
+    process.stdout.write(`new connections during the attack (status, 0 = closed at accept; ms): ${JSON.stringify(fresh.map((r) => [r.status, r.ms]))}\n`);
+    // "At once": well inside the client's 10 s timeout, which a hanging connection would reach.
+    const fine = (r: (typeof fresh)[number]) => r.status === 200 || (r.status === 503 && r.problem && r.retryAfter !== null) || (r.status === 0 && r.ms < 5_000);
+    check(fresh.every(fine), 'new connections during the attack get 200, or 503 problem+json with Retry-After, or are closed at once (never a hang)');
 
     const until = Date.now() + RELEASE_BOUND_MS;
     // At most the keep-alive client's own connection remains (it may have reconnected meanwhile).
