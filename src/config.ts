@@ -68,6 +68,8 @@ export interface Config {
   registrySync: RegistrySyncConfig;
   /** OTLP receivers (/v1/traces, /v1/metrics, OTLP/gRPC; docs/telemetry.md). */
   otlp: OtlpConfig;
+  /** Connection deadlines and the connection cap of the listener (docs/reliability.md "Connections"). */
+  http: HttpConfig;
 }
 
 export interface RegistrySyncConfig {
@@ -86,6 +88,29 @@ export interface OtlpConfig {
   joinMaxSpans: number;
   /** OTLP_METRIC_STREAMS (default 10000): most histogram streams remembered to turn cumulative points into deltas. */
   metricStreams: number;
+}
+
+/**
+ * Every stage of a client connection has a deadline, measured while the service waits on the
+ * client (never while a handler works or a stream keeps moving), plus a cap on open connections.
+ */
+export interface HttpConfig {
+  /** HTTP_FIRST_BYTE_TIMEOUT_MS (default 10000): from accept until the first bytes choose HTTP/1.1 or HTTP/2. */
+  firstByteTimeoutMs: number;
+  /** HTTP_HEADERS_TIMEOUT_MS (default 20000): an HTTP/1.1 request head must arrive whole within this (408). */
+  headersTimeoutMs: number;
+  /**
+   * HTTP_REQUEST_TIMEOUT_MS (default 60000): an HTTP/1.1 request (head and body) must arrive whole
+   * within this (408); an HTTP/2 stream is reset, and an HTTP/1.1 connection closed, when the
+   * client's body or its reading of the response stalls this long (moving streams are never cut).
+   */
+  requestTimeoutMs: number;
+  /** HTTP_IDLE_TIMEOUT_MS (default 75000): an HTTP/1.1 keep-alive connection waiting for its next request is closed after this. */
+  idleTimeoutMs: number;
+  /** HTTP2_SESSION_IDLE_TIMEOUT_MS (default 120000): an HTTP/2 connection with no open stream is closed (GOAWAY) after this. */
+  h2SessionIdleTimeoutMs: number;
+  /** MAX_CONNECTIONS (default 0 = derived from the open-file limit at start): open connections served at once. */
+  maxConnections: number;
 }
 
 export interface ObserveConfig {
@@ -235,6 +260,26 @@ function retentionDays(env: Env): number {
   return days;
 }
 
+function httpLimits(env: Env): HttpConfig {
+  const headersTimeoutMs = int(env, 'HTTP_HEADERS_TIMEOUT_MS', 20_000, 100, 600_000);
+  const requestTimeoutMs = int(env, 'HTTP_REQUEST_TIMEOUT_MS', 60_000, 100, 3_600_000);
+  if (headersTimeoutMs > requestTimeoutMs) {
+    throw new ConfigError('HTTP_HEADERS_TIMEOUT_MS', `must not exceed HTTP_REQUEST_TIMEOUT_MS (${requestTimeoutMs}), got ${headersTimeoutMs}`);
+  }
+  const maxConnections = int(env, 'MAX_CONNECTIONS', 0, 0, 1_000_000);
+  if (maxConnections !== 0 && maxConnections < 4) {
+    throw new ConfigError('MAX_CONNECTIONS', `must be 0 (derived from the open-file limit) or at least 4, got ${maxConnections}`);
+  }
+  return {
+    firstByteTimeoutMs: int(env, 'HTTP_FIRST_BYTE_TIMEOUT_MS', 10_000, 100, 600_000),
+    headersTimeoutMs,
+    requestTimeoutMs,
+    idleTimeoutMs: int(env, 'HTTP_IDLE_TIMEOUT_MS', 75_000, 100, 3_600_000),
+    h2SessionIdleTimeoutMs: int(env, 'HTTP2_SESSION_IDLE_TIMEOUT_MS', 120_000, 100, 86_400_000),
+    maxConnections,
+  };
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const port = int(env, 'PORT', 8080, 0, 65535);
   const databaseUrl = str(env, 'DATABASE_URL') ?? null;
@@ -323,5 +368,6 @@ export function loadConfig(env: Env = process.env): Config {
       joinMaxSpans: int(env, 'OTLP_JOIN_MAX_SPANS', 10_000, 0, 1_000_000),
       metricStreams: int(env, 'OTLP_METRIC_STREAMS', 10_000, 100, 1_000_000),
     },
+    http: httpLimits(env),
   };
 }

@@ -2,13 +2,18 @@ import { ConfigError, loadConfig, type Config } from './config.js';
 import { DataDirBusyError } from './db/pglite.js';
 import { KeyEncryptionError } from './signing/key-encryption.js';
 import { SigningKeyError } from './signing/keyring.js';
+import type { DualProtocolServer } from './http/listener.js';
 import { createObservatory } from './server.js';
 
 /** `npm start` / `observatory serve`: runs the service until SIGTERM or SIGINT. */
 export async function serve(config: Config): Promise<void> {
   const obs = await createObservatory(config);
   const address = await obs.listen();
-  obs.app.log.info({ address, database: obs.db.kind, public_base_url: config.publicBaseUrl }, 'trust observatory listening');
+  const cap = (obs.app.server as DualProtocolServer).connectionStats().cap;
+  obs.app.log.info(
+    { address, database: obs.db.kind, public_base_url: config.publicBaseUrl, max_connections: cap?.served, max_connections_source: cap?.source },
+    'trust observatory listening',
+  );
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;

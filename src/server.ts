@@ -6,9 +6,10 @@ import { cors as connectCors } from '@connectrpc/connect';
 import { randomUUID } from 'node:crypto';
 import { INTERFACE_VERSION, type Config } from './config.js';
 import { openDatabase, type Db } from './db/index.js';
-import { createDualProtocolServer } from './http/listener.js';
+import { createDualProtocolServer, type DualProtocolServer } from './http/listener.js';
 import { createMetrics } from './http/metrics.js';
-import { installProblemHandlers, problemBody, sendProblem, trackRoutes } from './http/problem.js';
+import { installProblemHandlers, sendProblem, trackRoutes } from './http/problem.js';
+import { answerClientError } from './http/socket-answers.js';
 import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
 import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
@@ -77,7 +78,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   });
 
   const app = Fastify({
-    serverFactory: createDualProtocolServer as unknown as FastifyServerFactory<http.Server>,
+    serverFactory: ((handler: Parameters<typeof createDualProtocolServer>[0]) => createDualProtocolServer(handler, config.http)) as unknown as FastifyServerFactory<http.Server>,
     trustProxy: fastifyTrustProxy(config.trustProxy),
     bodyLimit: config.bodyLimit,
     // Path parameters carry server names and URLs (/agent-query/{server_slug}); fastify's default is 100.
@@ -95,13 +96,10 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
       if (err.code === 'FST_ERR_BAD_URL') return sendProblem(reply, 'invalid_argument', 'the request URL is malformed');
       return sendProblem(reply, 'invalid_argument', 'the request is malformed');
     },
-    // Requests node's HTTP parser rejects (unknown methods such as FOO, malformed headers) never
-    // reach a route: answer them in problem+json too, then close the connection.
-    clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
-      if (!socket.writable) return socket.destroy();
-      const body = JSON.stringify(problemBody('invalid_argument', `the request is malformed (rejected by the HTTP parser: ${err.code ?? 'parse error'})`, randomUUID()));
-      socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
-    },
+    // Requests node's HTTP parser rejects (unknown methods such as FOO, malformed headers, a
+    // stray HTTP/2 preface) or that miss their deadline never reach a route: they are answered in
+    // problem+json too (400, 408, 431), after any pipelined responses still owed, then closed.
+    clientErrorHandler: (err: NodeJS.ErrnoException, socket) => answerClientError(err, socket, config.http.requestTimeoutMs),
     ajv: { customOptions: { coerceTypes: false, removeAdditional: true, allErrors: false } },
     logger:
       opts.logger === false
@@ -158,6 +156,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   installRateLimits(app, services.limits);
 
   metrics.install(app);
+  metrics.watchConnections(() => (app.server as DualProtocolServer).connectionStats());
 
   await app.register(fastifyConnectPlugin, {
     routes: (router) => {

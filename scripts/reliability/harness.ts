@@ -20,8 +20,10 @@ export interface Service {
  */
 const PRODUCTION_ENV = { NODE_ENV: 'production', KEY_ENCRYPTION_KEY: randomBytes(32).toString('base64') };
 
-export async function startService(env: Record<string, string>, port: number): Promise<Service> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+/** `wrap` runs the service under another command that execs it, e.g. ['prlimit', '--nofile=256'] (same pid). */
+export async function startService(env: Record<string, string>, port: number, wrap: string[] = []): Promise<Service> {
+  const argv = [...wrap, process.execPath, '--import', 'tsx', 'src/main.ts'];
+  const child = spawn(argv[0]!, argv.slice(1), {
     env: { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'info', ...PRODUCTION_ENV, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -29,8 +31,8 @@ export async function startService(env: Record<string, string>, port: number): P
   child.stdout!.on('data', (d: Buffer) => (logs += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (logs += d.toString()));
   const base = `http://127.0.0.1:${port}`;
-  // Up to ~3 minutes: opening PGlite alone takes over a minute on a loaded 2-core machine.
-  for (let i = 0; i < 720; i++) {
+  // Generous: on a loaded 2-core machine tsx and the migrations can take a minute or more.
+  for (const until = Date.now() + 180_000; Date.now() < until; ) {
     if (child.exitCode !== null) throw new Error(`service exited during start:\n${logs}`);
     if (await fetch(`${base}/healthz`).then((r) => r.ok, () => false)) return { child, base, logs: () => logs };
     await new Promise((r) => setTimeout(r, 250));

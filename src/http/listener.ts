@@ -1,6 +1,9 @@
 import http from 'node:http';
 import http2 from 'node:http2';
 import type { Socket } from 'node:net';
+import type { HttpConfig } from '../config.js';
+import { connectionCap, descriptorUsage, type ConnectionCap } from './connection-cap.js';
+import { answerClientError, closeAfterOurEnd, endWithAnswer, rawProblem, requestTimeoutError, trackResponse, waitingFor } from './socket-answers.js';
 
 type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
 
@@ -11,39 +14,124 @@ const H2_PREFIX = Buffer.from('PRI');
 /**
  * Largest HTTP/1.1 request head. Node's default (16 KiB) would answer a bare 431 to GET
  * /v1/verify?jws=<large token>; with room for a 1 MiB token the service itself answers with a
- * precise 422 problem (tokens over 10 KiB are refused unread). Anything larger still gets 431.
+ * precise 422 problem (tokens over 10 KiB are refused unread). Anything larger gets 431.
  */
 export const MAX_REQUEST_HEAD_BYTES = 1024 * 1024 + 64 * 1024;
+
+/** Connections beyond the cap get this long (at most) to send the first bytes of the request their 503 answers. */
+const OVER_CAPACITY_FIRST_BYTE_MS = 2_000;
+
+/** What the listener holds right now (tests, the start-up log line, operators via the returned server). */
+export interface ConnectionStats {
+  open: number;
+  undecided: number;
+  h2Sessions: number;
+  cap: ConnectionCap | null;
+  /** Connections refused since start: answered 503 (or closed, HTTP/2) beyond the cap, or closed at accept beyond the overflow. */
+  refused: { answered: number; dropped: number };
+}
+
+export interface DualProtocolServer extends http.Server {
+  connectionStats(): ConnectionStats;
+}
 
 /**
  * One listening socket, two protocols: plain HTTP/1.1 (curl with no flags, browsers) and
  * HTTP/2 cleartext (gRPC, Connect over h2c). Each new connection is routed by its first bytes
  * to a node:http or a node:http2 server, both running the same request handler.
+ *
+ * Every stage of a connection has a deadline while the service waits on the client
+ * (docs/reliability.md "Connections"): the first bytes, an HTTP/1.1 head and whole request, an
+ * idle keep-alive connection, an HTTP/2 connection without streams, and an HTTP/2 stream whose
+ * body or whose reader stalls. A stream that keeps moving, however long, is never cut. Open
+ * connections are capped so that descriptors remain for the database and probes.
  */
-export function createDualProtocolServer(handler: Handler): http.Server {
-  const h1 = http.createServer({ maxHeaderSize: MAX_REQUEST_HEAD_BYTES }, handler as http.RequestListener);
+export function createDualProtocolServer(handler: Handler, limits: HttpConfig): DualProtocolServer {
+  const h1 = http.createServer({
+    maxHeaderSize: MAX_REQUEST_HEAD_BYTES,
+    headersTimeout: limits.headersTimeoutMs,
+    requestTimeout: limits.requestTimeoutMs,
+    keepAliveTimeout: limits.idleTimeoutMs,
+    // How often node checks the head and request deadlines (its default, 30 s, would stretch short ones).
+    connectionsCheckingInterval: Math.round(Math.min(5_000, Math.max(50, Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs) / 4))),
+  }) as DualProtocolServer;
+  // Before the application's handler, so that even a response finished synchronously is seen.
+  h1.on('request', trackResponse);
+  h1.on('request', handler as http.RequestListener);
+  // Socket inactivity (no byte moved either way for HTTP_REQUEST_TIMEOUT_MS), and node's
+  // keep-alive timeout, are reported here. A response the client stopped reading (data waits to
+  // be sent) and an idle keep-alive connection are closed; a stalled request gets the 408 node's
+  // head and request deadlines give (whichever notices first); a working handler is left alone.
+  h1.timeout = limits.requestTimeoutMs;
+  h1.on('timeout', (socket: Socket) => {
+    if (socket.writableLength > 0) return socket.destroy();
+    const waiting = waitingFor(socket);
+    if (waiting === 'client') answerClientError(requestTimeoutError(), socket, limits.requestTimeoutMs);
+    else if (waiting === 'idle') socket.destroy();
+  });
+
   const h2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
   const sessions = new Set<http2.Http2Session>();
-  h2.on('session', (s) => {
-    sessions.add(s);
-    s.once('close', () => sessions.delete(s));
+  h2.on('session', (session) => {
+    sessions.add(session);
+    watchSession(session, limits);
+    session.once('close', () => sessions.delete(session));
   });
+
+  // Resolved when the server starts listening, so that the descriptors the database already
+  // holds are counted. Beyond served + overflow, node closes new connections at accept.
+  let cap: ConnectionCap | null = null;
+  h1.on('listening', () => {
+    cap = connectionCap(limits.maxConnections, descriptorUsage());
+    h1.maxConnections = cap.served + cap.overflow;
+  });
+  // Out of descriptors anyway (something else used them up): libuv closes the connection it
+  // could not accept; that is no reason to stop the process.
+  h1.on('listening', () => h1.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.syscall !== 'accept') throw err;
+  }));
+
   const h1Listeners = h1.listeners('connection') as ((socket: Socket) => void)[];
   h1.removeAllListeners('connection');
-  // Connections that have not sent a byte yet (browsers pre-connect speculatively) belong to
-  // neither server, so neither would close them: they are tracked here and dropped on close.
+  let open = 0;
+  const refused = { answered: 0, dropped: 0 };
+  h1.on('drop', () => refused.dropped++);
+  // Connections that have not sent enough bytes to choose a protocol belong to neither server,
+  // so neither would close them: they are tracked here, have their own deadline, and a client
+  // FIN (the server socket is allowHalfOpen) closes them instead of leaving CLOSE-WAIT behind.
   const undecided = new Set<Socket>();
   h1.on('connection', (socket: Socket) => {
-    let buffered = Buffer.alloc(0);
+    open++;
+    closeAfterOurEnd(socket);
+    const overCapacity = cap !== null && open > cap.served;
+    let buffered: Buffer = Buffer.alloc(0);
     undecided.add(socket);
-    socket.once('close', () => undecided.delete(socket));
+    const deadline = setTimeout(() => socket.destroy(), overCapacity ? Math.min(limits.firstByteTimeoutMs, OVER_CAPACITY_FIRST_BYTE_MS) : limits.firstByteTimeoutMs);
+    deadline.unref();
+    const onEnd = () => socket.destroy();
+    const decided = () => {
+      clearTimeout(deadline);
+      undecided.delete(socket);
+      socket.removeListener('data', onData);
+      socket.removeListener('end', onEnd);
+    };
+    socket.once('close', () => {
+      open--;
+      decided();
+    });
     const onData = (chunk: Buffer) => {
-      buffered = Buffer.concat([buffered, chunk]);
+      buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
       const n = Math.min(buffered.length, H2_PREFIX.length);
       const isH2Prefix = buffered.subarray(0, n).equals(H2_PREFIX.subarray(0, n));
       if (isH2Prefix && buffered.length < H2_PREFIX.length) return; // need more bytes to decide
-      socket.removeListener('data', onData);
-      undecided.delete(socket);
+      decided();
+      if (overCapacity) {
+        refused.answered++;
+        // HTTP/1.1 gets a 503 it can act on; an HTTP/2 client cannot read one and is closed (gRPC: UNAVAILABLE, retried).
+        if (isH2Prefix) socket.destroy();
+        else endWithAnswer(socket, rawProblem('unavailable', 'the service has too many open connections; retry shortly', { 'Retry-After': '2' }));
+        return;
+      }
       socket.pause();
       socket.unshift(buffered);
       if (isH2Prefix) h2.emit('connection', socket);
@@ -51,8 +139,12 @@ export function createDualProtocolServer(handler: Handler): http.Server {
       process.nextTick(() => socket.resume());
     };
     socket.on('data', onData);
+    socket.on('end', onEnd);
     socket.on('error', () => socket.destroy());
   });
+
+  h1.connectionStats = () => ({ open, undecided: undecided.size, h2Sessions: sessions.size, cap, refused: { ...refused } });
+
   // Closing the public server also ends HTTP/2 sessions gracefully (GOAWAY after in-flight streams).
   const close = h1.close.bind(h1);
   h1.close = ((cb?: (err?: Error) => void) => {
@@ -62,4 +154,36 @@ export function createDualProtocolServer(handler: Handler): http.Server {
     return close(cb);
   }) as typeof h1.close;
   return h1;
+}
+
+/**
+ * Deadlines of one HTTP/2 connection. The session is idle while it has no open stream (PINGs
+ * and SETTINGS do not count): after HTTP2_SESSION_IDLE_TIMEOUT_MS it is closed with GOAWAY. A
+ * stream is reset when, for HTTP_REQUEST_TIMEOUT_MS, nothing moves on it while it waits on the
+ * client: the client's body has not ended, or response data waits for the client to read it.
+ * Silence while a handler works is not the client's stall and is never cut.
+ */
+function watchSession(session: http2.ServerHttp2Session, limits: HttpConfig): void {
+  let streams = 0;
+  let idle: NodeJS.Timeout | undefined;
+  const arm = () => {
+    // GOAWAY, then node ends the socket; a peer that keeps its side open is closed by closeAfterOurEnd.
+    idle = setTimeout(() => session.close(), limits.h2SessionIdleTimeoutMs);
+    idle.unref();
+  };
+  session.on('stream', (stream: http2.ServerHttp2Stream) => {
+    streams++;
+    clearTimeout(idle);
+    stream.once('close', () => {
+      if (--streams === 0 && !session.closed && !session.destroyed) arm();
+    });
+    stream.setTimeout(limits.requestTimeoutMs, () => {
+      if (stream.destroyed) return;
+      const bodyPending = !stream.state.remoteClose;
+      const readerStalled = stream.writableLength > 0;
+      if (bodyPending || readerStalled) stream.close(http2.constants.NGHTTP2_CANCEL);
+    });
+  });
+  session.once('close', () => clearTimeout(idle));
+  arm();
 }

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Db } from '../db/index.js';
+import type { ConnectionStats } from './listener.js';
 
 /**
  * Prometheus metrics, one registry per service instance (tests run several in one process).
@@ -59,6 +60,36 @@ export function createMetrics(db: Db) {
     receiptBatch,
     /** Labels are fixed words (signal, outcome), never anything an export carried. */
     otlpItems: (signal: string, outcome: string, n: number) => otlpItems.inc({ signal, outcome }, n),
+    /** Open connections, the connection cap and refusals beyond it, read from the listener at each scrape. */
+    watchConnections(stats: () => ConnectionStats) {
+      new Gauge({
+        name: 'observatory_http_connections',
+        help: 'Client connections held now: all open, still choosing a protocol, HTTP/2 sessions; and the cap (MAX_CONNECTIONS or derived)',
+        labelNames: ['state'] as const,
+        registers: [registry],
+        collect() {
+          const s = stats();
+          this.set({ state: 'open' }, s.open);
+          this.set({ state: 'undecided' }, s.undecided);
+          this.set({ state: 'h2_sessions' }, s.h2Sessions);
+          if (s.cap) this.set({ state: 'cap' }, s.cap.served);
+        },
+      });
+      const seen = { answered: 0, dropped: 0 };
+      new Counter({
+        name: 'observatory_http_connections_refused_total',
+        help: 'New connections refused beyond the connection cap: answered 503 (HTTP/2: closed), or closed at accept',
+        labelNames: ['how'] as const,
+        registers: [registry],
+        collect() {
+          const { refused } = stats();
+          for (const how of ['answered', 'dropped'] as const) {
+            if (refused[how] > seen[how]) this.inc({ how }, refused[how] - seen[how]);
+            seen[how] = refused[how];
+          }
+        },
+      });
+    },
     install(app: FastifyInstance) {
       // Label children are looked up once per (method, route[, status]) instead of hashing the
       // label set on every request; routes are patterns, so the maps stay small.

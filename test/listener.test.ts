@@ -1,0 +1,168 @@
+// The dual-protocol listener on its own (no database): deadlines count only while the service
+// waits on the client, so a slow handler or a stream that keeps moving is never cut, while a
+// client that stops reading a response is. And the connection cap derived from the open-file limit.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import http from 'node:http';
+import http2 from 'node:http2';
+import type { AddressInfo } from 'node:net';
+import type { HttpConfig } from '../src/config.js';
+import { connectionCap, DERIVED_MAX_CONNECTIONS, FALLBACK_MAX_CONNECTIONS, overflowFor } from '../src/http/connection-cap.js';
+import { createDualProtocolServer, type DualProtocolServer } from '../src/http/listener.js';
+import { eventually, h2Connect, rawConnect, statusOf } from './support/connections.js';
+
+const LIMITS: HttpConfig = {
+  firstByteTimeoutMs: 300,
+  headersTimeoutMs: 300,
+  requestTimeoutMs: 600,
+  idleTimeoutMs: 300,
+  h2SessionIdleTimeoutMs: 300,
+  maxConnections: 64,
+};
+// Longer than every deadline above, several times over.
+const SLOW_MS = 2_500;
+
+let server: DualProtocolServer;
+let held = -1;
+let base: string;
+let port: number;
+
+beforeAll(async () => {
+  server = createDualProtocolServer((req, res) => {
+    const url = req.url ?? '/';
+    if (url === '/slow') {
+      // The handler works (no bytes either way) for longer than every deadline.
+      setTimeout(() => res.end('done'), SLOW_MS);
+    } else if (url === '/trickle') {
+      // A response that keeps moving, one small chunk at a time, for longer than every deadline.
+      let n = 0;
+      const iv = setInterval(() => {
+        (res as http.ServerResponse).write(`chunk ${n++}\n`);
+        if (n === 25) {
+          clearInterval(iv);
+          res.end();
+        }
+      }, SLOW_MS / 25);
+    } else if (url === '/big') {
+      // Far more than the client's flow-control window: the rest waits for the client to read.
+      res.end(Buffer.alloc(4 * 1024 * 1024, 'x'));
+    } else {
+      res.end('ok');
+    }
+  }, LIMITS);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  port = (server.address() as AddressInfo).port;
+  base = `http://127.0.0.1:${port}`;
+});
+afterAll(async () => {
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+});
+
+function h2Get(session: http2.ClientHttp2Session, path: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = session.request({ ':path': path });
+    let body = '';
+    let status = 0;
+    req.on('response', (h) => (status = Number(h[':status'])));
+    req.on('data', (d: Buffer) => (body += d.toString()));
+    req.on('end', () => resolve({ status, body }));
+    req.on('error', reject);
+  });
+}
+
+describe('deadlines count only while the service waits on the client', () => {
+  it('does not cut an HTTP/1.1 request whose handler takes longer than every deadline', async () => {
+    const c = await rawConnect(port, 'GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    expect(await c.closedWithin()).toBe(true);
+    expect(statusOf(c.data())).toBe(200);
+    expect(c.data()).toMatch(/done$/);
+  });
+
+  it('does not cut an HTTP/1.1 response that keeps moving for longer than every deadline', async () => {
+    const c = await rawConnect(port, 'GET /trickle HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    expect(await c.closedWithin()).toBe(true);
+    expect(statusOf(c.data())).toBe(200);
+    expect(c.data()).toContain('chunk 24');
+  });
+
+  it('does not cut an HTTP/2 stream whose handler takes longer than every deadline', async () => {
+    const h2 = h2Connect(base);
+    expect(await h2Get(h2.session, '/slow')).toEqual({ status: 200, body: 'done' });
+    h2.session.close();
+  });
+
+  it('does not cut an HTTP/2 response that keeps moving for longer than every deadline', async () => {
+    const h2 = h2Connect(base);
+    const res = await h2Get(h2.session, '/trickle');
+    expect(res.status).toBe(200);
+    expect(res.body.split('\n').filter(Boolean)).toHaveLength(25);
+    h2.session.close();
+  });
+
+  it('closes an HTTP/1.1 connection whose client stops reading the response', async () => {
+    const c = await rawConnect(port, 'GET /big HTTP/1.1\r\nHost: x\r\n\r\n');
+    c.socket.pause(); // never read: the response fills the socket buffers and waits
+    const released = await eventually(() => {
+      server.getConnections((_err, n) => (held = n));
+      return held === 0;
+    });
+    expect(released).toBe(true);
+    c.socket.destroy();
+  });
+
+  it('resets an HTTP/2 stream whose client stops reading the response', async () => {
+    const h2 = h2Connect(base);
+    const req = h2.session.request({ ':path': '/big' });
+    req.on('error', () => {});
+    req.pause(); // never read: the server's data waits in the client's flow-control window
+    const rst = await new Promise<number | null>((resolve) => {
+      const timer = setTimeout(() => resolve(null), 20_000);
+      req.once('close', () => {
+        clearTimeout(timer);
+        resolve(req.rstCode ?? null);
+      });
+    });
+    expect(rst).toBe(http2.constants.NGHTTP2_CANCEL);
+    expect(await h2.closedWithin()).toBe(true);
+  });
+
+  it('closes an HTTP/2 session that only sends PINGs (pings are not activity)', async () => {
+    const h2 = h2Connect(base);
+    const iv = setInterval(() => {
+      if (!h2.session.destroyed && !h2.session.closed) h2.session.ping(() => {});
+    }, 50);
+    try {
+      expect(await h2.closedWithin()).toBe(true);
+    } finally {
+      clearInterval(iv);
+    }
+  });
+});
+
+describe('connection cap', () => {
+  it('uses MAX_CONNECTIONS when set', () => {
+    expect(connectionCap(100, { softLimit: 256, inUse: 200 })).toEqual({ served: 100, overflow: overflowFor(100), source: 'MAX_CONNECTIONS' });
+  });
+
+  it('leaves the descriptors already open and a reserve when derived from the open-file limit', () => {
+    for (const [softLimit, inUse] of [
+      [256, 130],
+      [1024, 40],
+      [1024, 900],
+      [65_536, 200],
+      [1_048_576, 150],
+    ] as const) {
+      const cap = connectionCap(0, { softLimit, inUse });
+      const reserve = Math.max(64, Math.floor(softLimit / 8));
+      expect(cap.source).toBe('descriptor limit');
+      expect(cap.served).toBeGreaterThanOrEqual(4);
+      expect(cap.served).toBeLessThanOrEqual(DERIVED_MAX_CONNECTIONS);
+      // Served and overflow together never eat into the reserve (unless the minimum of 4 + 4 must).
+      if (softLimit - inUse - reserve >= 8) expect(inUse + cap.served + cap.overflow + reserve).toBeLessThanOrEqual(softLimit);
+    }
+    expect(connectionCap(0, { softLimit: 256, inUse: 130 }).served).toBeGreaterThan(30);
+  });
+
+  it('falls back to a fixed cap where the limit cannot be read', () => {
+    expect(connectionCap(0, { softLimit: null, inUse: null })).toMatchObject({ served: FALLBACK_MAX_CONNECTIONS, source: 'default' });
+  });
+});
