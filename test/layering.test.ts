@@ -22,6 +22,12 @@ function importsOf(file: string): string[] {
   return out;
 }
 
+/** True when every import from node:net in `text` names only isIP, isIPv4 or isIPv6. */
+function onlyAddressPredicates(text: string): boolean {
+  const clauses = [...text.matchAll(/import\s+([^;]*?)\s+from\s+['"]node:net['"]/g)].map((m) => m[1]!);
+  return clauses.length > 0 && clauses.every((c) => /^\{\s*(isIP|isIPv4|isIPv6)(\s*,\s*(isIP|isIPv4|isIPv6))*\s*,?\s*\}$/.test(c));
+}
+
 /** The src/ top-level folder a relative import of `file` lands in ('' for src/*.ts itself). */
 function layerOf(file: string, spec: string): string | null {
   if (!spec.startsWith('.')) return null;
@@ -47,11 +53,21 @@ describe('layering', () => {
     for (const f of filesUnder(path.join(SRC, 'domain'))) {
       for (const spec of importsOf(f)) {
         const layer = layerOf(f, spec);
-        if (layer !== null && layer !== 'domain') bad.push(`${path.relative(SRC, f)} imports ${spec}`);
-        if (/^node:(fs|net|http|https|http2|dns|child_process|worker_threads)/.test(spec)) bad.push(`${path.relative(SRC, f)} imports ${spec}`);
+        // The generated contract (gen/) is message types and descriptors: data, no I/O.
+        const contract = layer !== null && /^outside:\.\.[\\/]gen[\\/]/.test(layer);
+        if (layer !== null && layer !== 'domain' && !contract) bad.push(`${path.relative(SRC, f)} imports ${spec}`);
+        if (/^node:(fs|http|https|http2|dns|child_process|worker_threads)/.test(spec)) bad.push(`${path.relative(SRC, f)} imports ${spec}`);
+        // node:net only for its pure address predicates (isIP, isIPv4, isIPv6), never sockets.
+        if (spec === 'node:net' && !onlyAddressPredicates(readFileSync(f, 'utf8'))) bad.push(`${path.relative(SRC, f)} imports sockets from node:net`);
       }
     }
     expect(bad).toEqual([]);
+  });
+
+  it('the node:net rule tells address predicates from sockets', () => {
+    expect(onlyAddressPredicates(`import { isIPv4, isIPv6 } from 'node:net';`)).toBe(true);
+    expect(onlyAddressPredicates(`import { createServer } from 'node:net';`)).toBe(false);
+    expect(onlyAddressPredicates(`import net from 'node:net';`)).toBe(false);
   });
 
   it('the scan sees imports (a file known to import from src/http is reported)', () => {

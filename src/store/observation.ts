@@ -52,12 +52,15 @@ export function observationStore(db: Queryable) {
      */
     async syncSchedule(dueAt: Date, o: { minSources: number; since: Date }): Promise<{ added: number; removed: number }> {
       const [r] = await db.query<{ added: number; removed: number }>(
-        `WITH eligible AS (
+        `WITH candidates AS (
            SELECT id AS server_id FROM servers WHERE catalogued_at IS NOT NULL
            UNION
            SELECT server_id FROM trust_evidence
             WHERE updated_at >= $2 AND source NOT LIKE 'observatory:%'
             GROUP BY server_id HAVING count(DISTINCT ${SOURCE_FAMILY_SQL}) >= $3
+         ), eligible AS (
+           SELECT c.server_id FROM candidates c JOIN servers s ON s.id = c.server_id
+            WHERE s.registry_status IS DISTINCT FROM 'deleted'
          ), added AS (
            INSERT INTO observation_schedule (server_id, next_due_at) SELECT server_id, $1::timestamptz FROM eligible
            ON CONFLICT (server_id) DO NOTHING RETURNING server_id
