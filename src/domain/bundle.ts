@@ -5,6 +5,7 @@
 import { CATEGORIES } from './category.js';
 import { driftFlagActive, DRIFT_FLAG } from './drift.js';
 import { SERVER_CARD_FLAG } from './server-card.js';
+import { canonicalServerUrl, InvalidServerUrl, looksLikeUrl, serverHandle, withoutQuery } from './server-identity.js';
 import { slaTierFor, type PreflightVerdict, type SlaTier } from './verdict.js';
 
 /** `schema` of every bundle payload (and of the pulled file's `format`). */
@@ -193,3 +194,37 @@ export function checkBundleClaims(p: Record<string, unknown>, now: Date): { ok: 
   if (!Array.isArray(p.servers) || !Array.isArray(p.removed)) return { ok: false, reason: 'bundle has no servers list' };
   return { ok: true, payload: p as unknown as BundlePayload };
 }
+
+/** A bundle's entries indexed for look-ups by URL and by handle (name or slug). */
+export interface BundleIndex {
+  byUrl: ReadonlyMap<string, BundleEntry>;
+  byHandle: ReadonlyMap<string, BundleEntry>;
+}
+
+export function indexBundle(entries: readonly BundleEntry[]): BundleIndex {
+  const byUrl = new Map<string, BundleEntry>();
+  const byHandle = new Map<string, BundleEntry>();
+  for (const e of entries) {
+    byUrl.set(e.url, e);
+    for (const h of [serverHandle(e.slug), serverHandle(e.name)]) if (h !== '' && !byHandle.has(h)) byHandle.set(h, e);
+  }
+  return { byUrl, byHandle };
+}
+
+/**
+ * The entry a target means, as the observatory resolves it (docs/scoring.md "Server identity"):
+ * a URL by its canonical form, a URL with a query falling back to the URL without it; anything
+ * else by its handle (slug or name). null: not in the bundle (the verdict is then UNRATED).
+ * Throws InvalidServerUrl for a URL that cannot be a server's.
+ */
+export function lookupBundleEntry(index: BundleIndex, target: string): BundleEntry | null {
+  const t = target.trim();
+  if (looksLikeUrl(t)) {
+    const url = canonicalServerUrl(t);
+    return index.byUrl.get(url) ?? index.byUrl.get(withoutQuery(url)) ?? null;
+  }
+  const h = serverHandle(t);
+  return h === '' ? null : (index.byHandle.get(h) ?? null);
+}
+
+export { InvalidServerUrl };

@@ -56,3 +56,32 @@ export async function verifyBundle(jws: string, keys: ReadonlyMap<string, Verifi
   if (!c.ok) return { valid: false, reason: c.reason };
   return { valid: true, kid: v.header.kid, payload: c.payload };
 }
+
+/** A JWKS read from a file or an http(s) URL, by kid; throws Error with one line naming the source. */
+export async function loadJwksFrom(source: string, opts: { fetch?: typeof fetch; timeoutMs?: number } = {}): Promise<Map<string, VerificationKey>> {
+  let text: string;
+  if (/^https?:\/\//i.test(source)) {
+    let res: Response;
+    try {
+      res = await (opts.fetch ?? globalThis.fetch)(source, { signal: AbortSignal.timeout(opts.timeoutMs ?? 10_000), headers: { accept: 'application/json' } });
+    } catch (err) {
+      throw new Error(`could not fetch the JWKS at ${source}: ${(err as Error).message}`);
+    }
+    if (!res.ok) throw new Error(`could not fetch the JWKS at ${source}: HTTP ${res.status}`);
+    text = await res.text();
+  } else {
+    const { readFile } = await import('node:fs/promises');
+    text = await readFile(source, 'utf8').catch((e: NodeJS.ErrnoException) => {
+      throw new Error(`cannot read the JWKS file ${source}: ${e.code ?? e.message}`);
+    });
+  }
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch {
+    throw new Error(`${source} is not JSON`);
+  }
+  const keys = keysOfJwks(doc);
+  if (!(keys instanceof Map)) throw new Error(`${source} is ${keys.problem}`);
+  return keys;
+}
