@@ -126,20 +126,39 @@ export function createBundleService(deps: Pick<ServiceDeps, 'db' | 'config' | 'n
     return served(file, jti, serverCount, iat, exp);
   }
 
+  // One read of every server's entry, shared by every filter set (and by concurrent builds) for
+  // BUNDLE_CACHE_SECONDS: a second filter set costs a filter, not another read of the index.
+  let snapshot: { entries: { entry: BundleEntry; digest: string }[]; readMono: number } | null = null;
+  let snapshotInflight: Promise<{ entries: { entry: BundleEntry; digest: string }[]; readMono: number }> | null = null;
+  function readAll(): Promise<{ entries: { entry: BundleEntry; digest: string }[]; readMono: number }> {
+    const s = snapshot;
+    if (s && performance.now() - s.readMono < config.bundle.cacheSeconds * 1000) return Promise.resolve(s);
+    snapshotInflight ??= (async () => {
+      const at = now();
+      // Only scores that new reports made stale are recomputed (usually none or a few); the rest
+      // is read as the trust engine cached it.
+      await trust.engine.refreshNewEvidence(at);
+      const rows = await store.rows(new Date(at.getTime() - 30 * DAY_MS));
+      const entries = rows.map((r) => {
+        const entry = bundleEntry(r, at, CARD_FLAG_WINDOW_MS);
+        return { entry, digest: digestOf(entry) };
+      });
+      snapshot = { entries, readMono: performance.now() };
+      return snapshot;
+    })().finally(() => {
+      snapshotInflight = null;
+    });
+    return snapshotInflight;
+  }
+
   async function build(key: string, filters: BundleFilters, previous: FullBuild | undefined): Promise<FullBuild> {
+    const all = await readAll();
     const at = now();
-    // Only scores that new reports made stale are recomputed (usually none or a few); the rest
-    // is read as the trust engine cached it.
-    await trust.engine.refreshNewEvidence(at);
-    const rows = await store.rows(new Date(at.getTime() - 30 * DAY_MS));
-    const entries = rows
-      .map((r) => bundleEntry(r, at, CARD_FLAG_WINDOW_MS))
-      .filter((e) => keepEntry(e, filters))
-      .map((entry) => ({ entry, digest: digestOf(entry) }));
+    const entries = all.entries.filter((e) => keepEntry(e.entry, filters));
     const h = createHash('sha256').update(key);
     for (const e of entries) h.update(`\n${e.entry.url}\t${e.digest}`);
     const bundleId = h.digest('hex').slice(0, 16);
-    const readMono = performance.now();
+    const readMono = all.readMono;
     // The same state signed less than half its lifetime ago is served again: same bytes, same
     // ETag, so a mirror polling with If-None-Match gets 304 until something changes.
     if (previous && previous.served.bundleId === bundleId && previous.served.expiresAt.getTime() - at.getTime() > (config.bundle.ttlSeconds * 1000) / 2) {
