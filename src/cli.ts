@@ -4,8 +4,11 @@ import { DataDirBusyError } from './db/pglite.js';
 import { configOf, EXIT, parseArgs, RUNNING, UsageError, withDatabase, type CliIo, type Command } from './cli/command.js';
 import { CatalogueImportError } from './services/catalogue.js';
 import { demoCommand, importCommand, observeCommand } from './cli/catalogue.js';
-import { publicKeyFromJwk, verifyCompact } from './signing/jws.js';
-import { revokeSigningKey, rotateSigningKey, SigningKeyError, type PublicJwk } from './signing/keyring.js';
+import { existsSync } from 'node:fs';
+import { verifyCompact } from './signing/jws.js';
+import { loadJwksFrom, readBundleText, verifyBundle } from './signing/bundle.js';
+import { bundleKeys, bundlePullCommand } from './cli/bundle.js';
+import { revokeSigningKey, rotateSigningKey, SigningKeyError } from './signing/keyring.js';
 import { KeyEncryptionError, resolveKeyEncryptionKey } from './signing/key-encryption.js';
 import type { VerificationKey } from './signing/jws.js';
 import { checkCommand } from './cli/check.js';
@@ -15,52 +18,71 @@ import { checkCommand } from './cli/check.js';
 
 export { EXIT, RUNNING, type CliIo, type Command } from './cli/command.js';
 
-/**
- * Reads a JWKS from a file or an http(s) URL and keeps its Ed25519 keys by kid, each with its
- * retirement time when the entry carries one (`exp`, seconds: it verifies nothing signed later).
- */
+/** Reads a JWKS from a file or an http(s) URL (src/signing/bundle.ts); a failure is one usage line. */
 async function loadJwks(source: string): Promise<Map<string, VerificationKey>> {
-  let text: string;
-  if (/^https?:\/\//i.test(source)) {
-    const res = await fetch(source, { signal: AbortSignal.timeout(10_000) });
-    if (!res.ok) throw new UsageError(`could not fetch the JWKS at ${source}: HTTP ${res.status}`);
-    text = await res.text();
-  } else {
-    text = await readFile(source, 'utf8').catch((e: NodeJS.ErrnoException) => {
-      throw new UsageError(`cannot read the JWKS file ${source}: ${e.code ?? e.message}`);
-    });
-  }
-  let doc: { keys?: unknown };
+  return loadJwksFrom(source).catch((err: Error) => {
+    throw new UsageError(err.message);
+  });
+}
+
+/** The payload's kind of a compact JWS, without verifying it (which path verifies it). */
+function kindOf(token: string): unknown {
   try {
-    doc = JSON.parse(text) as { keys?: unknown };
+    return (JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString('utf8')) as { kind?: unknown }).kind;
   } catch {
-    throw new UsageError(`${source} is not JSON`);
+    return undefined;
   }
-  if (!Array.isArray(doc.keys)) throw new UsageError(`${source} is not a JWKS (no "keys" array)`);
-  const keys = new Map<string, VerificationKey>();
-  for (const k of doc.keys as (Partial<PublicJwk> & Record<string, unknown>)[]) {
-    if (k?.kty !== 'OKP' || k.crv !== 'Ed25519' || typeof k.x !== 'string' || typeof k.kid !== 'string') continue;
-    if (k.exp !== undefined && (typeof k.exp !== 'number' || !Number.isFinite(k.exp))) continue; // a key we cannot bound verifies nothing
-    try {
-      keys.set(k.kid, { key: publicKeyFromJwk({ x: k.x }), retiredAt: k.exp === undefined ? null : new Date(k.exp * 1000) });
-    } catch {
-      // a malformed entry verifies nothing
-    }
-  }
-  return keys;
 }
 
 const verifyCommand: Command = {
   name: 'verify',
-  usage: 'verify <jws|-> [--jwks <file-or-url>]',
-  summary: 'Verify a receipt (compact JWS) offline against a JWKS file, or a JWKS URL (default: $PUBLIC_BASE_URL/.well-known/jwks.json)',
+  usage: 'verify <jws|bundle-file|-> [--jwks <file-or-url>]',
+  summary:
+    'Verify a receipt (compact JWS) or a bundle (file from bundle pull, or its JWS) offline against a JWKS file or URL (default: $PUBLIC_BASE_URL/.well-known/jwks.json; for a bundle file, the JWKS inside it)',
   options: { jwks: 'value' },
-  positional: { min: 1, max: 1, message: 'verify takes exactly one token (or - to read it from stdin)' },
+  positional: { min: 1, max: 1, message: 'verify takes exactly one token or bundle file (or - to read it from stdin)' },
   async run({ args, options, io }) {
     let token = args[0]!;
     if (token === '-') {
       if (!io.stdin) throw new UsageError('no stdin to read the token from');
       token = (await io.stdin()).trim();
+    } else if (!/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/.test(token) && existsSync(token)) {
+      token = (await readFile(token, 'utf8')).trim();
+    }
+    // A bundle (a bundle file, or a JWS whose payload says kind "bundle"): its own rules and size.
+    const read = readBundleText(token);
+    if ('jws' in read && (read.file !== null || kindOf(read.jws) === 'bundle')) {
+      const { keys, from } = await bundleKeys(read.file, options.jwks as string | undefined);
+      const now = new Date();
+      const v = await verifyBundle(read.jws, keys, now);
+      if (!v.valid) {
+        io.err(`invalid: ${v.reason}`);
+        return EXIT.invalid;
+      }
+      const p = v.payload;
+      if (!options.jwks && read.file) io.err('note: verified against the JWKS inside the file; pin the observatory\'s key with --jwks <file-or-url> to verify who signed it');
+      io.out(
+        JSON.stringify(
+          {
+            valid: true,
+            kind: 'bundle',
+            kid: v.kid,
+            keys_from: from,
+            bundle_id: p.bundle_id,
+            issuer: p.iss,
+            issued_at: new Date(p.iat * 1000).toISOString(),
+            expires_at: new Date(p.exp * 1000).toISOString(),
+            filters: p.filters,
+            delta: p.delta,
+            server_count: p.server_count,
+            servers_in_document: p.servers.length,
+            removed: p.removed.length,
+          },
+          null,
+          2,
+        ),
+      );
+      return EXIT.ok;
     }
     const source = (options.jwks as string | undefined) ?? `${configOf(io).publicBaseUrl}/.well-known/jwks.json`;
     const keys = await loadJwks(source);
@@ -124,14 +146,15 @@ const serveCommand: Command = {
 
 const checkCliCommand: Command = {
   name: 'check',
-  usage: 'check <server-url> [--observatory <base-url>] [--json]',
-  summary: 'CI gate: print the agency-mcp-2026 compliance attestation and exit with its ci.exit_code (0 PASS, 1 FAIL, 2 PARTIAL, 3 check not made)',
+  usage: 'check <server-url> [--observatory <base-url>] [--json] | check <server> --bundle <file> [--jwks <file-or-url>]',
+  summary:
+    'CI gate: print the agency-mcp-2026 compliance attestation and exit with its ci.exit_code (0 PASS, 1 FAIL, 2 PARTIAL, 3 check not made); with --bundle, offline from a pulled bundle (0 PASS, 1 FAIL, 2 UNCERTAIN/UNRATED, 3 bundle expired or badly signed)',
   rawArgs: true,
   run: ({ args, io }) => checkCommand(args, { ...io, fetch: globalThis.fetch }),
 };
 
 /** Every command, in the order --help lists them. Add new commands here. */
-export const COMMANDS: Command[] = [serveCommand, demoCommand, importCommand, observeCommand, checkCliCommand, verifyCommand, keysRotateCommand, keysRevokeCommand];
+export const COMMANDS: Command[] = [serveCommand, demoCommand, importCommand, observeCommand, checkCliCommand, bundlePullCommand, verifyCommand, keysRotateCommand, keysRevokeCommand];
 
 export function helpText(): string {
   const width = Math.max(...COMMANDS.map((c) => c.usage.length));

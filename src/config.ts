@@ -70,6 +70,28 @@ export interface Config {
   otlp: OtlpConfig;
   /** Connection deadlines and the connection cap of the listener (docs/reliability.md "Connections"). */
   http: HttpConfig;
+  /** Offline verdict bundles served at GET /v1/bundle (docs/bundles.md). */
+  bundle: BundleConfig;
+  /** A gate answering from a bundle, with no database (GATE_BUNDLE_URL; docs/bundles.md "A gate from a bundle"). */
+  gateBundle: GateBundleConfig;
+}
+
+export interface BundleConfig {
+  /** BUNDLE_TTL_SECONDS (default 86400): a bundle expires this long after it was signed. */
+  ttlSeconds: number;
+  /** BUNDLE_CACHE_SECONDS (default 60): a built bundle is served this long before the cached scores are read again. */
+  cacheSeconds: number;
+  /** BUNDLE_DELTA_RETENTION_HOURS (default 168): how long an earlier bundle can be named by ?since=. */
+  deltaRetentionHours: number;
+}
+
+export interface GateBundleConfig {
+  /** GATE_BUNDLE_URL: the /v1/bundle URL of the observatory to mirror; set, this instance is a database-less gate. */
+  url: string | null;
+  /** GATE_BUNDLE_JWKS: the pinned JWKS (a file path or an http(s) URL); default: the source's /.well-known/jwks.json. */
+  jwks: string | null;
+  /** GATE_BUNDLE_REFRESH_SECONDS (default 60): how often the bundle is fetched again (conditionally). */
+  refreshSeconds: number;
 }
 
 export interface RegistrySyncConfig {
@@ -369,5 +391,22 @@ export function loadConfig(env: Env = process.env): Config {
       metricStreams: int(env, 'OTLP_METRIC_STREAMS', 10_000, 100, 1_000_000),
     },
     http: httpLimits(env),
+    bundle: {
+      ttlSeconds: int(env, 'BUNDLE_TTL_SECONDS', 86_400, 300, 30 * 86_400),
+      cacheSeconds: int(env, 'BUNDLE_CACHE_SECONDS', 60, 0, 3600),
+      deltaRetentionHours: int(env, 'BUNDLE_DELTA_RETENTION_HOURS', 168, 1, 90 * 24),
+    },
+    gateBundle: gateBundle(env),
+  };
+}
+
+function gateBundle(env: Env): GateBundleConfig {
+  const url = str(env, 'GATE_BUNDLE_URL');
+  const jwks = str(env, 'GATE_BUNDLE_JWKS');
+  if (jwks !== undefined && url === undefined) throw new ConfigError('GATE_BUNDLE_JWKS', 'is only read with GATE_BUNDLE_URL');
+  return {
+    url: url === undefined ? null : httpUrl('GATE_BUNDLE_URL', url),
+    jwks: jwks === undefined ? null : /^https?:\/\//i.test(jwks) ? httpUrl('GATE_BUNDLE_JWKS', jwks) : jwks,
+    refreshSeconds: int(env, 'GATE_BUNDLE_REFRESH_SECONDS', 60, 1, 86_400),
   };
 }

@@ -4,16 +4,23 @@ import { KeyEncryptionError } from './signing/key-encryption.js';
 import { SigningKeyError } from './signing/keyring.js';
 import type { DualProtocolServer } from './http/listener.js';
 import { createObservatory } from './server.js';
+import { createBundleGate } from './bundle-gate.js';
 
 /** `npm start` / `observatory serve`: runs the service until SIGTERM or SIGINT. */
 export async function serve(config: Config): Promise<void> {
-  const obs = await createObservatory(config);
+  // GATE_BUNDLE_URL: a database-less gate answering from a mirrored bundle (docs/bundles.md).
+  const obs = config.gateBundle.url ? await createBundleGate(config) : await createObservatory(config);
   const address = await obs.listen();
   const cap = (obs.app.server as DualProtocolServer).connectionStats().cap;
-  obs.app.log.info(
-    { address, database: obs.db.kind, public_base_url: config.publicBaseUrl, max_connections: cap?.served, max_connections_source: cap?.source },
-    'trust observatory listening',
-  );
+  if ('mirror' in obs) {
+    const s = obs.mirror.status();
+    obs.app.log.info({ address, mode: 'bundle-gate', bundle_source: s.source, bundle: s.bundle?.bundle_id ?? null, bundle_state: s.state, last_error: s.last_error }, 'trust observatory gate listening (from a bundle, no database)');
+  } else {
+    obs.app.log.info(
+      { address, database: obs.db.kind, public_base_url: config.publicBaseUrl, max_connections: cap?.served, max_connections_source: cap?.source },
+      'trust observatory listening',
+    );
+  }
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;

@@ -2,12 +2,20 @@
 // attestation of a server (GET /v1/compliance), prints it, and exits with its ci.exit_code:
 // 0 PASS, 1 FAIL, 2 PARTIAL. 3 means the check itself could not be made (usage, network, 4xx/5xx).
 
+import { checkFromBundle } from './bundle.js';
+
 export const CHECK_USAGE = `usage: observatory check <server-url> [--observatory <base-url>] [--standard agency-mcp-2026] [--json]
+       observatory check <server> --bundle <file> [--jwks <file-or-url>] [--json]
 
   Prints the compliance attestation of <server-url> and exits with its ci.exit_code
   (0 PASS, 1 FAIL, 2 PARTIAL; 3 when the check could not be made).
+  With --bundle, decides offline from a pulled bundle (observatory bundle pull) and never calls
+  the observatory: 0 PASS, 1 FAIL, 2 UNCERTAIN or UNRATED; 3 when the bundle is expired, badly
+  signed or unreadable.
   --observatory  base URL of the observatory to ask (default: $OBSERVATORY_URL, else http://localhost:8080)
-  --json         print the full JSON attestation instead of the summary`;
+  --bundle       a bundle file written by observatory bundle pull
+  --jwks         with --bundle: the pinned JWKS to verify it with (default: the JWKS inside the file)
+  --json         print the full JSON attestation (or offline decision) instead of the summary`;
 
 export const CHECK_ERROR_EXIT = 3;
 
@@ -24,16 +32,20 @@ export async function checkCommand(args: string[], io: Io = defaultIo): Promise<
   let server: string | undefined;
   let base = io.env.OBSERVATORY_URL ?? 'http://localhost:8080';
   let standard: string | undefined;
+  let bundle: string | undefined;
+  let jwks: string | undefined;
   let asJson = false;
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
-    if (a === '--observatory' || a === '--standard') {
+    if (a === '--observatory' || a === '--standard' || a === '--bundle' || a === '--jwks') {
       const v = args[++i];
       if (!v) {
         io.err(`${a} needs a value\n${CHECK_USAGE}`);
         return CHECK_ERROR_EXIT;
       }
       if (a === '--observatory') base = v;
+      else if (a === '--bundle') bundle = v;
+      else if (a === '--jwks') jwks = v;
       else standard = v;
     } else if (a === '--json') asJson = true;
     else if (a === '-h' || a === '--help') {
@@ -51,6 +63,18 @@ export async function checkCommand(args: string[], io: Io = defaultIo): Promise<
   if (!server) {
     io.err(CHECK_USAGE);
     return CHECK_ERROR_EXIT;
+  }
+  if (jwks !== undefined && bundle === undefined) {
+    io.err(`--jwks is only read with --bundle\n${CHECK_USAGE}`);
+    return CHECK_ERROR_EXIT;
+  }
+  // Offline: the verdict comes from the signed bundle; nothing is fetched (unless --jwks is a URL).
+  if (bundle !== undefined) {
+    if (standard !== undefined) {
+      io.err('--standard asks for an online compliance attestation; a bundle carries trust verdicts: drop one of them');
+      return CHECK_ERROR_EXIT;
+    }
+    return checkFromBundle(server, bundle, jwks, asJson, io);
   }
   let url: URL;
   try {

@@ -8,6 +8,7 @@ import { otlpRoutes } from './routes/otlp.js';
 import { trustRoutes } from './routes/trust.js';
 import { pendingRoutes } from './routes/pending.js';
 import { gateRoutes } from './routes/gate.js';
+import { bundleRoutes } from './routes/bundle.js';
 import { accessRoutes } from './routes/access.js';
 import { preflightRoutes } from './routes/preflight.js';
 import { receiptRoutes } from './routes/receipts.js';
@@ -39,6 +40,7 @@ export function registerRestRoutes(app: FastifyInstance, deps: RouteDeps) {
   preflightRoutes(app, deps);
   receiptRoutes(app, deps);
   gateRoutes(app, deps);
+  bundleRoutes(app, deps);
   probeRoutes(app, deps);
   complianceRoutes(app, deps);
   pageRoutes(app, deps);

@@ -28,7 +28,26 @@ export interface GateAssessment {
  */
 export interface GateVerdictSource<A extends GateAssessment = GateAssessment> {
   assess(upstream: string): Promise<A>;
-  record(upstream: string, assessment: A, claim: Record<string, unknown>): Promise<{ receiptId: string; jws: string }>;
+  record(upstream: string, assessment: A, claim: Record<string, unknown>): Promise<GateEvidence>;
+}
+
+/**
+ * What a decision rests on: a signed receipt of its own (the database-backed gate), or the signed
+ * bundle its verdict was read from (the gate answering from a bundle, which has no database to
+ * store a receipt in and no key to sign one with; docs/bundles.md).
+ */
+export interface GateEvidence {
+  receiptId: string | null;
+  jws: string | null;
+  bundle?: GateBundleRef;
+}
+
+/** The bundle a decision was read from: its id, when it was signed and how old it was then. */
+export interface GateBundleRef {
+  bundleId: string;
+  issuedAt: string;
+  expiresAt: string;
+  ageSeconds: number;
 }
 
 /**
@@ -58,21 +77,28 @@ export interface GateOutcome {
   source: UpstreamSource;
   verdict: PreflightVerdict;
   trustScore: number | null;
-  receiptId: string;
-  jws: string;
+  /** null when the decision rests on a bundle (see GateEvidence). */
+  receiptId: string | null;
+  jws: string | null;
+  bundle?: GateBundleRef;
   /** Whether the verdict came from the short-lived cache (GATE_CACHE_SECONDS). */
   cached: boolean;
   decidedAt: string;
 }
 
 /** The headers every decision carries, allow and deny alike. */
-export function gateHeaders(o: Pick<GateOutcome, 'verdict' | 'trustScore' | 'receiptId'>): Record<string, string> {
-  return {
+export function gateHeaders(o: Pick<GateOutcome, 'verdict' | 'trustScore' | 'receiptId' | 'bundle'>): Record<string, string> {
+  const h: Record<string, string> = {
     'x-trust-verdict': o.verdict,
     // A header must carry some text: UNRATED has no score, written as JSON's null.
     'x-trust-score': o.trustScore === null ? 'null' : o.trustScore.toFixed(1),
-    'x-trust-receipt': o.receiptId,
   };
+  if (o.receiptId !== null) h['x-trust-receipt'] = o.receiptId;
+  if (o.bundle) {
+    h['x-trust-bundle'] = o.bundle.bundleId;
+    h['x-trust-bundle-age'] = String(o.bundle.ageSeconds);
+  }
+  return h;
 }
 
 /** The JSON body of a decision (HTTP gate, Envoy denied_response). */
@@ -86,9 +112,12 @@ export function gateBody(o: GateOutcome, publicBaseUrl: string): Record<string, 
     verdict: o.verdict,
     trust_score: o.trustScore,
     receipt_id: o.receiptId,
-    receipt_url: `${publicBaseUrl}/v1/receipt/${o.receiptId}`,
+    receipt_url: o.receiptId === null ? null : `${publicBaseUrl}/v1/receipt/${o.receiptId}`,
     cached_verdict: o.cached,
     decided_at: o.decidedAt,
+    ...(o.bundle
+      ? { bundle: { bundle_id: o.bundle.bundleId, issued_at: o.bundle.issuedAt, expires_at: o.bundle.expiresAt, age_seconds: o.bundle.ageSeconds } }
+      : {}),
   };
 }
 
@@ -134,7 +163,7 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
     const at = now();
     const { a, cached } = await assessment(resolved.upstream, at.getTime());
     const d = decideGate(a.verdict, policy);
-    const { receiptId, jws } = await source.record(resolved.upstream, a, {
+    const { receiptId, jws, bundle } = await source.record(resolved.upstream, a, {
       gateway: {
         decision: d.allow ? 'allow' : 'deny',
         reason: d.reason,
@@ -153,6 +182,7 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
       trustScore: a.trustScore,
       receiptId,
       jws,
+      ...(bundle ? { bundle } : {}),
       cached,
       decidedAt: at.toISOString(),
     };
@@ -223,7 +253,14 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
       throw err;
     }
     const verdictHeaders = Object.entries(gateHeaders(o)).map(([k, v]) => header(k, v));
-    const metadata = { trust_verdict: o.verdict, trust_score: o.trustScore, trust_receipt: o.receiptId, upstream: o.upstream, decision: o.allow ? 'allow' : 'deny' };
+    const metadata = {
+      trust_verdict: o.verdict,
+      trust_score: o.trustScore,
+      trust_receipt: o.receiptId,
+      ...(o.bundle ? { trust_bundle: o.bundle.bundleId, trust_bundle_age: o.bundle.ageSeconds } : {}),
+      upstream: o.upstream,
+      decision: o.allow ? 'allow' : 'deny',
+    };
     if (o.allow) {
       return {
         status: { code: 0, message: '' },

@@ -13,6 +13,7 @@ import { createVerifyReceiptService } from './verify-receipt.js';
 import { createPreflightService } from './preflight.js';
 import { createReceiptService } from './receipt.js';
 import { createGateService, preflightGateSource } from './gate.js';
+import { createBundleService } from './bundle.js';
 import { createCoverageService } from './coverage.js';
 import { Authorization } from '../../gen/envoy/service/auth/v3/external_auth_pb.js';
 import { createDriftService } from './drift.js';
@@ -53,6 +54,8 @@ export function createServices(deps: ServiceDeps) {
     preflight,
     /** Gateway/service-mesh gate: /v1/gate and Envoy ext_authz, decided through pre-flight. */
     gate: createGateService(deps, preflightGateSource(preflight), limits),
+    /** The signed offline bundle of every verdict (GET /v1/bundle; docs/bundles.md). */
+    bundle: createBundleService(deps, trust),
     /** Per-client rate limits (in memory, per instance), shared by every door: REST, Connect, gate, MCP, A2A. */
     limits,
     /** Receipt lookup, verification, behavioral evidence, ERC-8004 attestations (ReceiptService). */

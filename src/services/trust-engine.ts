@@ -6,7 +6,7 @@ import { robustCategoryBaseline, robustServerFigures, type CategoryBaselineValue
 import { computeTrustScore, type Breakdown } from '../domain/scoring.js';
 import { verdictFor, type PreflightVerdict } from '../domain/verdict.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
-import type { ServerRow } from '../store/servers.js';
+import { serverStore, type ServerRow } from '../store/servers.js';
 import { onTelemetryCommitted, telemetryStore, type StoredTotals } from '../store/telemetry.js';
 
 /** A cached score older than this is recomputed on the next read even without new reports. */
@@ -268,6 +268,20 @@ export function createTrustEngine(db: Queryable) {
       const rows = (await scores.ranked(null)).filter((r) => stale.has(r.id));
       // Batches keep each statement's arrays and result sets small on large indexes.
       for (let i = 0; i < rows.length; i += 500) await compute(rows.slice(i, i + 500).map(serverRowOf), at);
+      return rows.length;
+    },
+
+    /**
+     * Recomputes only the cached scores that new evidence made stale (no cached score yet, or
+     * reports since it was computed), not those that merely aged: what a reader of the whole
+     * cache (the offline bundle) needs to state what pre-flight would, at the cost of the servers
+     * that changed. Time decay is the periodic refresh's work. Returns how many were computed.
+     */
+    async refreshNewEvidence(at: Date): Promise<number> {
+      const ids = await scores.staleServerIds(new Date(0));
+      if (ids.length === 0) return 0;
+      const rows = await serverStore(db).byIds(ids);
+      for (let i = 0; i < rows.length; i += 500) await compute(rows.slice(i, i + 500), at);
       return rows.length;
     },
 

@@ -75,9 +75,9 @@ function decodeJson(part: string): unknown {
  * base64url parts, a JSON-object header with an accepted alg and none of the forbidden members,
  * and a 64-byte Ed25519 signature. RFC 7515/8037 only; no receipt-specific rules.
  */
-function parseGeneric(token: string): { header: Record<string, unknown>; payloadPart: string; input: string; signature: Buffer } | { reason: string } {
+function parseGeneric(token: string, maxLength = MAX_JWS_LENGTH): { header: Record<string, unknown>; payloadPart: string; input: string; signature: Buffer } | { reason: string } {
   if (typeof token !== 'string' || token.length === 0) return { reason: 'no token' };
-  if (token.length > MAX_JWS_LENGTH) return { reason: `token longer than ${MAX_JWS_LENGTH} bytes` };
+  if (token.length > maxLength) return { reason: `token longer than ${maxLength} bytes` };
   const parts = token.split('.');
   if (parts.length !== 3) return { reason: 'not a compact JWS (header.payload.signature)' };
   const [h, p, s] = parts as [string, string, string];
@@ -102,8 +102,8 @@ function parseGeneric(token: string): { header: Record<string, unknown>; payload
 }
 
 /** Splits and checks a compact JWS of ours (kid, JSON-object payload) without verifying the signature. */
-export function parseCompact(token: string): { header: JwsHeader; payload: Record<string, unknown>; input: string; signature: Buffer } | { reason: string } {
-  const g = parseGeneric(token);
+export function parseCompact(token: string, maxLength = MAX_JWS_LENGTH): { header: JwsHeader; payload: Record<string, unknown>; input: string; signature: Buffer } | { reason: string } {
+  const g = parseGeneric(token, maxLength);
   if ('reason' in g) return g;
   let payload: unknown;
   try {
@@ -130,8 +130,12 @@ function edVerifies(input: string, key: KeyObject, signature: Buffer): boolean {
  * `now`, and, for a retired key, not after its retirement (DECISIONS.md: a retired key verifies
  * only what it signed before its retirement).
  */
-export async function verifyCompact(token: string, keyFor: (kid: string) => Promise<VerificationKey | null>, opts: { now: Date }): Promise<VerifyOutcome> {
-  const parsed = parseCompact(token);
+export async function verifyCompact(
+  token: string,
+  keyFor: (kid: string) => Promise<VerificationKey | null>,
+  opts: { now: Date; /** Longest token read (default MAX_JWS_LENGTH; offline bundles are larger). */ maxLength?: number },
+): Promise<VerifyOutcome> {
+  const parsed = parseCompact(token, opts.maxLength);
   if ('reason' in parsed) return { valid: false, reason: parsed.reason };
   const found = await keyFor(parsed.header.kid);
   if (!found) return { valid: false, reason: `unknown key id ${parsed.header.kid}` };

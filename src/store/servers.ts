@@ -110,6 +110,12 @@ export function serverStore(db: Queryable) {
 
   const store = {
     /** The server with exactly this canonical URL (internal use; user input goes through lookupUrl). */
+    /** The servers with these ids, by id. */
+    async byIds(ids: readonly number[]): Promise<ServerRow[]> {
+      if (ids.length === 0) return [];
+      return db.query<ServerRow>(`SELECT ${COLUMNS} FROM servers WHERE id = ANY($1::int8[]) ORDER BY id`, [ids]);
+    },
+
     async byUrl(url: string): Promise<ServerRow | null> {
       const rows = await db.query<ServerRow>(`SELECT ${COLUMNS} FROM servers WHERE url = $1`, [url]);
       return rows[0] ?? null;

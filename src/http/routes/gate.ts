@@ -1,8 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { RouteDeps } from '../routes.js';
 import { sendProblem } from '../problem.js';
 import { callContext } from '../../services/context.js';
-import { gateHeaders } from '../../services/gate.js';
+import { gateHeaders, type GateService } from '../../services/gate.js';
 
 // /v1/gate and every path below it, any method (DECISIONS.md "Gateway decisions"): nginx
 // auth_request sends a GET subrequest, Envoy's HTTP ext_authz appends the original path and may
@@ -17,7 +16,8 @@ function lowerHeaders(req: FastifyRequest): Record<string, string | undefined> {
   return out;
 }
 
-export function gateRoutes(app: FastifyInstance, { services }: RouteDeps) {
+/** Both the full service and the database-less bundle gate (src/bundle-gate.ts) mount these routes. */
+export function gateRoutes(app: FastifyInstance, { services }: { services: { gate: GateService } }) {
   const { gate } = services;
   app.register(async (scope) => {
     // The body of the request under check is never read (nginx sends none; Envoy may forward

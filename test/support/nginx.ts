@@ -1,0 +1,147 @@
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer as createNetServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { z } from 'zod';
+
+// A real nginx (Debian's package) and a real MCP server (official SDK) for gate tests: the same
+// set-up as test/gateway.nginx.test.ts, shared here for the tests that add to it.
+
+export function findNginx(): string | null {
+  for (const p of ['nginx', '/usr/sbin/nginx']) {
+    try {
+      execFileSync(p, ['-v'], { stdio: 'ignore' });
+      return p;
+    } catch {
+      /* not here */
+    }
+  }
+  return null;
+}
+
+/** How long nginx may take to answer on its port after spawning (generous: the machine may be loaded). */
+export const NGINX_START_MS = 60_000;
+
+export async function freePort(): Promise<number> {
+  const s = createNetServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as { port: number }).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+/** An MCP server (stateless Streamable HTTP) on every path, with one tool. */
+export async function startMcpServer(): Promise<{ server: Server; port: number }> {
+  const server = createServer((req, res) => {
+    const mcp = new McpServer({ name: `upstream${req.url ?? ''}`, version: '1.0.0' });
+    mcp.registerTool('echo', { description: 'Echoes its text', inputSchema: { text: z.string() } }, async ({ text }) => ({
+      content: [{ type: 'text', text: `echo: ${text}` }],
+    }));
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+    res.on('close', () => {
+      void transport.close();
+      void mcp.close();
+    });
+    mcp
+      .connect(transport)
+      .then(() => transport.handleRequest(req, res))
+      .catch(() => {
+        if (!res.headersSent) res.writeHead(500).end();
+      });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { server, port: (server.address() as { port: number }).port };
+}
+
+/**
+ * nginx with auth_request to `gate`/v1/gate in front of `upstream`: /pass/ and /fail/ name their
+ * upstream MCP server in X-Mcp-Server, /anon/ only the URL the client called. `passHeaders` are
+ * gate answer headers copied to the client's response.
+ */
+export function nginxGateConf(dir: string, port: number, gate: string, upstream: string, passHeaders: string[]): string {
+  const copy = passHeaders
+    .map((h) => {
+      const v = `$gate_${h.replace(/-/g, '_')}`;
+      return `auth_request_set ${v} $upstream_http_${h.replace(/-/g, '_')};\n      add_header ${h} ${v} always;`;
+    })
+    .join('\n      ');
+  const location = (prefix: string, mcpServer: string) => `
+    location ${prefix} {
+      set $mcp_server "${mcpServer}";
+      auth_request /_trust_gate;
+      ${copy}
+      proxy_http_version 1.1;
+      proxy_buffering off;
+      proxy_pass ${upstream};
+    }`;
+  return `
+worker_processes 1;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 128; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/client_body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  server {
+    listen 127.0.0.1:${port};
+    ${location('/pass/', `${upstream}/pass/mcp`)}
+    ${location('/fail/', `${upstream}/fail/mcp`)}
+    ${location('/anon/', '')}
+    location = /_trust_gate {
+      internal;
+      proxy_pass ${gate}/v1/gate;
+      proxy_pass_request_body off;
+      proxy_set_header Content-Length "";
+      proxy_set_header X-Mcp-Server $mcp_server;
+      proxy_set_header X-Original-URL $scheme://$http_host$request_uri;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $http_host;
+      proxy_set_header X-Original-URI $request_uri;
+    }
+  }
+}
+`;
+}
+
+/** Starts nginx with `conf` in a fresh directory; resolves once it answers on its port. */
+export async function startNginx(bin: string, confFor: (dir: string, port: number) => string): Promise<{ proc: ChildProcess; dir: string; base: string; stop(): Promise<void> }> {
+  const dir = mkdtempSync(join(tmpdir(), 'nginx-gate-'));
+  for (const d of ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(dir, d));
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  writeFileSync(join(dir, 'nginx.conf'), confFor(dir, port));
+  const proc = spawn(bin, ['-c', join(dir, 'nginx.conf'), '-p', dir, '-g', 'daemon off;'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  proc.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
+  const deadline = Date.now() + NGINX_START_MS;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`nginx exited: ${stderr}`);
+    const ok = await fetch(`${base}/none`).then(
+      () => true,
+      () => false,
+    );
+    if (ok) break;
+    if (Date.now() > deadline) throw new Error(`nginx did not start within ${NGINX_START_MS / 1000} s: ${stderr}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    proc,
+    dir,
+    base,
+    async stop() {
+      if (proc.exitCode === null) {
+        const exited = new Promise((r) => proc.once('exit', r));
+        proc.kill('SIGTERM');
+        await exited;
+      }
+    },
+  };
+}
