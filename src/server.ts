@@ -14,6 +14,8 @@ import { connectContextValues, fastifyTrustProxy } from './http/client-address.j
 import { registerRestRoutes } from './http/routes.js';
 import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
 import { parseErrorsAreInvalidArgument } from './http/connect-parse-errors.js';
+import { registerHealth, registerReflection } from './http/grpc-introspection.js';
+import { createHealthMonitor, type HealthMonitor } from './services/health.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
 import { resolveKeyEncryptionKey, type KeyEncryptionKey } from './signing/key-encryption.js';
 import { openKeyRing, type KeyRing } from './signing/keyring.js';
@@ -26,6 +28,8 @@ export interface Observatory {
   readonly services: Services;
   /** The secret sealing private signing keys (null with SIGNING_KEY_JWK and no configured secret). */
   readonly kek: KeyEncryptionKey | null;
+  /** grpc.health.v1's view of the process (SERVING while the database answers and it is not draining). */
+  readonly health: HealthMonitor;
   /** Starts listening on config.host:config.port; resolves to the base URL actually bound. */
   listen(): Promise<string>;
   /** Graceful stop: stops accepting, lets in-flight requests finish, closes the database. */
@@ -158,15 +162,22 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   metrics.install(app);
   metrics.watchConnections(() => (app.server as DualProtocolServer).connectionStats());
 
+  const health = createHealthMonitor({ db, intervalMs: config.healthIntervalMs });
   await app.register(fastifyConnectPlugin, {
     routes: (router) => {
       connectRoutes(services)(router);
+      // gRPC health checking and server reflection over what the router serves (docs/grpc.md).
+      registerHealth(router, health);
+      registerReflection(router);
       // Undecodable request messages are InvalidArgument, not Internal (src/http/connect-parse-errors.ts).
       parseErrorsAreInvalidArgument(router);
     },
     contextValues: connectContextValues,
     // The Connect twins of the limited REST routes, by method (src/http/rate-limit.ts).
     interceptors: [rateLimitInterceptor(services.limits)],
+    // A request message larger than BODY_LIMIT is RESOURCE_EXHAUSTED (each message of a stream);
+    // services with their own limit (OTLP) set it per service.
+    readMaxBytes: config.bodyLimit,
   });
   registerRestRoutes(app, { services, db, config });
 
@@ -177,6 +188,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     config,
     services,
     kek,
+    health,
     async listen() {
       const address = await app.listen({ port: config.port, host: config.host });
       // Active observation runs wherever the service serves (OBSERVE_ENABLED, docs/observation.md).
@@ -187,6 +199,8 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     },
     close() {
       closing ??= (async () => {
+        // Health watchers see NOT_SERVING and their streams end, so that none holds the shutdown.
+        health.drain();
         await app.close();
         await services.close();
         keyring.close();
