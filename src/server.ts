@@ -15,6 +15,7 @@ import { registerRestRoutes } from './http/routes.js';
 import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
 import { parseErrorsAreInvalidArgument } from './http/connect-parse-errors.js';
 import { registerHealth, registerReflection } from './http/grpc-introspection.js';
+import { nativeHandlerErrors, refusalsCarryConnectErrors, rpcProtocolOf, sendRpcProblem } from './http/rpc-errors.js';
 import { createHealthMonitor, type HealthMonitor } from './services/health.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
 import { resolveKeyEncryptionKey, type KeyEncryptionKey } from './signing/key-encryption.js';
@@ -81,6 +82,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     onBackgroundError: (err) => app.log.warn({ err: { message: (err as Error)?.message ?? String(err) } }, 'background work failed; it retries on its next tick'),
   });
 
+  const health = createHealthMonitor({ db, intervalMs: config.healthIntervalMs });
   const app = Fastify({
     serverFactory: ((handler: Parameters<typeof createDualProtocolServer>[0]) => createDualProtocolServer(handler, config.http)) as unknown as FastifyServerFactory<http.Server>,
     trustProxy: fastifyTrustProxy(config.trustProxy),
@@ -88,7 +90,9 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     // Path parameters carry server names and URLs (/agent-query/{server_slug}); fastify's default is 100.
     routerOptions: { maxParamLength: 4096 },
     forceCloseConnections: 'idle',
-    return503OnClosing: true,
+    // A draining process refuses new requests itself (the onRequest hook below), in each
+    // caller's protocol, instead of fastify's plain 503.
+    return503OnClosing: false,
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && /^[\w.-]{1,64}$/.test(given) ? given : randomUUID();
@@ -153,6 +157,15 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   app.addHook('onRequest', (req, reply, done) => {
     reply.header('x-request-id', req.id);
     reply.header('x-interface-version', INTERFACE_VERSION);
+    if (health.draining) {
+      // Shutting down: in-flight requests finish, new ones are told to go elsewhere.
+      if (req.raw.httpVersionMajor === 1) reply.header('connection', 'close');
+      const rpc = rpcProtocolOf(req);
+      const detail = 'the service is shutting down; retry on another instance';
+      if (rpc) sendRpcProblem(req, reply, rpc, 'unavailable', detail, { 'retry-after': '1' });
+      else sendProblem(reply, 'unavailable', detail, { headers: { 'retry-after': '1' } });
+      return;
+    }
     done();
   });
 
@@ -162,7 +175,6 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   metrics.install(app);
   metrics.watchConnections(() => (app.server as DualProtocolServer).connectionStats());
 
-  const health = createHealthMonitor({ db, intervalMs: config.healthIntervalMs });
   await app.register(fastifyConnectPlugin, {
     routes: (router) => {
       connectRoutes(services)(router);
@@ -171,10 +183,15 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
       registerReflection(router);
       // Undecodable request messages are InvalidArgument, not Internal (src/http/connect-parse-errors.ts).
       parseErrorsAreInvalidArgument(router);
+      // Refusals the Connect runtime answers with an empty body carry a Connect error (docs/grpc.md).
+      refusalsCarryConnectErrors(router);
     },
     contextValues: connectContextValues,
     // The Connect twins of the limited REST routes, by method (src/http/rate-limit.ts).
-    interceptors: [rateLimitInterceptor(services.limits)],
+    interceptors: [
+      rateLimitInterceptor(services.limits),
+      nativeHandlerErrors((err) => app.log.error({ err }, 'rpc failed')),
+    ],
     // A request message larger than BODY_LIMIT is RESOURCE_EXHAUSTED (each message of a stream);
     // services with their own limit (OTLP) set it per service.
     readMaxBytes: config.bodyLimit,
