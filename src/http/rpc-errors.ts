@@ -117,6 +117,7 @@ function withConnectBody(h: UniversalHandler): UniversalHandler {
     const message = refusal.message(req);
     const ct = (req.header.get('content-type') ?? '').toLowerCase();
     const header = new Headers(res.header);
+    if (res.status === 405) header.set('allow', h.allowedMethods.join(', '));
     if (ct.startsWith('application/grpc')) {
       // A gRPC or gRPC-Web request the handler refused (e.g. GET): the status in headers, HTTP 200.
       header.set('content-type', ct.startsWith('application/grpc-web') ? 'application/grpc-web+proto' : 'application/grpc+proto');
