@@ -177,6 +177,29 @@ function watchSession(session: http2.ServerHttp2Session, limits: HttpConfig): vo
     stream.once('close', () => {
       if (--streams === 0 && !session.closed && !session.destroyed) arm();
     });
+    // A response that ended while the client is still sending (a gRPC error such as
+    // RESOURCE_EXHAUSTED for an oversize message, answered before the body was read) would leave
+    // the stream half-open: its unread body holds it, and its session, for ever. Once our end of
+    // the stream (trailers included) has gone out, the rest of the request is refused with
+    // RST_STREAM(NO_ERROR), as gRPC servers do, and whatever arrived is discarded.
+    stream.once('finish', () => {
+      let tries = 0;
+      const check = () => {
+        if (stream.destroyed || stream.readableEnded) return;
+        const ourEndSent = stream.closed || stream.state.localClose === 1 || stream.sentTrailers !== undefined;
+        if (ourEndSent) {
+          if (!stream.closed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+          stream.resume();
+          setTimeout(() => {
+            if (!stream.destroyed && !stream.readableEnded) stream.destroy();
+          }, 1_000).unref();
+          return;
+        }
+        // Trailers follow 'finish' shortly: look again, a bounded number of times.
+        if (++tries < 100) setTimeout(check, 20).unref();
+      };
+      setImmediate(check);
+    });
     stream.setTimeout(limits.requestTimeoutMs, () => {
       if (stream.destroyed) return;
       const bodyPending = !stream.state.remoteClose;
