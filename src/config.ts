@@ -20,6 +20,8 @@ export interface Config {
   logLevel: string;
   /** Largest accepted request body, in bytes. */
   bodyLimit: number;
+  /** GRPC_HEALTH_INTERVAL_MS: how often grpc.health.v1 Watch streams re-check the database. */
+  healthIntervalMs: number;
   paymentWallet: string | null;
   paymentRpcUrl: string | null;
   /** PAYMENT_NETWORK: the CAIP-2 chain paid verdicts settle on, Base (eip155:8453, default) or Base Sepolia (eip155:84532). */
@@ -345,6 +347,7 @@ export function loadConfig(env: Env = process.env): Config {
     trustProxy: trustProxy(env),
     logLevel,
     bodyLimit: int(env, 'BODY_LIMIT', 64 * 1024, 1024, 16 * 1024 * 1024),
+    healthIntervalMs: int(env, 'GRPC_HEALTH_INTERVAL_MS', 5_000, 100, 600_000),
     paymentWallet: wallet,
     paymentRpcUrl: rpc === undefined ? null : httpUrl('PAYMENT_RPC_URL', rpc),
     paymentNetwork: paymentNetwork(env),

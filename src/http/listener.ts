@@ -185,6 +185,28 @@ function watchSession(session: http2.ServerHttp2Session, limits: HttpConfig): vo
     stream.once('close', () => {
       if (--streams === 0 && !session.closed && !session.destroyed) arm();
     });
+    // A response that ended while the client is still sending (a gRPC error such as
+    // RESOURCE_EXHAUSTED for an oversize message, answered before the body was read) would leave
+    // the stream half-open: nobody reads the rest of the body, so flow control stops the client,
+    // and the stream (with its session, and a graceful shutdown) waits for ever. Once our end of
+    // the stream has gone out, the rest of the body is read and discarded so that the client can
+    // finish and the stream closes normally. (RST_STREAM would be allowed, but node and
+    // connect-es clients report it as "Premature close" instead of the status they were sent.)
+    stream.once('finish', () => {
+      let tries = 0;
+      const check = () => {
+        if (stream.destroyed || stream.readableEnded || stream.state.remoteClose) return;
+        if (stream.closed || stream.state.localClose === 1 || stream.sentTrailers !== undefined) {
+          stream.removeAllListeners('data');
+          stream.on('data', () => {});
+          stream.resume();
+          return;
+        }
+        // Trailers follow 'finish' shortly: look again, a bounded number of times.
+        if (++tries < 100) setTimeout(check, 20).unref();
+      };
+      setImmediate(check);
+    });
     stream.setTimeout(limits.requestTimeoutMs, () => {
       if (stream.destroyed) return;
       const bodyPending = !stream.state.remoteClose;
