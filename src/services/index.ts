@@ -52,7 +52,7 @@ export function createServices(deps: ServiceDeps) {
     /** Pre-flight checks and demand (TrustService.Preflight, TrustService.GetDemand). */
     preflight,
     /** Gateway/service-mesh gate: /v1/gate and Envoy ext_authz, decided through pre-flight. */
-    gate: createGateService(deps, preflightGateSource(preflight), limits),
+    gate: createGateService(deps, preflightGateSource(preflight, { db: deps.db, driftWindowMs: deps.config.gate.tools.driftWindowMs }), limits),
     /** Per-client rate limits (in memory, per instance), shared by every door: REST, Connect, gate, MCP, A2A. */
     limits,
     /** Receipt lookup, verification, behavioral evidence, ERC-8004 attestations (ReceiptService). */
