@@ -187,6 +187,26 @@ describe(`ext_authz Check per tool (${backend})`, () => {
     expect(missing.status?.code).toBe(7);
     expect(missing.dynamicMetadata).toMatchObject({ decision: 'deny', reason: 'tool_name_missing' });
   });
+
+  it('answers hostile header values (NUL, control characters, huge) with a definite deny, never a gRPC error', async () => {
+    for (const headers of [
+      { 'mcp-method': 'tools/call\u0000' } as Record<string, string>,
+      { 'mcp-method': 'tools/call', 'mcp-name': 'get_forecast\u0000' },
+      { 'mcp-method': 'tools/call', 'mcp-name': `=?base64?${Buffer.from('x\u0000').toString('base64')}?=` },
+      { 'mcp-method': 'tools/call', 'mcp-name': 'n'.repeat(200_000) },
+      { 'mcp-method': '\u001b[31mtools/call' },
+    ]) {
+      const res = await check(headers);
+      expect(res.status?.code, JSON.stringify(headers).slice(0, 80)).toBe(7);
+      expect(res.dynamicMetadata).toMatchObject({ decision: 'deny', reason: 'mcp_headers_invalid', mcp_tool: null });
+      if (res.httpResponse.case !== 'deniedResponse') throw new Error('expected a denied response');
+      const body = JSON.parse(res.httpResponse.value.body);
+      expect(body.mcp_method === null || body.mcp_method === 'tools/call').toBe(true);
+      // The receipt was stored (no client text that the database refuses).
+      const claim = await receiptClaim(body.receipt_id);
+      expect(claim.gateway).toMatchObject({ decision: 'deny', reason: 'mcp_headers_invalid', tool_name: null });
+    }
+  });
 });
 
 describe(`per-tool drift window (${backend})`, () => {

@@ -47,7 +47,11 @@ describe('readMcpHeaders', () => {
     expect(readMcpHeaders({ 'mcp-method': 'tools/call', 'mcp-name': 'x'.repeat(100_000) })).toMatchObject({ ok: false, reason: 'mcp_headers_invalid' });
     expect(readMcpHeaders({ 'mcp-method': '' })).toMatchObject({ ok: false, reason: 'mcp_headers_invalid' });
     expect(readMcpHeaders({ 'mcp-method': 'm'.repeat(600) })).toMatchObject({ ok: false, reason: 'mcp_headers_invalid' });
-    expect(readMcpHeaders({ 'mcp-method': 'tools/\u0001call' })).toMatchObject({ ok: false, reason: 'mcp_headers_invalid' });
+    expect(readMcpHeaders({ 'mcp-method': 'tools/\u0001call' })).toMatchObject({ ok: false, reason: 'mcp_headers_invalid', method: null });
+    expect(readMcpHeaders({ 'mcp-method': 'tools/call\u0000' })).toMatchObject({ ok: false, reason: 'mcp_headers_invalid', method: null });
+    // A valid method is kept for the record; the tool name is not.
+    expect(readMcpHeaders({ 'mcp-method': 'tools/call', 'mcp-name': 'a\u0000b' })).toMatchObject({ ok: false, reason: 'mcp_headers_invalid', method: 'tools/call' });
+    expect(readMcpHeaders({ 'mcp-method': 'tools/call', 'mcp-name': `=?base64?${Buffer.from('a\u0000b').toString('base64')}?=` })).toMatchObject({ ok: false, method: 'tools/call' });
   });
 });
 

@@ -23,7 +23,10 @@ export interface McpCall {
   tool: string | null;
 }
 
-export type McpHeaderReading = { ok: true; call: McpCall } | { ok: false; reason: 'tool_name_missing' | 'mcp_headers_invalid'; problem: string };
+export type McpHeaderReading =
+  | { ok: true; call: McpCall }
+  /** `method`: the Mcp-Method when it was itself valid (so it can be recorded), else null. */
+  | { ok: false; reason: 'tool_name_missing' | 'mcp_headers_invalid'; problem: string; method: string | null };
 
 /** Printable ASCII (and tab): what a field value carries unencoded. */
 function plainAscii(s: string): boolean {
@@ -60,17 +63,18 @@ export function readMcpHeaders(headers: Readonly<Record<string, string | undefin
   if (rawMethod === undefined) return { ok: true, call: { method: null, tool: null } };
   const method = rawMethod.trim();
   if (method === '' || method.length > MAX_MCP_HEADER_LENGTH || !plainAscii(method)) {
-    return { ok: false, reason: 'mcp_headers_invalid', problem: `Mcp-Method must be a JSON-RPC method name of at most ${MAX_MCP_HEADER_LENGTH} characters` };
+    return { ok: false, reason: 'mcp_headers_invalid', problem: `Mcp-Method must be a JSON-RPC method name of at most ${MAX_MCP_HEADER_LENGTH} printable ASCII characters`, method: null };
   }
   if (method !== 'tools/call') return { ok: true, call: { method, tool: null } };
   const rawName = headers['mcp-name'];
   if (rawName === undefined || rawName.trim() === '') {
-    return { ok: false, reason: 'tool_name_missing', problem: 'Mcp-Method is tools/call but Mcp-Name (the tool) is missing' };
+    return { ok: false, reason: 'tool_name_missing', problem: 'Mcp-Method is tools/call but Mcp-Name (the tool) is missing', method };
   }
-  if (rawName.length > MAX_MCP_HEADER_LENGTH * 2) return { ok: false, reason: 'mcp_headers_invalid', problem: `Mcp-Name is longer than ${MAX_MCP_HEADER_LENGTH} characters` };
+  const tooLong = { ok: false as const, reason: 'mcp_headers_invalid' as const, problem: `Mcp-Name is longer than ${MAX_MCP_HEADER_LENGTH} characters`, method };
+  if (rawName.length > MAX_MCP_HEADER_LENGTH * 2) return tooLong;
   const tool = decodeMcpHeaderValue(rawName.trim());
-  if (tool === null || tool === '') return { ok: false, reason: 'mcp_headers_invalid', problem: 'Mcp-Name is neither a plain ASCII value nor a valid =?base64?...?= value' };
-  if (tool.length > MAX_MCP_HEADER_LENGTH) return { ok: false, reason: 'mcp_headers_invalid', problem: `Mcp-Name is longer than ${MAX_MCP_HEADER_LENGTH} characters` };
+  if (tool === null || tool === '') return { ok: false, reason: 'mcp_headers_invalid', problem: 'Mcp-Name is neither a plain ASCII value nor a valid =?base64?...?= value', method };
+  if (tool.length > MAX_MCP_HEADER_LENGTH) return tooLong;
   return { ok: true, call: { method, tool } };
 }
 

@@ -229,7 +229,8 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
     let finding: ToolFinding | null = null;
     let headerProblem: string | undefined;
     if (!mcp.ok) {
-      mcpMethod = info.mcpHeaders?.['mcp-method']?.trim().slice(0, 100) ?? null;
+      // Only a valid method is recorded: the rest is client text (a gRPC header may even hold NUL).
+      mcpMethod = mcp.method;
       if (d.allow) {
         d = { allow: false, reason: mcp.reason };
         headerProblem = mcp.problem;
