@@ -154,7 +154,8 @@ export interface GateConfig {
   /**
    * Per-tool decisions (Mcp-Method: tools/call with Mcp-Name): GATE_TOOLS_DENY (tools always
    * denied), GATE_TOOLS_EXEMPT (tools skipping the drift and tool-evidence checks) and
-   * GATE_TOOL_DRIFT_HOURS (default 168, 0 = drift never denies a tool).
+   * GATE_TOOL_DRIFT_HOURS (default 168, 0 = drift never denies a tool); GATE_REQUIRE_MCP_METHOD
+   * (default off) denies requests without Mcp-Method.
    */
   tools: GateToolPolicy;
 }
@@ -361,6 +362,7 @@ export function loadConfig(env: Env = process.env): Config {
         deny: toolRules(env, 'GATE_TOOLS_DENY'),
         exempt: toolRules(env, 'GATE_TOOLS_EXEMPT'),
         driftWindowMs: int(env, 'GATE_TOOL_DRIFT_HOURS', 168, 0, 8760) * 3_600_000,
+        requireMcpMethod: boolDefault(env, 'GATE_REQUIRE_MCP_METHOD', false),
       },
     },
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),

@@ -209,6 +209,32 @@ describe(`ext_authz Check per tool (${backend})`, () => {
   });
 });
 
+describe(`GATE_REQUIRE_MCP_METHOD: only MCP 2026-07-28 requests pass (${backend})`, () => {
+  let r: TestApp;
+  const UNRATED = 'https://never-reported.example.com/mcp';
+  beforeAll(async () => {
+    r = await startTestApp({ GATE_REQUIRE_MCP_METHOD: '1', GATE_ALLOW_UNRATED: '1' });
+  }, 120_000);
+  afterAll(async () => {
+    await r?.close();
+  });
+
+  it('denies a request without Mcp-Method over HTTP and gRPC, and lets 2026-07-28 requests through', async () => {
+    const plain = await fetch(`${r.base}/v1/gate`, { headers: { 'x-mcp-server': UNRATED } });
+    const body = await expectProblem(plain, 403, 'forbidden');
+    expect(body).toMatchObject({ reason: 'mcp_method_required', verdict: 'UNRATED', mcp_method: null });
+    expect(String(body.detail)).toContain('GATE_REQUIRE_MCP_METHOD');
+    const modern = await fetch(`${r.base}/v1/gate`, { headers: { 'x-mcp-server': UNRATED, 'mcp-method': 'tools/list' } });
+    expect(modern.status).toBe(200);
+    expect(await json(modern)).toMatchObject({ allow: true, reason: 'policy_allows_unrated', mcp_method: 'tools/list' });
+    const client = createClient(Authorization, createGrpcTransport({ baseUrl: r.base }));
+    const check = (headers: Record<string, string>) =>
+      client.check({ attributes: { request: { http: { headers, host: 'gw.example', path: '/mcp', scheme: 'https' } }, contextExtensions: { mcp_server: UNRATED } } });
+    expect((await check({})).dynamicMetadata).toMatchObject({ decision: 'deny', reason: 'mcp_method_required' });
+    expect((await check(call('get_forecast'))).dynamicMetadata).toMatchObject({ decision: 'allow', mcp_tool: 'get_forecast' });
+  });
+});
+
 describe(`per-tool drift window (${backend})`, () => {
   it('lets a drifted tool through again once the drift is older than GATE_TOOL_DRIFT_HOURS (default 168)', async () => {
     // Last: the clock only moves forward (scores are cached by the time they were computed for).

@@ -77,9 +77,10 @@ describe('GATE_TOOLS_DENY / GATE_TOOLS_EXEMPT rules', () => {
     expect(() => loadConfig({ GATE_TOOLS_EXEMPT: `${UP}#` })).toThrow(/GATE_TOOLS_EXEMPT/);
     expect(() => loadConfig({ GATE_TOOL_DRIFT_HOURS: '-1' })).toThrow(/GATE_TOOL_DRIFT_HOURS/);
     expect(() => loadConfig({ GATE_TOOL_DRIFT_HOURS: '9000' })).toThrow(/GATE_TOOL_DRIFT_HOURS/);
-    const c = loadConfig({ GATE_TOOLS_DENY: 'a,b', GATE_TOOLS_EXEMPT: `${UP}#c`, GATE_TOOL_DRIFT_HOURS: '24' });
-    expect(c.gate.tools).toEqual({ deny: [{ upstream: null, name: 'a' }, { upstream: null, name: 'b' }], exempt: [{ upstream: UP, name: 'c' }], driftWindowMs: 24 * HOUR });
-    expect(loadConfig({}).gate.tools).toEqual({ deny: [], exempt: [], driftWindowMs: WEEK });
+    const c = loadConfig({ GATE_TOOLS_DENY: 'a,b', GATE_TOOLS_EXEMPT: `${UP}#c`, GATE_TOOL_DRIFT_HOURS: '24', GATE_REQUIRE_MCP_METHOD: '1' });
+    expect(c.gate.tools).toEqual({ deny: [{ upstream: null, name: 'a' }, { upstream: null, name: 'b' }], exempt: [{ upstream: UP, name: 'c' }], driftWindowMs: 24 * HOUR, requireMcpMethod: true });
+    expect(loadConfig({}).gate.tools).toEqual({ deny: [], exempt: [], driftWindowMs: WEEK, requireMcpMethod: false });
+    expect(() => loadConfig({ GATE_REQUIRE_MCP_METHOD: 'sometimes' })).toThrow(/GATE_REQUIRE_MCP_METHOD/);
   });
 });
 

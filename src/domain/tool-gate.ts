@@ -91,6 +91,11 @@ export interface GateToolPolicy {
   exempt: ToolRule[];
   /** A tool changed or added by a drift detected within this many ms is denied; 0 = drift never denies a tool. */
   driftWindowMs: number;
+  /**
+   * Deny requests without `Mcp-Method` (GATE_REQUIRE_MCP_METHOD): only 2026-07-28 requests pass,
+   * so a client cannot skip the per-tool checks by speaking an earlier revision.
+   */
+  requireMcpMethod?: boolean;
 }
 
 /**

@@ -238,7 +238,10 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
     } else {
       mcpMethod = mcp.call.method;
       toolName = mcp.call.tool;
-      if (toolName !== null && d.allow) {
+      if (mcpMethod === null && toolPolicy.requireMcpMethod && d.allow) {
+        d = { allow: false, reason: 'mcp_method_required' };
+        headerProblem = 'Mcp-Method is required here (GATE_REQUIRE_MCP_METHOD): send MCP 2026-07-28 requests';
+      } else if (toolName !== null && d.allow) {
         const tool = decideTool(d, resolved.upstream, toolName, await facts(resolved.upstream, a, toolName, at), toolPolicy);
         d = tool.decision;
         finding = tool.finding;
