@@ -159,7 +159,14 @@ describe('matchRoute', () => {
 
 describe('gate configuration', () => {
   it('defaults: allow UNCERTAIN, deny UNRATED, 5 s cache, no routes', () => {
-    expect(loadConfig({}).gate).toEqual({ allowUncertain: true, allowUnrated: false, cacheSeconds: 5, routes: [], trustedHeaders: [] });
+    expect(loadConfig({}).gate).toEqual({
+      allowUncertain: true,
+      allowUnrated: false,
+      cacheSeconds: 5,
+      routes: [],
+      trustedHeaders: [],
+      tools: { deny: [], exempt: [], driftWindowMs: 168 * 3_600_000, requireMcpMethod: false },
+    });
   });
 
   it('reads every variable', () => {
@@ -169,6 +176,8 @@ describe('gate configuration', () => {
       GATE_CACHE_SECONDS: '0',
       GATE_ROUTES: '[{"host":"GW.example","path_prefix":"/w/","upstream":"https://W.internal/mcp/"}]',
       GATE_TRUSTED_HEADERS: 'x-mcp-server',
+      GATE_TOOL_DRIFT_HOURS: '2',
+      GATE_REQUIRE_MCP_METHOD: '1',
     }).gate;
     expect(g).toEqual({
       allowUncertain: false,
@@ -176,6 +185,7 @@ describe('gate configuration', () => {
       cacheSeconds: 0,
       routes: [{ host: 'gw.example', pathPrefix: '/w', upstream: 'https://w.internal/mcp' }],
       trustedHeaders: ['x-mcp-server'],
+      tools: { deny: [], exempt: [], driftWindowMs: 2 * 3_600_000, requireMcpMethod: true },
     });
   });
 
