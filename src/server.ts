@@ -14,6 +14,7 @@ import { connectContextValues, fastifyTrustProxy } from './http/client-address.j
 import { registerRestRoutes } from './http/routes.js';
 import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
 import { parseErrorsAreInvalidArgument } from './http/connect-parse-errors.js';
+import { contractValidationInterceptor } from './http/contract-validation.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
 import { resolveKeyEncryptionKey, type KeyEncryptionKey } from './signing/key-encryption.js';
 import { openKeyRing, type KeyRing } from './signing/keyring.js';
@@ -165,8 +166,9 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
       parseErrorsAreInvalidArgument(router);
     },
     contextValues: connectContextValues,
-    // The Connect twins of the limited REST routes, by method (src/http/rate-limit.ts).
-    interceptors: [rateLimitInterceptor(services.limits)],
+    // The Connect twins of the limited REST routes, by method (src/http/rate-limit.ts); then the
+    // buf.validate rules of the request message (src/http/contract-validation.ts).
+    interceptors: [rateLimitInterceptor(services.limits), contractValidationInterceptor()],
   });
   registerRestRoutes(app, { services, db, config });
 

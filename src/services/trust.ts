@@ -261,11 +261,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
     async getLeaderboard(req: Partial<GetLeaderboardRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetLeaderboardResponseSchema>> {
       const limit = req.limit ?? LEADERBOARD_DEFAULT_LIMIT;
-      if (!Number.isInteger(limit) || limit < 1 || limit > LEADERBOARD_MAX_LIMIT) {
-        throw invalidArgument(`limit must be an integer from 1 to ${LEADERBOARD_MAX_LIMIT}`);
-      }
       const category = req.category?.trim() ? req.category.trim().toLowerCase() : null;
-      if (category !== null && category.length > 100) throw invalidArgument('category must be at most 100 characters');
       const at = now();
       const all = await engine.ranked(category, at);
       // Ranks rated servers only; the others are counted (catalogued servers nobody observed yet).

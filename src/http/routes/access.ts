@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
-import { AgentQueryResponseSchema, GetPaymentInfoResponseSchema, RegisterAgentResponseSchema } from '../../../gen/observatory/v1/access_pb.js';
+import { AgentQueryResponseSchema, GetPaymentInfoResponseSchema, RegisterAgentRequestSchema, RegisterAgentResponseSchema } from '../../../gen/observatory/v1/access_pb.js';
+import { restBodySchema } from '../contract-schema.js';
 import { VerifyReceiptResponseSchema } from '../../../gen/observatory/v1/receipt_pb.js';
 import { GetSkillTrustResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
 import { callContext } from '../../services/context.js';
@@ -9,11 +10,8 @@ import { restJson } from '../rest-json.js';
 // REST adapters of SPEC 4.5, 4.6, /v1/verify-receipt and /v1/trust: thin calls into the services.
 
 // SPEC 4.6 marks neither member required: each names the only choice offered, so a missing one
-// (or a missing body) takes it; the service refuses any other value with 400.
-const authBody = {
-  type: 'object',
-  properties: { type: { type: 'string', maxLength: 64 }, requested_credential_type: { type: 'string', maxLength: 64 } },
-} as const;
+// (or a missing body) takes it; any other value breaks the `in` rule of RegisterAgentRequest (400).
+const authBody = restBodySchema(RegisterAgentRequestSchema);
 
 const stringQuery = (...names: string[]) =>
   ({ type: 'object', properties: Object.fromEntries(names.map((n) => [n, { type: 'string', maxLength: 4096 }])) }) as const;
