@@ -164,7 +164,7 @@ export function openApiDocument(config: Config) {
   for (const op of REST_ADAPTERS) {
     const responses: Record<string, unknown> = { 200: op.ok };
     for (const [status, why] of Object.entries(op.errors ?? {})) responses[status] = problem(why);
-    if (op.tag !== 'discovery') {
+    if (op.tag !== 'discovery' && op.tag !== 'operations') {
       responses['500'] = problem('internal error (no details)');
       responses['503'] = problem('database unavailable; retry after Retry-After');
     }
@@ -190,7 +190,7 @@ export function openApiDocument(config: Config) {
         'Errors are RFC 9457 problem details (application/problem+json) with a stable code.',
     },
     servers: [{ url: config.publicBaseUrl }],
-    tags: ['trust', 'telemetry', 'receipts', 'compliance', 'access', 'agents', 'discovery'].map((name) => ({ name })),
+    tags: ['trust', 'telemetry', 'receipts', 'compliance', 'access', 'agents', 'discovery', 'operations', 'pages'].map((name) => ({ name })),
     paths,
     components: {
       schemas: { ...BASE_SCHEMAS, ...book.schemas },

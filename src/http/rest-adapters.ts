@@ -25,6 +25,8 @@ export interface AdapterOp {
   /** The 200 response (content and schema). */
   ok: Record<string, unknown>;
   errors?: Record<number, string>;
+  /** Further fastify routes ("METHOD /pattern", * for any method) this one entry documents. */
+  alsoServes?: string[];
 }
 
 const doc = (path: string, id: string, summary: string, type = 'application/json'): AdapterOp => ({
@@ -57,6 +59,7 @@ export const REST_ADAPTERS: readonly AdapterOp[] = [
     summary:
       'Gateway decision for nginx auth_request / Envoy ext_authz (any method, and every path below /v1/gate): 200 allow or 403 deny, both with X-Trust-Verdict, X-Trust-Score, X-Trust-Receipt and a signed gateway receipt (docs/gateway.md)',
     why: 'any method and any sub-path; the request is described by gateway headers, not a message',
+    alsoServes: ['* /v1/gate', '* /v1/gate/*'],
     params: [
       { name: 'X-Mcp-Server', in: 'header', description: 'upstream MCP server (full URL); first choice', schema: { type: 'string', format: 'uri' } },
       { name: 'X-Original-URL', in: 'header', description: 'the original request URL; used when X-Mcp-Server is absent', schema: { type: 'string', format: 'uri' } },
@@ -126,7 +129,73 @@ export const REST_ADAPTERS: readonly AdapterOp[] = [
   doc('/.well-known/oauth-authorization-server', 'getAuthorizationServerMetadata', 'OAuth authorization server metadata (RFC 8414)'),
   doc('/llms.txt', 'getLlmsTxt', 'Summary of the service for LLMs', 'text/plain'),
   doc('/openapi.json', 'getOpenApi', 'This document'),
+  doc('/', 'getIndex', 'Index of the service: name, version and the URLs of every discovery document'),
+  doc('/schemas/mcp-behavioral-evidence-v1.0.json', 'getBehavioralEvidenceSchema', 'JSON Schema of the behavioral evidence document', 'application/schema+json'),
+  doc('/robots.txt', 'getRobotsTxt', 'robots.txt: agents and crawlers welcome, with pointers to the agent documents', 'text/plain'),
+  doc('/logo.svg', 'getLogo', 'Service logo', 'image/svg+xml'),
+  {
+    method: 'get',
+    path: '/healthz',
+    id: 'getHealth',
+    tag: 'operations',
+    summary: 'Liveness: the process is up (and the embedded database still finishes statements)',
+    why: 'operational probe, not an RPC of proto/',
+    ok: okJson('live', { type: 'object', properties: { status: { const: 'ok' } }, required: ['status'] }),
+    errors: { 503: 'not live; restart the process' },
+  },
+  {
+    method: 'get',
+    path: '/readyz',
+    id: 'getReadiness',
+    tag: 'operations',
+    summary: 'Readiness: the database answers',
+    why: 'operational probe, not an RPC of proto/',
+    ok: okJson('ready', { type: 'object', properties: { status: { const: 'ready' }, database: { type: 'string' } }, required: ['status', 'database'] }),
+    errors: { 503: 'the database is not reachable; Retry-After says when to ask again' },
+  },
+  {
+    method: 'get',
+    path: '/metrics',
+    id: 'getMetrics',
+    tag: 'operations',
+    summary: 'Prometheus metrics (request counts and latencies by route pattern, ingest, OTLP, database pool)',
+    why: 'Prometheus text exposition format',
+    ok: { description: 'Prometheus text', content: { 'text/plain': { schema: { type: 'string' } } } },
+  },
+  page('/monitor', 'getMonitorPage', 'Monitor: tracked servers with score, verdict and trend (HTML)', [
+    q('category', 'category filter', { type: 'string' }),
+    q('window', 'trend window', { type: 'string' }),
+  ]),
+  page('/monitor/server/{slug}', 'getServerPage', 'One server: score history, anomalies, drift (HTML)', [{ name: 'slug', in: 'path', required: true, description: 'server slug, name or URL', schema: { type: 'string' } }]),
+  page('/drift', 'getDriftPage', 'Tool-manifest drift of a server (HTML)', [q('server', 'server URL, name or slug', { type: 'string' })]),
+  page('/atlas/report', 'getCoverageReportPage', 'Coverage report: index coverage next to pre-flight demand (HTML)'),
 ];
+
+function page(path: string, id: string, summary: string, params?: Param[]): AdapterOp {
+  return {
+    method: 'get',
+    path,
+    id,
+    tag: 'pages',
+    summary,
+    why: 'a page for people (text/html)',
+    ...(params ? { params } : {}),
+    ok: { description: summary, content: { 'text/html': { schema: { type: 'string' } } } },
+    errors: { 400: 'a parameter is invalid', 404: 'server not tracked' },
+  };
+}
+
+/**
+ * fastify routes that are deliberately not in /openapi.json, with the reason. The OpenTelemetry
+ * receivers follow the OTLP/HTTP specification (protobuf or JSON bodies, google.rpc.Status
+ * errors rather than problem details: docs/telemetry.md); OPTIONS is the CORS pre-flight; HEAD
+ * answers each documented GET.
+ */
+export const NOT_IN_OPENAPI: Readonly<Record<string, string>> = {
+  'POST /v1/traces': 'OTLP/HTTP trace receiver (OpenTelemetry specification; docs/telemetry.md)',
+  'POST /v1/metrics': 'OTLP/HTTP metrics receiver (OpenTelemetry specification; docs/telemetry.md)',
+  'OPTIONS *': 'CORS pre-flight',
+};
 
 /**
  * What a hand-written adapter adds to an annotated RPC's REST path: members of the HTTP request or
