@@ -102,9 +102,9 @@ export interface RestBinding {
 }
 
 /** Every google.api.http binding of the REST services, in contract order. */
-export function restBindings(): RestBinding[] {
+export function restBindings(services: readonly DescService[] = REST_SERVICES): RestBinding[] {
   const out: RestBinding[] = [];
-  for (const service of REST_SERVICES) {
+  for (const service of services) {
     for (const rpc of service.methods) {
       if (!hasOption(rpc, httpRule)) continue;
       const rule = getOption(rpc, httpRule);
@@ -157,10 +157,10 @@ function rpcOperation(b: RestBinding, book: SchemaBook) {
   };
 }
 
-export function openApiDocument(config: Config) {
+export function openApiDocument(config: Config, services: readonly DescService[] = REST_SERVICES) {
   const book = new SchemaBook();
   const paths: Record<string, Record<string, unknown>> = {};
-  for (const b of restBindings()) (paths[b.path] ??= {})[b.method] = rpcOperation(b, book);
+  for (const b of restBindings(services)) (paths[b.path] ??= {})[b.method] = rpcOperation(b, book);
   for (const op of REST_ADAPTERS) {
     const responses: Record<string, unknown> = { 200: op.ok };
     for (const [status, why] of Object.entries(op.errors ?? {})) responses[status] = problem(why);

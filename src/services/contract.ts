@@ -15,18 +15,19 @@ type Impl = Record<string, unknown>;
 
 /**
  * Makes every unary method of `impl` named after a method of `service` check its request message
- * first (in place: the object keeps its identity). Client streams check each element themselves,
- * so one bad report refuses that report, not the stream.
+ * first (in place: the object keeps its identity); a broken rule is a rejected promise, as any
+ * other refusal of an async service method. Client streams check each element themselves, so one
+ * bad report refuses that report, not the stream.
  */
 export function enforceContract<T extends object>(impl: T, service: DescService): T {
   const target = impl as Impl;
   for (const method of service.methods) {
-    if (method.methodKind !== 'unary' && method.methodKind !== 'server_streaming') continue;
+    if (method.methodKind !== 'unary') continue;
     const fn = target[method.localName];
     if (typeof fn !== 'function') continue;
     target[method.localName] = (req: object | undefined, ...rest: unknown[]) => {
       const violations = ruleViolations(method.input, (req ?? {}) as never);
-      if (violations.length) throw contractViolation(violations);
+      if (violations.length) return Promise.reject(contractViolation(violations));
       return (fn as (...a: unknown[]) => unknown)(req, ...rest);
     };
   }
