@@ -190,7 +190,7 @@ export function openApiDocument(config: Config, services: readonly DescService[]
         'Errors are RFC 9457 problem details (application/problem+json) with a stable code.',
     },
     servers: [{ url: config.publicBaseUrl }],
-    tags: ['trust', 'telemetry', 'receipts', 'compliance', 'access', 'agents', 'discovery', 'operations', 'pages'].map((name) => ({ name })),
+    tags: ['trust', 'telemetry', 'receipts', 'compliance', 'access', 'agents', 'discovery', 'operations'].map((name) => ({ name })),
     paths,
     components: {
       schemas: { ...BASE_SCHEMAS, ...book.schemas },

@@ -162,38 +162,22 @@ export const REST_ADAPTERS: readonly AdapterOp[] = [
     why: 'Prometheus text exposition format',
     ok: { description: 'Prometheus text', content: { 'text/plain': { schema: { type: 'string' } } } },
   },
-  page('/monitor', 'getMonitorPage', 'Monitor: tracked servers with score, verdict and trend (HTML)', [
-    q('category', 'category filter', { type: 'string' }),
-    q('window', 'trend window', { type: 'string' }),
-  ]),
-  page('/monitor/server/{slug}', 'getServerPage', 'One server: score history, anomalies, drift (HTML)', [{ name: 'slug', in: 'path', required: true, description: 'server slug, name or URL', schema: { type: 'string' } }]),
-  page('/drift', 'getDriftPage', 'Tool-manifest drift of a server (HTML)', [q('server', 'server URL, name or slug', { type: 'string' })]),
-  page('/atlas/report', 'getCoverageReportPage', 'Coverage report: index coverage next to pre-flight demand (HTML)'),
 ];
-
-function page(path: string, id: string, summary: string, params?: Param[]): AdapterOp {
-  return {
-    method: 'get',
-    path,
-    id,
-    tag: 'pages',
-    summary,
-    why: 'a page for people (text/html)',
-    ...(params ? { params } : {}),
-    ok: { description: summary, content: { 'text/html': { schema: { type: 'string' } } } },
-    errors: { 400: 'a parameter is invalid', 404: 'server not tracked' },
-  };
-}
 
 /**
  * fastify routes that are deliberately not in /openapi.json, with the reason. The OpenTelemetry
  * receivers follow the OTLP/HTTP specification (protobuf or JSON bodies, google.rpc.Status
- * errors rather than problem details: docs/telemetry.md); OPTIONS is the CORS pre-flight; HEAD
- * answers each documented GET.
+ * errors rather than problem details: docs/telemetry.md); the pages are for people (HTML, their
+ * errors readable HTML pages rather than problem details: docs/pages.md); OPTIONS is the CORS
+ * pre-flight; HEAD answers each documented GET.
  */
 export const NOT_IN_OPENAPI: Readonly<Record<string, string>> = {
   'POST /v1/traces': 'OTLP/HTTP trace receiver (OpenTelemetry specification; docs/telemetry.md)',
   'POST /v1/metrics': 'OTLP/HTTP metrics receiver (OpenTelemetry specification; docs/telemetry.md)',
+  'GET /monitor': 'page for people (HTML)',
+  'GET /monitor/server/:slug': 'page for people (HTML)',
+  'GET /drift': 'page for people (HTML)',
+  'GET /atlas/report': 'page for people (HTML)',
   'OPTIONS *': 'CORS pre-flight',
 };
 
