@@ -3,8 +3,8 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createFileRegistry, fromBinary, type DescMessage, type DescService } from '@bufbuild/protobuf';
-import { FileDescriptorSetSchema } from '@bufbuild/protobuf/wkt';
+import { createFileRegistry, fromBinary, toJson, type DescMessage, type DescService } from '@bufbuild/protobuf';
+import { FileDescriptorProtoSchema, FileDescriptorSetSchema, type FileDescriptorProto } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, createClient, createRouterTransport, type Transport } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
 import { ViolationsSchema, file_buf_validate_validate } from '@bufbuild/protovalidate/gen/buf/validate/validate_pb.js';
@@ -132,6 +132,7 @@ describe(`the rules of proto/ on every door (${backend})`, () => {
 describe('a rule changed in proto/ and nothing else', () => {
   let dir: string;
   let variant: { service: DescService; request: DescMessage };
+  let vendored: FileDescriptorProto | undefined;
 
   beforeAll(() => {
     // A copy of proto/ where tool_name allows 7 characters instead of the shipped limit.
@@ -146,13 +147,19 @@ describe('a rule changed in proto/ and nothing else', () => {
     execFileSync(join(process.cwd(), 'node_modules/.bin/buf'), ['build', '-o', join(dir, 'image.binpb')], { cwd: dir });
     const set = fromBinary(FileDescriptorSetSchema, readFileSync(join(dir, 'image.binpb')));
     const registry = createFileRegistry(set);
-    void file_buf_validate_validate;
+    vendored = set.file.find((f) => f.name === 'buf/validate/validate.proto');
     variant = {
       service: registry.getService('observatory.v1.TelemetryService')!,
       request: registry.getMessage('observatory.v1.ReportRequest')!,
     };
   }, 120_000);
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('the vendored buf/validate/validate.proto is the descriptor the validator ships (re-run scripts/vendor-validate-proto.ts after an upgrade)', () => {
+    expect(vendored).toBeDefined();
+    const strip = (f: FileDescriptorProto) => toJson(FileDescriptorProtoSchema, { ...f, sourceCodeInfo: undefined } as FileDescriptorProto);
+    expect(strip(vendored!)).toEqual(strip(file_buf_validate_validate.proto));
+  });
 
   const eight = { serverUrl: SERVER, success: true, latencyMs: 5, toolName: 'x'.repeat(8) };
 

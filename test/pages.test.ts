@@ -73,7 +73,7 @@ describe('pages over HTTP', () => {
     expect(res.status).toBe(400);
     expect(res.headers.get('content-type')).toMatch(/^text\/html/);
     // The rule is GetLeaderboardRequest.category's max_len in proto/, worded by protovalidate.
-    expect(text).toContain('category: value length must be at most 100 characters');
+    expect(text).toContain('category: must be at most 100 characters');
   });
 
   it('renders a server view with charts, baseline, receipts and the badge snippet', async () => {
