@@ -183,3 +183,14 @@ export class SchemaBook {
     return { type: 'object', properties, ...(required.length ? { required } : {}) };
   }
 }
+
+/**
+ * The query string fastify accepts for a GET bound by google.api.http: one string member per
+ * field of the request message (query values are text; each adapter passes them on and the
+ * contract's rules decide, so REST and Connect refuse the same inputs), plus `extra` members a
+ * hand-written adapter adds (e.g. `format`).
+ */
+export function restQuerySchema(desc: DescMessage, ...extra: string[]): JsonSchema {
+  const names = [...desc.fields.filter((f) => f.fieldKind === 'scalar' || f.fieldKind === 'enum').map((f) => f.name), ...extra];
+  return { type: 'object', properties: Object.fromEntries(names.map((n) => [n, { type: 'string' }])) };
+}

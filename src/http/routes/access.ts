@@ -1,8 +1,8 @@
 import type { FastifyInstance } from 'fastify';
 import { AgentQueryResponseSchema, GetPaymentInfoResponseSchema, RegisterAgentRequestSchema, RegisterAgentResponseSchema } from '../../../gen/observatory/v1/access_pb.js';
-import { restBodySchema } from '../contract-schema.js';
-import { VerifyReceiptResponseSchema } from '../../../gen/observatory/v1/receipt_pb.js';
-import { GetSkillTrustResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
+import { restBodySchema, restQuerySchema } from '../contract-schema.js';
+import { VerifyReceiptRequestSchema, VerifyReceiptResponseSchema } from '../../../gen/observatory/v1/receipt_pb.js';
+import { GetSkillTrustRequestSchema, GetSkillTrustResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
 import { callContext } from '../../services/context.js';
 import type { RouteDeps } from '../routes.js';
 import { restJson } from '../rest-json.js';
@@ -13,8 +13,6 @@ import { restJson } from '../rest-json.js';
 // (or a missing body) takes it; any other value breaks the `in` rule of RegisterAgentRequest (400).
 const authBody = restBodySchema(RegisterAgentRequestSchema);
 
-const stringQuery = (...names: string[]) =>
-  ({ type: 'object', properties: Object.fromEntries(names.map((n) => [n, { type: 'string', maxLength: 4096 }])) }) as const;
 
 export function accessRoutes(app: FastifyInstance, { services }: RouteDeps) {
   app.post<{ Body: { type?: string; requested_credential_type?: string } | undefined }>('/agent/auth',
@@ -48,11 +46,11 @@ export function accessRoutes(app: FastifyInstance, { services }: RouteDeps) {
     return restJson(GetPaymentInfoResponseSchema, await services.access.getPaymentInfo());
   });
 
-  app.get<{ Querystring: { id?: string } }>('/v1/verify-receipt', { schema: { querystring: stringQuery('id') } }, async (req) =>
+  app.get<{ Querystring: { id?: string } }>('/v1/verify-receipt', { schema: { querystring: restQuerySchema(VerifyReceiptRequestSchema) } }, async (req) =>
     restJson(VerifyReceiptResponseSchema, await services.verifyReceipt.verifyReceipt({ id: req.query.id })),
   );
 
-  app.get<{ Querystring: { registry?: string; skill?: string } }>('/v1/trust', { schema: { querystring: stringQuery('registry', 'skill') } }, async (req) =>
+  app.get<{ Querystring: { registry?: string; skill?: string } }>('/v1/trust', { schema: { querystring: restQuerySchema(GetSkillTrustRequestSchema) } }, async (req) =>
     restJson(GetSkillTrustResponseSchema, await services.skillTrust.getSkillTrust({ registry: req.query.registry, skill: req.query.skill })),
   );
 }
