@@ -15,8 +15,6 @@ import type { CallContext, ServiceDeps } from './context.js';
 import type { ServerCardCheck } from './mcp-probe.js';
 import type { TrustService } from './trust.js';
 
-/** Longest target accepted (a URL or a name); longer is 400, not a lookup. */
-export const MAX_TARGET_LENGTH = 2048;
 /** Most-vetted targets listed per demand window. */
 export const DEMAND_TOP_TARGETS = 20;
 export const DEMAND_WINDOWS = [

@@ -13,8 +13,7 @@ import {
 import { classifyCategory } from '../domain/category.js';
 import { messageJson } from '../domain/message-json.js';
 import { serverNameFromUrl } from '../domain/server-identity.js';
-import { ObservatoryError, invalidArgument } from '../errors.js';
-import { RECEIPT_ID_PATTERN } from '../signing/receipts.js';
+import { ObservatoryError } from '../errors.js';
 import { receiptStore } from '../store/receipts.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { requireServerUrl, type TrustService } from './trust.js';

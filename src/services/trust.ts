@@ -39,7 +39,6 @@ const DAY_MS = 86_400_000;
 export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
 export const DELTA_SCHEMA = 'mcp-trust-delta-v1.0';
 export const LEADERBOARD_DEFAULT_LIMIT = 20;
-export const LEADERBOARD_MAX_LIMIT = 100;
 /** `market_validation` counts whole tables; each instance recounts at most this often. */
 export const MARKET_FIGURES_MS = 60_000;
 /** Stale scores are recomputed (and snapshotted) at least this often. */

@@ -1,7 +1,5 @@
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { VerifyReceiptRequest, VerifyReceiptResponseSchema } from '../../gen/observatory/v1/receipt_pb.js';
-import { invalidArgument } from '../errors.js';
-import { RECEIPT_ID_PATTERN } from '../signing/receipts.js';
 import type { CallContext, ServiceDeps } from './context.js';
 
 /** ReceiptService.VerifyReceipt: THE implementation of GET /v1/verify-receipt?id=. */
