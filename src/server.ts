@@ -17,6 +17,7 @@ import { parseErrorsAreInvalidArgument } from './http/connect-parse-errors.js';
 import { registerHealth, registerReflection } from './http/grpc-introspection.js';
 import { nativeHandlerErrors, refusalsCarryConnectErrors, rpcProtocolOf, sendRpcProblem } from './http/rpc-errors.js';
 import { createHealthMonitor, type HealthMonitor } from './services/health.js';
+import { contractValidationInterceptor } from './http/contract-validation.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
 import { resolveKeyEncryptionKey, type KeyEncryptionKey } from './signing/key-encryption.js';
 import { openKeyRing, type KeyRing } from './signing/keyring.js';
@@ -187,9 +188,11 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
       refusalsCarryConnectErrors(router);
     },
     contextValues: connectContextValues,
-    // The Connect twins of the limited REST routes, by method (src/http/rate-limit.ts).
+    // The Connect twins of the limited REST routes, by method (src/http/rate-limit.ts); then the
+    // buf.validate rules of the request message (src/http/contract-validation.ts).
     interceptors: [
       rateLimitInterceptor(services.limits),
+      contractValidationInterceptor(),
       nativeHandlerErrors((err) => app.log.error({ err }, 'rpc failed')),
     ],
     // A request message larger than BODY_LIMIT is RESOURCE_EXHAUSTED (each message of a stream);

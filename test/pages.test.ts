@@ -72,7 +72,8 @@ describe('pages over HTTP', () => {
     const { res, text } = await page(`/monitor?category=${'x'.repeat(200)}`);
     expect(res.status).toBe(400);
     expect(res.headers.get('content-type')).toMatch(/^text\/html/);
-    expect(text).toContain('category must be at most 100 characters');
+    // The rule is GetLeaderboardRequest.category's max_len in proto/, worded by protovalidate.
+    expect(text).toContain('category: must be at most 100 characters');
   });
 
   it('renders a server view with charts, baseline, receipts and the badge snippet', async () => {
@@ -145,7 +146,8 @@ describe('pages over HTTP', () => {
     expect(unknown.text).not.toContain('<b>no-such');
     const blank = await page('/drift?server=');
     expect(blank.res.status).toBe(400);
-    expect(blank.text).toContain('server is required');
+    // GetDriftRequest.server's `required` rule in proto/, worded by protovalidate.
+    expect(blank.text).toContain('server: value is required');
   });
 
   it('refuses other methods on the pages', async () => {

@@ -1,5 +1,10 @@
 import * as z from 'zod';
 import type { McpToolName } from './mcp-tool-names.js';
+import { PreflightRequestSchema } from '../../gen/observatory/v1/trust_pb.js';
+import { contractField, maxLength } from '../domain/contract-rules.js';
+
+/** PreflightRequest.target's max_len in proto/observatory/v1/trust.proto (the tool states the contract's rule). */
+const TARGET_MAX = maxLength(contractField(PreflightRequestSchema, 'target')) ?? 2048;
 
 // The three MCP tools: names, descriptions and schemas in one place, read by the MCP server
 // (src/agents/mcp.ts) and by every discovery document that lists them (/mcp, /.well-known/mcp.json).
@@ -46,7 +51,7 @@ export const MCP_TOOLS = {
       'Ed25519-signed diligence receipt (compact JWS) verifiable offline against /.well-known/jwks.json. ' +
       'Pre-flight checks are counted as demand only; they never change a score.',
     inputSchema: z.object({
-      target: z.string().min(1).max(2048).describe('MCP server URL (e.g. https://weather.example.com/mcp), name or slug'),
+      target: z.string().min(1).max(TARGET_MAX).describe('MCP server URL (e.g. https://weather.example.com/mcp), name or slug'),
     }),
     outputSchema: z.object({
       target: z.string(),

@@ -1,16 +1,27 @@
-// Validation of one telemetry report (SPEC 2.2). One set of limits and one decision, used by the
-// REST JSON schema (types) and by the telemetry service for REST, Connect unary and the
-// ReportStream client stream alike (docs/reliability.md "Values the database refuses").
+// Validation of one telemetry report (SPEC 2.2). The value rules are the buf.validate annotations
+// of ReportRequest in proto/observatory/v1/telemetry.proto, enforced by protovalidate: one
+// decision for REST, Connect unary, the ReportStream client stream, OTLP and MCP alike
+// (docs/reliability.md "Values the database refuses", docs/validation.md).
+import { create } from '@bufbuild/protobuf';
+import { ReportRequestSchema } from '../../gen/observatory/v1/telemetry_pb.js';
+import { contractField, maxLength, numericBounds, ruleViolations, violationsDetail, type RuleViolation } from './contract-rules.js';
 import { canonicalServerUrl, InvalidServerUrl } from './server-identity.js';
 
-export const REPORT_LIMITS = {
-  serverUrlMaxLength: 2048,
-  toolNameMaxLength: 200,
+function must(n: number | undefined, what: string): number {
+  if (n === undefined) throw new Error(`proto/observatory/v1/telemetry.proto: ReportRequest lost its ${what} rule`);
+  return n;
+}
+const field = (name: string) => contractField(ReportRequestSchema, name);
+
+/** The report limits as the contract states them (read from the descriptor, never restated). */
+export const REPORT_LIMITS = Object.freeze({
+  serverUrlMaxLength: must(maxLength(field('server_url')), 'server_url max_len'),
+  toolNameMaxLength: must(maxLength(field('tool_name')), 'tool_name max_len'),
   /** Latencies above one hour are not round trips of a tool call; refusing them keeps means sane. */
-  latencyMaxMs: 3_600_000,
-  httpStatusMin: 100,
-  httpStatusMax: 599,
-} as const;
+  latencyMaxMs: must(numericBounds(field('latency_ms')).max, 'latency_ms lte'),
+  httpStatusMin: must(numericBounds(field('http_status')).min, 'http_status gte'),
+  httpStatusMax: must(numericBounds(field('http_status')).max, 'http_status lte'),
+});
 
 export interface ReportInput {
   server_url?: unknown;
@@ -27,7 +38,8 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 /**
  * Why a text value cannot be stored as given, or null. PostgreSQL refuses NUL in `text`
  * (SQLSTATE 22021 / 22P05 in JSON); a lone UTF-16 surrogate has no UTF-8 form at all, so drivers
- * would silently store U+FFFD instead of what was sent. Both are refused at the edge.
+ * would silently store U+FFFD instead of what was sent. Both are refused at the edge. (A storage
+ * rule, not a contract one: binary protobuf cannot carry a lone surrogate at all.)
  */
 export function unstorableText(s: string): string | null {
   if (s.includes('\u0000')) return 'must not contain NUL characters';
@@ -35,26 +47,40 @@ export function unstorableText(s: string): string | null {
   return null;
 }
 
+const present = (v: unknown) => v !== undefined && v !== null;
+
+/** Every reason the report is invalid (empty when it is valid): JSON types, the contract's rules, storable text. */
+export function reportViolations(r: ReportInput): RuleViolation[] {
+  // JSON values a ReportRequest cannot hold at all (REST bodies, MCP arguments).
+  const typed: [keyof ReportInput, string, (v: unknown) => boolean][] = [
+    ['server_url', 'a string', (v) => typeof v === 'string'],
+    ['success', 'a boolean', (v) => typeof v === 'boolean'],
+    ['latency_ms', 'a number', (v) => typeof v === 'number'],
+    ['tool_name', 'a string', (v) => typeof v === 'string'],
+    ['http_status', 'an integer', (v) => typeof v === 'number' && Number.isInteger(v)],
+  ];
+  const wrong = typed.filter(([k, , ok]) => present(r[k]) && !ok(r[k]));
+  if (wrong.length) return wrong.map(([k, what]) => ({ field: k, rule: 'type', message: `must be ${what}` }));
+  const msg = create(ReportRequestSchema, {
+    serverUrl: (r.server_url as string | undefined) ?? '',
+    success: (r.success as boolean | null | undefined) ?? undefined,
+    latencyMs: (r.latency_ms as number | null | undefined) ?? undefined,
+    toolName: (r.tool_name as string | null | undefined) ?? undefined,
+    httpStatus: (r.http_status as number | null | undefined) ?? undefined,
+  });
+  const violations = ruleViolations(ReportRequestSchema, msg);
+  if (violations.length) return violations;
+  for (const k of ['server_url', 'tool_name'] as const) {
+    const bad = typeof r[k] === 'string' ? unstorableText(r[k]) : null;
+    if (bad) violations.push({ field: k, rule: 'storable_text', message: bad });
+  }
+  return violations;
+}
+
 /** Returns why the report is invalid, or null when it is valid. */
 export function validateReport(r: ReportInput): string | null {
-  if (typeof r.server_url !== 'string' || r.server_url.length === 0) return 'server_url is required';
-  if (r.server_url.length > REPORT_LIMITS.serverUrlMaxLength) return `server_url must be at most ${REPORT_LIMITS.serverUrlMaxLength} characters`;
-  const badUrl = unstorableText(r.server_url);
-  if (badUrl) return `server_url ${badUrl}`;
-  if (typeof r.success !== 'boolean') return 'success is required and must be a boolean';
-  if (typeof r.latency_ms !== 'number' || !Number.isFinite(r.latency_ms)) return 'latency_ms is required and must be a finite number';
-  if (r.latency_ms < 0 || r.latency_ms > REPORT_LIMITS.latencyMaxMs) return `latency_ms must be between 0 and ${REPORT_LIMITS.latencyMaxMs}`;
-  if (r.tool_name !== undefined && r.tool_name !== null) {
-    if (typeof r.tool_name !== 'string') return 'tool_name must be a string';
-    if (r.tool_name.length > REPORT_LIMITS.toolNameMaxLength) return `tool_name must be at most ${REPORT_LIMITS.toolNameMaxLength} characters`;
-    const badTool = unstorableText(r.tool_name);
-    if (badTool) return `tool_name ${badTool}`;
-  }
-  if (r.http_status !== undefined && r.http_status !== null) {
-    if (typeof r.http_status !== 'number' || !Number.isInteger(r.http_status)) return 'http_status must be an integer';
-    if (r.http_status < REPORT_LIMITS.httpStatusMin || r.http_status > REPORT_LIMITS.httpStatusMax) return 'http_status must be between 100 and 599';
-  }
-  return null;
+  const v = reportViolations(r);
+  return v.length ? violationsDetail(v) : null;
 }
 
 /** A report that passed validation: the five fields, the server URL in canonical form. */
@@ -70,14 +96,16 @@ export interface ValidReport {
  * THE acceptance decision for one report: validation plus the canonical server URL. Returns the
  * report to store, or the reason it is refused (every door answers it as invalid_argument).
  */
-export function parseReport(r: ReportInput): ValidReport | { problem: string } {
-  const problem = validateReport(r);
-  if (problem) return { problem };
+export function parseReport(r: ReportInput): ValidReport | { problem: string; violations: RuleViolation[] } {
+  const violations = reportViolations(r);
+  if (violations.length) return { problem: violationsDetail(violations), violations };
   let url: string;
   try {
     url = canonicalServerUrl(r.server_url as string);
   } catch (err) {
-    if (err instanceof InvalidServerUrl) return { problem: `server_url: ${err.message}` };
+    if (err instanceof InvalidServerUrl) {
+      return { problem: `server_url: ${err.message}`, violations: [{ field: 'server_url', rule: 'server_url', message: err.message }] };
+    }
     throw err;
   }
   return {

@@ -1,11 +1,24 @@
+import { getOption, hasOption, type DescMethod, type DescService } from '@bufbuild/protobuf';
 import { INTERFACE_VERSION, type Config } from '../config.js';
 import { FAIL_THRESHOLD, PASS_THRESHOLD } from '../domain/verdict.js';
+import { http as httpRule } from '../../gen/google/api/annotations_pb.js';
+import { AccessService } from '../../gen/observatory/v1/access_pb.js';
+import { ComplianceService } from '../../gen/observatory/v1/compliance_pb.js';
+import { ReceiptService } from '../../gen/observatory/v1/receipt_pb.js';
+import { TelemetryService } from '../../gen/observatory/v1/telemetry_pb.js';
+import { TrustService } from '../../gen/observatory/v1/trust_pb.js';
+import { isRequired, SchemaBook } from './contract-schema.js';
+import { REST_ADAPTERS, REST_EXTRAS, RATE_LIMITED_PROBES, type Param, type Schema } from './rest-adapters.js';
 
-// /openapi.json: OpenAPI 3.1 description of every REST path of SPEC.md section 4 (plus the agent
-// endpoints and discovery documents). Errors are RFC 9457 problem details everywhere.
+// /openapi.json, generated: every RPC of proto/ with a google.api.http annotation is an operation
+// (method and path template from the annotation, query and path parameters or the JSON body from
+// the request message with its buf.validate rules, the 200 schema from the response message as
+// src/domain/message-json.ts writes it), plus the hand-written adapters of src/http/rest-adapters.ts.
+// What the descriptors cannot say (summaries, the error statuses of each operation) is below, keyed
+// by RPC. Errors are RFC 9457 problem details everywhere.
 
-type Schema = Record<string, unknown>;
-type Param = { name: string; in: 'query' | 'path' | 'header'; required?: boolean; description: string; schema: Schema };
+/** The services whose annotated RPCs are REST operations. */
+export const REST_SERVICES: readonly DescService[] = [TrustService, TelemetryService, ReceiptService, ComplianceService, AccessService];
 
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 const obj = (properties: Record<string, Schema>, required: string[] = [], description?: string): Schema => ({
@@ -15,16 +28,9 @@ const obj = (properties: Record<string, Schema>, required: string[] = [], descri
   ...(required.length ? { required } : {}),
 });
 const str = (description?: string, extra: Schema = {}): Schema => ({ type: 'string', ...(description ? { description } : {}), ...extra });
-const num = (description?: string, extra: Schema = {}): Schema => ({ type: 'number', ...(description ? { description } : {}), ...extra });
 const int = (description?: string, extra: Schema = {}): Schema => ({ type: 'integer', ...(description ? { description } : {}), ...extra });
-const nullable = (s: Schema): Schema => ({ ...s, type: [s.type as string, 'null'] });
-const verdict = { type: 'string', enum: ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'] };
 
-const q = (name: string, description: string, schema: Schema, required = false): Param => ({ name, in: 'query', required, description, schema });
-const urlParam = (name = 'url', description = 'MCP server URL') => q(name, description, { type: 'string', format: 'uri' }, true);
-const slugParam: Param = { name: 'server_slug', in: 'path', required: true, description: 'Server name slug (canonical URL and name also resolve)', schema: { type: 'string' } };
-
-const SCHEMAS: Record<string, Schema> = {
+const BASE_SCHEMAS: Record<string, Schema> = {
   Problem: obj(
     {
       type: str('problem type URI', { format: 'uri' }),
@@ -33,204 +39,144 @@ const SCHEMAS: Record<string, Schema> = {
       detail: str(),
       code: str('stable snake_case machine code (not_tracked, invalid_argument, payment_required, rate_limited, ...)'),
       request_id: str(),
+      violations: {
+        type: 'array',
+        description: 'invalid_argument from the buf.validate rules of the contract: the same field path, rule id and message a Connect/gRPC client reads from the buf.validate.Violations error detail',
+        items: obj({ field: str('field path (proto names = REST keys)'), rule: str('rule id, e.g. string.max_len'), message: str() }, ['field', 'rule', 'message']),
+      },
     },
     ['type', 'title', 'status', 'detail', 'code'],
     'RFC 9457 problem details',
-  ),
-  TrustRecord: obj(
-    {
-      server: obj(
-        {
-          name: str(),
-          url: str(undefined, { format: 'uri' }),
-          slug: str(),
-          category: str(),
-          trust_score: num('0 to 100', { minimum: 0, maximum: 100 }),
-          registered_at: str(undefined, { format: 'date-time' }),
-          protocol_version: nullable(str('MCP protocol revision the server spoke at its latest probe (e.g. 2026-07-28); null before any probe')),
-        },
-        ['name', 'url', 'category', 'trust_score', 'registered_at'],
-      ),
-      metrics: obj({ total_interactions: int(), avg_latency_ms: num(), success_rate: nullable(num('0 to 1', { minimum: 0, maximum: 1 })) }, ['total_interactions', 'avg_latency_ms', 'success_rate']),
-      category_baseline: obj(
-        { category: str(), avg_latency_ms: num(), p95_latency_ms: num(), avg_success_rate: num(), server_count: int() },
-        ['category', 'avg_latency_ms', 'p95_latency_ms', 'avg_success_rate', 'server_count'],
-      ),
-      anomaly: obj({ is_anomalous: { type: 'boolean' }, anomaly_flags: { type: 'array', items: str() } }, ['is_anomalous', 'anomaly_flags']),
-      score_breakdown: { type: ['object', 'null'], description: 'additive explanation of the score' },
-      verdict,
-      server_card: { anyOf: [ref('ServerCardCheck'), { type: 'null' }] },
-    },
-    ['server', 'metrics', 'category_baseline', 'anomaly'],
-    'Trust record (SPEC 2.1)',
-  ),
-  ServerCardCheck: obj(
-    {
-      card_url: str(undefined, { format: 'uri' }),
-      checked_at: str(undefined, { format: 'date-time' }),
-      matches: { type: 'boolean' },
-      differences: {
-        type: 'array',
-        items: obj({ field: str('name, version, title, endpoint, transport, protocol_versions or tools'), claimed: str(), observed: str(), detail: str() }, ['field', 'claimed', 'observed', 'detail']),
-      },
-    },
-    ['card_url', 'checked_at', 'matches', 'differences'],
-    "The server's MCP Server Card (SEP-2127) against runtime at its latest probe; a mismatch raises server_card_mismatch and changes no score",
-  ),
-  Preflight: obj(
-    {
-      target: str(),
-      server_url: nullable(str()),
-      verdict,
-      trust_score: nullable(num()),
-      recommendation: str(),
-      diligence_receipt: str('compact JWS (header.payload.signature)'),
-      receipt_id: str(undefined, { pattern: '^[0-9a-f]{16}$' }),
-      checked_at: str(undefined, { format: 'date-time' }),
-      anomaly_flags: { type: 'array', items: str() },
-      server_card: { anyOf: [ref('ServerCardCheck'), { type: 'null' }] },
-    },
-    ['verdict', 'recommendation', 'diligence_receipt', 'receipt_id'],
-  ),
-  TelemetryReport: {
-    ...obj(
-      {
-        server_url: str('MCP server that was called', { format: 'uri' }),
-        success: { type: 'boolean' },
-        latency_ms: num('round-trip latency in milliseconds', { minimum: 0 }),
-        tool_name: str('tool that was called'),
-        http_status: int('HTTP status code returned'),
-      },
-      ['server_url', 'success', 'latency_ms'],
-    ),
-    additionalProperties: false,
-  },
-  BehavioralEvidence: obj(
-    {
-      schema: { const: 'mcp-behavioral-evidence-v1.0' },
-      server_url: str(),
-      observed_at: str(undefined, { format: 'date-time' }),
-      observer: str(),
-      found: { type: 'boolean' },
-      trust_score: nullable(num()),
-      behavioral_summary: { type: 'object' },
-    },
-    ['schema', 'server_url', 'observed_at', 'observer', 'found'],
-  ),
-  Credential: obj(
-    {
-      api_key: str(),
-      credential_type: { const: 'api_key' },
-      scopes: { type: 'array', items: str() },
-      trial_limit: int(),
-      credential_expires: { type: 'null' },
-    },
-    ['api_key', 'credential_type', 'scopes', 'trial_limit', 'credential_expires'],
-  ),
-  PaymentRequired: obj(
-    { wallet: nullable(str()), amount: str(), currency: str(), chain: str(), chain_id: int(), instructions: str(), accepts: { type: 'array', items: { type: 'object' } }, x402_version: int() },
-    ['wallet', 'amount', 'instructions'],
   ),
   JsonRpcResponse: obj({ jsonrpc: { const: '2.0' }, id: { type: ['string', 'integer', 'null'] }, result: {}, error: obj({ code: int(), message: str(), data: {} }, ['code', 'message']) }, ['jsonrpc', 'id']),
   Json: { type: 'object', description: 'JSON object (see the summary for its members)' },
 };
 
+interface Notes {
+  tag: string;
+  summary: string;
+  /** Operation id when it differs from the RPC's lowerCamel name (kept stable for existing clients). */
+  id?: string;
+  errors?: Record<number, string>;
+  /** Parameter descriptions by field name. */
+  describe?: Record<string, string>;
+}
+
+/** Documentation of the annotated RPCs, by RPC name: what the descriptors carry no text for. */
+const NOTES: Record<string, Notes> = {
+  GetTrust: { tag: 'trust', summary: 'Trust record of a tracked server', errors: { 400: 'url missing or invalid', 404: 'server not tracked' }, describe: { url: 'MCP server URL, or its name, MCP Registry name (io.github.acme/weather) or slug' } },
+  Preflight: { tag: 'trust', summary: 'Pre-flight verdict with a signed diligence receipt (counted as demand, never scored)', errors: { 400: 'target missing', 429: 'rate limited (RATE_LIMIT_PREFLIGHT_PER_MINUTE per client address): Retry-After says when to retry' }, describe: { target: 'MCP server URL or name' } },
+  GetSkillTrust: { tag: 'trust', summary: 'Trust of a skill in the external skill registry', errors: { 400: 'unsupported registry or missing skill', 404: 'skill not found in the registry', 502: 'the registry failed' }, describe: { registry: 'the one supported registry: clawhub', skill: 'skill slug' } },
+  GetDrift: { tag: 'trust', summary: 'Tool-manifest baseline and drift status (records a signed baseline)', errors: { 400: 'server missing', 404: 'server not tracked', 502: 'the server could not be read', 504: 'the server did not answer in time', 429: 'rate limited (RATE_LIMIT_PROBES_PER_MINUTE per client address): Retry-After says when to retry' }, describe: { server: 'server URL or name' } },
+  GetDemand: { tag: 'trust', summary: 'Aggregate pre-flight vetting demand' },
+  GetSlaTier: { tag: 'trust', summary: 'SLA tier certification (mcp-sla-tier-certification-v1.0)', errors: { 404: 'server not tracked' }, describe: { server: 'server URL or slug; omit it (or leave it empty) for the distribution' } },
+  GetTrustDelta: { tag: 'trust', summary: 'Trust delta feed (mcp-trust-delta-v1.0)', errors: { 400: 'unsupported window' }, describe: { window: 'time window (default 24h)' } },
+  GetBenchmark: { tag: 'trust', summary: 'Benchmark report (free)', errors: { 404: 'server not tracked' }, describe: { server_slug: 'Server name slug (canonical URL and name also resolve)' } },
+  GetStats: { tag: 'trust', summary: 'Index-wide statistics' },
+  GetLeaderboard: { tag: 'trust', summary: 'Servers ranked by trust score', errors: { 400: 'limit out of range' }, describe: { category: 'category filter', limit: 'number of servers (default 20)' } },
+  GetAgentReadiness: { tag: 'trust', summary: 'Agent-readiness scores of a site', errors: { 400: 'url missing, invalid or refused', 502: 'the site could not be read', 504: 'the site did not answer in time', 429: RATE_LIMITED_PROBES }, describe: { url: 'site URL' } },
+  Report: { tag: 'telemetry', summary: 'Report the outcome of a tool call (only the five fields are kept)', errors: { 400: 'invalid report', 413: 'body too large', 415: 'not JSON' } },
+  GetReceipt: { tag: 'receipts', summary: 'Receipt record with live signature re-verification', errors: { 400: 'malformed id', 404: 'receipt not found' }, describe: { receipt_id: '16 lower-case hex' } },
+  Verify: { tag: 'receipts', summary: 'Verify a compact JWS against /.well-known/jwks.json (stateless)', errors: { 400: 'jws missing', 422: 'signature invalid or not signed' }, describe: { jws: 'header.payload.signature' } },
+  GetBehavioralEvidence: { tag: 'receipts', summary: 'Behavioral evidence (mcp-behavioral-evidence-v1.0)', errors: { 400: 'url missing or invalid' }, describe: { url: 'MCP server URL' } },
+  GetErc8004Attestation: { tag: 'receipts', summary: 'ERC-8004 endpoint health attestation', errors: { 400: 'url missing or invalid' }, describe: { url: 'MCP server URL' } },
+  VerifyReceipt: { tag: 'receipts', summary: 'Verify the receipt id returned by /agent-query', errors: { 400: 'malformed or missing id', 404: 'receipt not found' }, describe: { id: 'receipt_id, 16 lower-case hex' } },
+  GetComplianceExport: { tag: 'compliance', id: 'getComplianceReport', summary: 'Governance export for a server over a date range', errors: { 400: 'server_url missing or dates invalid', 429: RATE_LIMITED_PROBES }, describe: { server_url: 'MCP server URL', agent_id: 'agent identifier', start_date: 'first day (YYYY-MM-DD)', end_date: 'last day (YYYY-MM-DD)' } },
+  GetAgencyChecklist: { tag: 'compliance', summary: 'Per-control checklist (independent mapping, not affiliated with any agency)', errors: { 400: 'url missing or invalid', 502: 'the server could not be read', 504: 'the server did not answer in time', 429: RATE_LIMITED_PROBES }, describe: { url: 'MCP server URL' } },
+  GetComplianceAttestation: { tag: 'compliance', summary: 'Compliance attestation with ci.exit_code', errors: { 400: 'server missing or standard unsupported', 502: 'the server could not be read', 504: 'the server did not answer in time', 429: RATE_LIMITED_PROBES }, describe: { server: 'MCP server URL', standard: 'standard: agency-mcp-2026 (default)' } },
+  AgentQuery: { tag: 'access', summary: 'Paid trust verdict with a signed receipt id (trial key or x402 payment)', errors: { 401: 'unknown API key', 402: 'payment required: x402 v1 body (wallet, amount, instructions, accepts) and the x402 v2 PAYMENT-REQUIRED header', 404: 'server not tracked', 429: 'too many payment look-ups on the chain from one client network', 502: 'the chain RPC or the facilitator is unavailable' }, describe: { server_slug: 'server name, slug or URL' } },
+  GetPaymentInfo: { tag: 'access', summary: 'Payment configuration (x402 v1 and v2)' },
+  RegisterAgent: { tag: 'access', id: 'register', summary: 'Anonymous registration: a trial API key (scope trust:read, 50 checks, no expiry)', errors: { 400: 'unsupported type', 429: 'more than 5 registrations per hour from one address' } },
+};
+
+/** An RPC reachable over REST: its google.api.http binding. */
+export interface RestBinding {
+  rpc: DescMethod;
+  method: 'get' | 'post' | 'put' | 'patch' | 'delete';
+  /** OpenAPI path template, e.g. /benchmark/{server_slug}. */
+  path: string;
+  /** Field names bound to path segments. */
+  pathParams: string[];
+  /** "*" (the whole message is the JSON body), a field name, or "" (no body: query parameters). */
+  body: string;
+}
+
+/** Every google.api.http binding of the REST services, in contract order. */
+export function restBindings(services: readonly DescService[] = REST_SERVICES): RestBinding[] {
+  const out: RestBinding[] = [];
+  for (const service of services) {
+    for (const rpc of service.methods) {
+      if (!hasOption(rpc, httpRule)) continue;
+      const rule = getOption(rpc, httpRule);
+      const p = rule.pattern;
+      if (p.case === undefined || p.case === 'custom') throw new Error(`${rpc.parent.typeName}.${rpc.name}: unsupported google.api.http pattern`);
+      const path = p.value;
+      const pathParams = [...path.matchAll(/\{([a-z0-9_]+)(?:=[^}]*)?\}/g)].map((m) => m[1]!);
+      out.push({ rpc, method: p.case, path: path.replace(/\{([a-z0-9_]+)=[^}]*\}/g, '{$1}'), pathParams, body: rule.body });
+    }
+  }
+  return out;
+}
+
+const lowerFirst = (s: string) => s.charAt(0).toLowerCase() + s.slice(1);
+
 const problem = (description: string) => ({ description, content: { 'application/problem+json': { schema: ref('Problem') } } });
 const okJson = (description: string, schema: Schema = ref('Json')) => ({ description, content: { 'application/json': { schema } } });
 
-interface Op {
-  method: 'get' | 'post';
-  path: string;
-  id: string;
-  tag: string;
-  summary: string;
-  params?: Param[];
-  body?: Schema;
-  ok: Record<string, unknown>;
-  errors?: Record<number, string>;
-  security?: Record<string, string[]>[];
+
+function rpcOperation(b: RestBinding, book: SchemaBook) {
+  const notes = NOTES[b.rpc.name];
+  if (!notes) throw new Error(`src/http/openapi.ts has no summary for ${b.rpc.parent.typeName}.${b.rpc.name}`);
+  const extras = REST_EXTRAS[`${b.rpc.parent.typeName}.${b.rpc.name}`] ?? {};
+  const input = b.rpc.input;
+  const params: Param[] = [];
+  if (b.body !== '*') {
+    for (const f of input.fields) {
+      if (f.name === b.body) continue;
+      const inPath = b.pathParams.includes(f.name);
+      params.push({ name: f.name, in: inPath ? 'path' : 'query', required: inPath || isRequired(f), description: notes.describe?.[f.name] ?? f.name, schema: book.fieldSchema(f) });
+    }
+  }
+  params.push(...(extras.params ?? []));
+  const responses: Record<string, unknown> = {
+    200: { description: `${b.rpc.output.name}`, content: { 'application/json': { schema: book.ref(b.rpc.output, 'response') }, ...(extras.okContent ?? {}) } },
+  };
+  for (const [status, why] of Object.entries(notes.errors ?? {})) responses[status] = problem(why);
+  if (!responses['400'] && input.fields.some((f) => isRequired(f) || Object.keys(book.fieldSchema(f)).length > 1)) responses['400'] = problem('a rule of the request is broken (violations lists them)');
+  responses['500'] = problem('internal error (no details)');
+  responses['503'] = problem('database unavailable; retry after Retry-After');
+  return {
+    operationId: notes.id ?? lowerFirst(b.rpc.name),
+    tags: [notes.tag],
+    summary: notes.summary,
+    description: `RPC ${b.rpc.parent.typeName}/${b.rpc.name} (Connect, gRPC, gRPC-Web on this port); request rules from its buf.validate annotations.`,
+    ...(params.length ? { parameters: params } : {}),
+    ...(b.body === '*' ? { requestBody: { required: b.rpc.name !== 'RegisterAgent', content: { 'application/json': { schema: book.ref(input, 'request') } } } } : {}),
+    ...(extras.security ? { security: extras.security } : {}),
+    responses,
+  };
 }
 
-const OPS: Op[] = [
-  { method: 'get', path: '/api/trust', id: 'getTrust', tag: 'trust', summary: 'Trust record of a tracked server', params: [q('url', 'MCP server URL, or its name, MCP Registry name (io.github.acme/weather) or slug', { type: 'string' }, true)], ok: okJson('trust record', ref('TrustRecord')), errors: { 400: 'url missing or invalid', 404: 'server not tracked' } },
-  { method: 'get', path: '/v1/preflight', id: 'preflight', tag: 'trust', summary: 'Pre-flight verdict with a signed diligence receipt (counted as demand, never scored)', params: [q('target', 'MCP server URL or name', { type: 'string' }, true)], ok: okJson('verdict, recommendation and receipt', ref('Preflight')), errors: { 400: 'target missing', 429: 'rate limited (RATE_LIMIT_PREFLIGHT_PER_MINUTE per client address): Retry-After says when to retry' } },
-  { method: 'get', path: '/v1/gate', id: 'gate', tag: 'trust', summary: 'Gateway decision for nginx auth_request / Envoy ext_authz (any method, and every path below /v1/gate): 200 allow or 403 deny, both with X-Trust-Verdict, X-Trust-Score, X-Trust-Receipt and a signed gateway receipt (docs/gateway.md); a gate answering from a bundle (GATE_BUNDLE_URL) sends X-Trust-Bundle and X-Trust-Bundle-Age instead of a receipt (docs/bundles.md)', params: [
-    { name: 'X-Mcp-Server', in: 'header', description: 'upstream MCP server (full URL); first choice', schema: { type: 'string', format: 'uri' } },
-    { name: 'X-Original-URL', in: 'header', description: 'the original request URL; used when X-Mcp-Server is absent', schema: { type: 'string', format: 'uri' } },
-    { name: 'X-Forwarded-Proto', in: 'header', description: 'with X-Forwarded-Host and X-Original-URI, the original request URL', schema: { type: 'string' } },
-    { name: 'X-Forwarded-Host', in: 'header', description: 'see X-Forwarded-Proto', schema: { type: 'string' } },
-    { name: 'X-Original-URI', in: 'header', description: 'see X-Forwarded-Proto', schema: { type: 'string' } },
-    { name: 'Mcp-Method', in: 'header', description: "the checked request's JSON-RPC method (MCP 2026-07-28 clients send it on every request)", schema: { type: 'string' } },
-    { name: 'Mcp-Name', in: 'header', description: 'with Mcp-Method: tools/call, the tool called (plain ASCII or =?base64?...?=): the decision is then per tool (tool_drift, tool_verdict_fail, policy_denies_tool)', schema: { type: 'string' } },
-  ], ok: okJson('allow: allow, decision, reason, upstream, verdict, trust_score, receipt_id, receipt_url, mcp_method, tool_name, tool'), errors: { 400: 'no upstream can be worked out from the headers (or GATE_ROUTES)', 403: 'deny: the same decision members in a problem body', 429: 'rate limited (RATE_LIMIT_GATE_PER_MINUTE per client address): Retry-After says when to retry' } },
-  { method: 'get', path: '/v1/bundle', id: 'getBundle', tag: 'trust', summary: 'Signed offline bundle of every tracked server\'s verdict (observatory-bundle-v1, a compact Ed25519 JWS with iat and exp; gzip or br by Accept-Encoding; ETag and If-None-Match 304; docs/bundles.md, schema docs/schemas/bundle.schema.json)', params: [
-    q('category', 'only servers of this category', { type: 'string' }),
-    q('verdict', 'comma-separated verdicts to keep (PASS, UNCERTAIN, FAIL, UNRATED)', { type: 'string' }),
-    q('since', 'bundle_id of an earlier bundle of the same filters: answer a signed delta', { type: 'string', pattern: '^[0-9a-f]{16}$' }),
-  ], ok: okJson('format, bundle_id, issuer, issued_at, expires_at, server_count, delta, jws, jwks'), errors: { 400: 'unknown category or verdict, malformed since, or since of other filters', 404: 'since names a bundle no longer kept' } },
-  { method: 'get', path: '/v1/trust', id: 'getSkillTrust', tag: 'trust', summary: 'Trust of a skill in the external skill registry', params: [q('registry', 'the one supported registry', { type: 'string', enum: ['clawhub'] }, true), q('skill', 'skill slug', { type: 'string' }, true)], ok: okJson('score, badge and source signals'), errors: { 400: 'unsupported registry or missing skill', 404: 'skill not found in the registry', 502: 'the registry failed' } },
-  { method: 'get', path: '/api/drift', id: 'getDrift', tag: 'trust', summary: 'Tool-manifest baseline and drift status (records a signed baseline)', params: [q('server', 'server URL or name', { type: 'string' }, true)], ok: okJson('baseline and drift status'), errors: { 400: 'server missing', 404: 'server not tracked', 502: 'the server could not be read', 504: 'the server did not answer in time', 429: 'rate limited (RATE_LIMIT_PROBES_PER_MINUTE per client address): Retry-After says when to retry' } },
-  { method: 'get', path: '/api/demand', id: 'getDemand', tag: 'trust', summary: 'Aggregate pre-flight vetting demand', ok: okJson('which servers are vetted, how often, verdict mix') },
-  { method: 'get', path: '/api/sla-tier', id: 'getSlaTier', tag: 'trust', summary: 'SLA tier certification (mcp-sla-tier-certification-v1.0)', params: [q('server', 'server URL or slug; omit it (or leave it empty) for the distribution', { type: 'string' })], ok: okJson('tier of one server, or the tier distribution'), errors: { 404: 'server not tracked' } },
-  { method: 'get', path: '/api/trust-delta', id: 'getTrustDelta', tag: 'trust', summary: 'Trust delta feed (mcp-trust-delta-v1.0)', params: [q('window', 'time window', { type: 'string', enum: ['24h', '48h', '7d'], default: '24h' })], ok: okJson('new, improved, degraded and at-risk servers'), errors: { 400: 'unsupported window' } },
-  { method: 'get', path: '/benchmark/{server_slug}', id: 'getBenchmark', tag: 'trust', summary: 'Benchmark report (free)', params: [slugParam], ok: okJson('trust grade, verdict, reliability, latency, volume'), errors: { 404: 'server not tracked' } },
-  { method: 'get', path: '/api/stats', id: 'getStats', tag: 'trust', summary: 'Index-wide statistics', ok: okJson('servers tracked (rated and unrated, per category), interactions, verdict mix') },
-  { method: 'get', path: '/api/leaderboard', id: 'getLeaderboard', tag: 'trust', summary: 'Servers ranked by trust score', params: [q('category', 'category filter', { type: 'string' }), q('limit', 'number of servers', { type: 'integer', minimum: 1, maximum: 100, default: 20 })], ok: okJson('rated servers ranked by score, and unrated_count: tracked servers without runtime evidence, not ranked'), errors: { 400: 'limit out of range' } },
-  { method: 'get', path: '/api/agent-readiness', id: 'getAgentReadiness', tag: 'trust', summary: 'Agent-readiness scores of a site', params: [urlParam('url', 'site URL')], ok: okJson('readiness scores and detected surfaces'), errors: { 400: 'url missing, invalid or refused', 502: 'the site could not be read', 504: 'the site did not answer in time', 429: 'rate limited (RATE_LIMIT_PROBES_PER_MINUTE per client address): Retry-After says when to retry' } },
-  { method: 'get', path: '/api/badge', id: 'getBadge', tag: 'trust', summary: 'Trust badge', params: [urlParam()], ok: { description: 'SVG badge', content: { 'image/svg+xml': { schema: { type: 'string' } } } }, errors: { 400: 'url missing, invalid or refused', 502: 'the server could not be read', 504: 'the server did not answer in time' } },
-  { method: 'post', path: '/api/report', id: 'report', tag: 'telemetry', summary: 'Report the outcome of a tool call (only the five fields are kept)', body: ref('TelemetryReport'), ok: okJson('report accepted', obj({ recorded: { const: true }, server_url: str() }, ['recorded', 'server_url'])), errors: { 400: 'invalid report', 413: 'body too large', 415: 'not JSON' } },
-  { method: 'get', path: '/v1/receipt/{receipt_id}', id: 'getReceipt', tag: 'receipts', summary: 'Receipt record with live signature re-verification', params: [{ name: 'receipt_id', in: 'path', required: true, description: '16 lower-case hex', schema: { type: 'string', pattern: '^[0-9a-f]{16}$' } }], ok: okJson('receipt_id, issued_at, claim, jws, verification'), errors: { 400: 'malformed id', 404: 'receipt not found' } },
-  { method: 'get', path: '/v1/verify', id: 'verify', tag: 'receipts', summary: 'Verify a compact JWS against /.well-known/jwks.json (stateless)', params: [q('jws', 'header.payload.signature', { type: 'string' }, true)], ok: okJson('valid, header and payload'), errors: { 400: 'jws missing', 422: 'signature invalid or not signed' } },
-  { method: 'get', path: '/v1/behavioral-evidence', id: 'getBehavioralEvidence', tag: 'receipts', summary: 'Behavioral evidence (mcp-behavioral-evidence-v1.0)', params: [urlParam()], ok: okJson('behavioral evidence', ref('BehavioralEvidence')), errors: { 400: 'url missing or invalid' } },
-  { method: 'get', path: '/v1/erc8004-attestation', id: 'getErc8004Attestation', tag: 'receipts', summary: 'ERC-8004 endpoint health attestation', params: [urlParam()], ok: okJson('signed endpoint health attestation'), errors: { 400: 'url missing or invalid' } },
-  { method: 'get', path: '/v1/verify-receipt', id: 'verifyReceipt', tag: 'receipts', summary: 'Verify the receipt id returned by /agent-query', params: [q('receipt_id', '16 lower-case hex', { type: 'string', pattern: '^[0-9a-f]{16}$' })], ok: okJson('receipt verification'), errors: { 400: 'malformed or missing id', 404: 'receipt not found' } },
-  { method: 'get', path: '/api/compliance', id: 'getComplianceReport', tag: 'compliance', summary: 'Governance export for a server over a date range', params: [urlParam('server_url'), q('agent_id', 'agent identifier', { type: 'string' }), q('start_date', 'first day', { type: 'string', format: 'date' }), q('end_date', 'last day', { type: 'string', format: 'date' })], ok: okJson('governance export'), errors: { 400: 'server_url missing or dates invalid', 429: 'rate limited (RATE_LIMIT_PROBES_PER_MINUTE per client address): Retry-After says when to retry' } },
-  { method: 'get', path: '/api/agency-checklist', id: 'getAgencyChecklist', tag: 'compliance', summary: 'Per-control checklist (independent mapping, not affiliated with any agency)', params: [urlParam()], ok: okJson('controls and compliance_summary'), errors: { 400: 'url missing or invalid', 502: 'the server could not be read', 504: 'the server did not answer in time', 429: 'rate limited (RATE_LIMIT_PROBES_PER_MINUTE per client address): Retry-After says when to retry' } },
-  { method: 'get', path: '/v1/compliance', id: 'getComplianceAttestation', tag: 'compliance', summary: 'Compliance attestation with ci.exit_code', params: [urlParam('server', 'MCP server URL'), q('standard', 'standard', { type: 'string', enum: ['agency-mcp-2026'], default: 'agency-mcp-2026' })], ok: okJson('per-dimension results, overall_result, ci'), errors: { 400: 'server missing or standard unsupported', 502: 'the server could not be read', 504: 'the server did not answer in time', 429: 'rate limited (RATE_LIMIT_PROBES_PER_MINUTE per client address): Retry-After says when to retry' } },
-  { method: 'get', path: '/agent-query/{server_slug}', id: 'agentQuery', tag: 'access', summary: `Paid trust verdict with a signed receipt id (trial key or x402 payment)`, params: [{ ...slugParam, description: 'server name, slug or URL' }], security: [{ apiKey: [] }, { x402v2: [] }, { x402: [] }], ok: okJson('verdict, score, latency, p95 and receipt_id; a paid answer carries the PAYMENT-RESPONSE header'), errors: { 401: 'unknown API key', 402: 'payment required: x402 v1 body (wallet, amount, instructions, accepts) and the x402 v2 PAYMENT-REQUIRED header', 404: 'server not tracked', 429: 'too many payment look-ups on the chain from one client network', 502: 'the chain RPC or the facilitator is unavailable' } },
-  { method: 'get', path: '/api/payment-info', id: 'getPaymentInfo', tag: 'access', summary: 'Payment configuration (x402 v1 and v2)', ok: okJson('wallet, amount, currency, chain, x402_versions and how each version pays') },
-  { method: 'post', path: '/agent/auth', id: 'register', tag: 'access', summary: 'Anonymous registration: a trial API key (scope trust:read, 50 checks, no expiry)', body: obj({ type: { type: 'string', enum: ['anonymous'], default: 'anonymous' }, requested_credential_type: { type: 'string', enum: ['api_key'], default: 'api_key' } }, []), ok: okJson('credential', ref('Credential')), errors: { 400: 'unsupported type', 429: 'more than 5 registrations per hour from one address' } },
-  { method: 'get', path: '/a2a', id: 'getA2aDescriptor', tag: 'agents', summary: 'A2A JSON-RPC descriptor: methods, skills, usage example', ok: okJson('descriptor') },
-  { method: 'post', path: '/a2a', id: 'a2a', tag: 'agents', summary: 'A2A 1.0 and 0.3 over JSON-RPC 2.0 (A2A-Version header: 1.0 for SendMessage, GetTask, ListTasks, CancelTask, ...; none or 0.3 for message/send, tasks/get, ...). Streaming methods answer text/event-stream; errors are JSON-RPC errors with HTTP 200', body: { oneOf: [{ type: 'object' }, { type: 'array' }] }, ok: okJson('JSON-RPC response (or an array for a batch)', { oneOf: [ref('JsonRpcResponse'), { type: 'array', items: ref('JsonRpcResponse') }] }), errors: { 413: 'body too large', 415: 'not JSON' } },
-  { method: 'get', path: '/mcp', id: 'getMcpDiscovery', tag: 'agents', summary: 'MCP discovery document (without Accept: text/event-stream)', ok: okJson('server info and tools') },
-  { method: 'post', path: '/mcp', id: 'mcp', tag: 'agents', summary: 'MCP Streamable HTTP (stateless): 2026-07-28 (server/discover, no initialize) and 2025-11-25 back to 2024-11-05 (initialize); tools preflight_check, check_trust, verify_attestation', body: { type: 'object' }, ok: okJson('JSON-RPC response', ref('JsonRpcResponse')), errors: { 413: 'body too large', 415: 'not JSON' } },
-];
-
-const DOCS: [path: string, id: string, summary: string, type?: string][] = [
-  ['/.well-known/jwks.json', 'getJwks', 'Public Ed25519 keys (JWK Set) that verify every receipt'],
-  ['/.well-known/agent-card.json', 'getAgentCard', 'A2A agent card (a signed 1.0 card that 0.3 clients read too)'],
-  ['/.well-known/agent.json', 'getAgentJson', 'A2A agent card (legacy location)'],
-  ['/.well-known/did.json', 'getDidDocument', 'did:web document; verification methods are the JWKS keys'],
-  ['/.well-known/mcp.json', 'getMcpJson', 'MCP server discovery document'],
-  ['/.well-known/mcp/catalog.json', 'getMcpCatalog', 'MCP Catalog (SEP-2127 draft): points at our Server Card'],
-  ['/mcp/server-card', 'getMcpServerCard', 'MCP Server Card (SEP-2127 draft): identity, endpoint and protocol versions of /mcp', 'application/mcp-server-card+json'],
-  ['/.well-known/mcp/server-card.json', 'getMcpServerCardWellKnown', 'MCP Server Card at the location some frameworks use (same document)', 'application/mcp-server-card+json'],
-  ['/.well-known/ai-plugin.json', 'getAiPlugin', 'AI plugin manifest'],
-  ['/.well-known/oauth-protected-resource', 'getProtectedResourceMetadata', 'OAuth protected resource metadata (RFC 9728)'],
-  ['/.well-known/oauth-authorization-server', 'getAuthorizationServerMetadata', 'OAuth authorization server metadata (RFC 8414)'],
-  ['/llms.txt', 'getLlmsTxt', 'Summary of the service for LLMs', 'text/plain'],
-  ['/openapi.json', 'getOpenApi', 'This document'],
-];
-
-export function openApiDocument(config: Config) {
+export function openApiDocument(config: Config, services: readonly DescService[] = REST_SERVICES) {
+  const book = new SchemaBook();
   const paths: Record<string, Record<string, unknown>> = {};
-  for (const op of OPS) {
+  for (const b of restBindings(services)) (paths[b.path] ??= {})[b.method] = rpcOperation(b, book);
+  for (const op of REST_ADAPTERS) {
     const responses: Record<string, unknown> = { 200: op.ok };
     for (const [status, why] of Object.entries(op.errors ?? {})) responses[status] = problem(why);
-    responses['500'] = problem('internal error (no details)');
-    responses['503'] = problem('database unavailable; retry after Retry-After');
+    if (op.tag !== 'discovery' && op.tag !== 'operations') {
+      responses['500'] = problem('internal error (no details)');
+      responses['503'] = problem('database unavailable; retry after Retry-After');
+    }
     (paths[op.path] ??= {})[op.method] = {
       operationId: op.id,
       tags: [op.tag],
       summary: op.summary,
+      description: `Hand-written adapter (src/http/rest-adapters.ts): ${op.why}.`,
       ...(op.params ? { parameters: op.params } : {}),
       ...(op.body ? { requestBody: { required: true, content: { 'application/json': { schema: op.body } } } } : {}),
-      ...(op.security ? { security: op.security } : {}),
       responses,
     };
-  }
-  for (const [path, id, summary, type] of DOCS) {
-    paths[path] = { get: { operationId: id, tags: ['discovery'], summary, responses: { 200: { description: summary, content: { [type ?? 'application/json']: { schema: type && !type.endsWith('+json') ? { type: 'string' } : ref('Json') } } } } } };
   }
   return {
     openapi: '3.1.0',
@@ -244,10 +190,10 @@ export function openApiDocument(config: Config) {
         'Errors are RFC 9457 problem details (application/problem+json) with a stable code.',
     },
     servers: [{ url: config.publicBaseUrl }],
-    tags: ['trust', 'telemetry', 'receipts', 'compliance', 'access', 'agents', 'discovery'].map((name) => ({ name })),
+    tags: ['trust', 'telemetry', 'receipts', 'compliance', 'access', 'agents', 'discovery', 'operations'].map((name) => ({ name })),
     paths,
     components: {
-      schemas: SCHEMAS,
+      schemas: { ...BASE_SCHEMAS, ...book.schemas },
       securitySchemes: {
         apiKey: { type: 'http', scheme: 'bearer', description: 'API key from POST /agent/auth' },
         x402v2: { type: 'apiKey', in: 'header', name: 'PAYMENT-SIGNATURE', description: 'x402 v2 PaymentPayload (base64 JSON, EIP-3009 authorization), settled through the facilitator' },
@@ -259,5 +205,8 @@ export function openApiDocument(config: Config) {
 
 /** Every path (OpenAPI template form) with its methods, for llms.txt and the cross-check tests. */
 export function documentedOperations(): { method: string; path: string; summary: string }[] {
-  return [...OPS.map((o) => ({ method: o.method.toUpperCase(), path: o.path, summary: o.summary })), ...DOCS.map(([path, , summary]) => ({ method: 'GET', path, summary }))];
+  return [
+    ...restBindings().map((b) => ({ method: b.method.toUpperCase(), path: b.path, summary: NOTES[b.rpc.name]?.summary ?? b.rpc.name })),
+    ...REST_ADAPTERS.map((o) => ({ method: o.method.toUpperCase(), path: o.path, summary: o.summary })),
+  ];
 }

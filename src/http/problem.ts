@@ -74,11 +74,21 @@ export function installProblemHandlers(app: FastifyInstance) {
 // method gets 405 with Allow instead of 404.
 const routeTable = new WeakMap<FastifyInstance, { re: RegExp; method: string }[]>();
 
+const routeList = new WeakMap<FastifyInstance, { method: string; url: string }[]>();
+
+/** fastify's route table as registered (method, URL pattern), for the OpenAPI cross-check. */
+export function registeredRoutes(app: FastifyInstance): readonly { method: string; url: string }[] {
+  return routeList.get(app) ?? [];
+}
+
 export function trackRoutes(app: FastifyInstance) {
   const table: { re: RegExp; method: string }[] = [];
   routeTable.set(app, table);
+  const list: { method: string; url: string }[] = [];
+  routeList.set(app, list);
   app.addHook('onRoute', (opts) => {
     const methods = Array.isArray(opts.method) ? opts.method : [opts.method];
+    for (const m of methods) list.push({ method: String(m).toUpperCase(), url: opts.url });
     const src = opts.url
       .split('/')
       .map((seg) => (seg.startsWith(':') ? '[^/]+' : seg === '*' ? '.*' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))

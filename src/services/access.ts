@@ -117,11 +117,9 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
 
   return {
     async registerAgent(req: Partial<RegisterAgentRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof RegisterAgentResponseSchema>> {
-      // SPEC 4.6: both members name the only choice offered, so a missing one takes it.
-      const type = req.type || 'anonymous';
-      const credentialType = req.requestedCredentialType || 'api_key';
-      if (type !== 'anonymous') throw invalidArgument('type must be "anonymous" (the only registration flow offered)');
-      if (credentialType !== 'api_key') throw invalidArgument('requested_credential_type must be "api_key" (the only credential offered)');
+      // SPEC 4.6: both members name the only choice offered, so a missing one takes it; any other
+      // value was refused by the contract (the `in` rules of RegisterAgentRequest) before this runs.
+      void req;
       const address = ctx?.values.get(clientAddressKey);
       await registrationAllowed(address ?? 'unknown');
       const apiKey = newApiKey();
@@ -143,7 +141,6 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
     async agentQuery(req: Partial<AgentQueryRequest>, ctx?: CallContext): Promise<AgentQueryResult> {
       const slug = (req.serverSlug ?? '').trim();
       if (slug === '') throw invalidArgument('server_slug is required');
-      if (slug.length > 2048) throw invalidArgument('server_slug is too long');
       const server = await servers.resolve(slug);
       if (!server) throw new ObservatoryError('not_tracked', `${slug} is not tracked by this observatory; nothing was charged`);
 

@@ -141,7 +141,6 @@ export function createComplianceService({ db, config, now, receipts }: ServiceDe
     async getComplianceExport(req: Partial<GetComplianceExportRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetComplianceExportResponseSchema>> {
       const url = requireServerUrl(req.serverUrl, 'server_url');
       const agentId = req.agentId === undefined || req.agentId === '' ? undefined : req.agentId;
-      if (agentId !== undefined && agentId.length > 200) throw invalidArgument('agent_id must be at most 200 characters');
       const generatedAt = now();
       let period;
       try {

@@ -162,7 +162,6 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
     async getDrift(req: Partial<GetDriftRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetDriftResponseSchema>> {
       const target = (req.server ?? '').trim();
       if (target === '') throw invalidArgument('server is required');
-      if (target.length > 2048) throw invalidArgument('server must be at most 2048 characters');
       const server = await servers.resolve(target);
       if (!server) throw notTracked(target);
 

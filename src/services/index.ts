@@ -5,6 +5,7 @@ import { ReceiptService } from '../../gen/observatory/v1/receipt_pb.js';
 import { ComplianceService } from '../../gen/observatory/v1/compliance_pb.js';
 import { AccessService } from '../../gen/observatory/v1/access_pb.js';
 import type { ServiceDeps } from './context.js';
+import { enforceContract } from './contract.js';
 import { createTelemetryService } from './telemetry.js';
 import { createTrustService } from './trust.js';
 import { createAccessService } from './access.js';
@@ -31,11 +32,14 @@ import { MetricsService } from '../../gen/opentelemetry/proto/collector/metrics/
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
-  const trust = createTrustService(deps);
-  const preflight = createPreflightService(deps, trust);
+  // Every TrustService, ReceiptService, ComplianceService and AccessService method checks its
+  // request against the buf.validate rules of proto/ first (services/contract.ts); telemetry
+  // reports are checked row by row in domain/telemetry.ts (the stream keeps its other rows).
+  const trust = enforceContract(createTrustService(deps), TrustService);
+  const preflight = enforceContract(createPreflightService(deps, trust), TrustService);
   const telemetry = createTelemetryService(deps);
   const mcpProbe = createMcpProbeService(deps);
-  const drift = createDriftService(deps, { mcpProbe });
+  const drift = enforceContract(createDriftService(deps, { mcpProbe }), TrustService);
   const observation = createObservationService(deps, { telemetry, drift, mcpProbe }, { onError: deps.onBackgroundError });
   const telemetryRetention = createTelemetryRetention(deps, { onError: deps.onBackgroundError });
   const limits = createRateLimiter(deps.config);
@@ -47,9 +51,9 @@ export function createServices(deps: ServiceDeps) {
     receipts: deps.receipts,
     trust,
     telemetry,
-    access: createAccessService(deps, { trust, preflight }),
-    skillTrust: createSkillTrustService(deps),
-    verifyReceipt: createVerifyReceiptService(deps),
+    access: enforceContract(createAccessService(deps, { trust, preflight }), AccessService),
+    skillTrust: enforceContract(createSkillTrustService(deps), TrustService),
+    verifyReceipt: enforceContract(createVerifyReceiptService(deps), ReceiptService),
     /** Pre-flight checks and demand (TrustService.Preflight, TrustService.GetDemand). */
     preflight,
     /** Gateway/service-mesh gate: /v1/gate and Envoy ext_authz, decided through pre-flight. */
@@ -59,7 +63,7 @@ export function createServices(deps: ServiceDeps) {
     /** Per-client rate limits (in memory, per instance), shared by every door: REST, Connect, gate, MCP, A2A. */
     limits,
     /** Receipt lookup, verification, behavioral evidence, ERC-8004 attestations (ReceiptService). */
-    receipt: createReceiptService(deps, trust),
+    receipt: enforceContract(createReceiptService(deps, trust), ReceiptService),
     drift,
     /** The MCP probe (v2 SDK client): protocol revision, transport and Server Card of a server, recorded. */
     mcpProbe,
@@ -69,8 +73,8 @@ export function createServices(deps: ServiceDeps) {
     registrySync,
     /** Active observation: the observatory's own scheduled probes (started by `serve` and `observe`). */
     observation,
-    probes: createProbeService(deps),
-    compliance: createComplianceService(deps, { trust }),
+    probes: enforceContract(createProbeService(deps), TrustService),
+    compliance: enforceContract(createComplianceService(deps, { trust }), ComplianceService),
     /** The coverage report (/atlas/report): index coverage next to pre-flight demand. */
     coverage: createCoverageService(deps, trust),
     /** Monthly telemetry partitions and TELEMETRY_RETENTION_DAYS (periodic job). */

@@ -15,8 +15,6 @@ import type { CallContext, ServiceDeps } from './context.js';
 import type { ServerCardCheck } from './mcp-probe.js';
 import type { TrustService } from './trust.js';
 
-/** Longest target accepted (a URL or a name); longer is 400, not a lookup. */
-export const MAX_TARGET_LENGTH = 2048;
 /** Most-vetted targets listed per demand window. */
 export const DEMAND_TOP_TARGETS = 20;
 export const DEMAND_WINDOWS = [
@@ -120,7 +118,6 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   async function preflight(req: Partial<PreflightRequest>, _ctx?: CallContext, opts: PreflightOptions = {}): Promise<PreflightResult> {
     const target = (req.target ?? '').trim();
     if (target === '') throw invalidArgument('target is required (an MCP server URL, name or slug)');
-    if (target.length > MAX_TARGET_LENGTH) throw invalidArgument(`target is longer than ${MAX_TARGET_LENGTH} characters`);
     // NUL and other control characters are never part of a URL or a name (and PostgreSQL cannot store NUL).
     if (/[\u0000-\u001f\u007f]/.test(target)) throw invalidArgument('target must not contain control characters');
     const { givenUrl, server, verdict, trustScore, totalInteractions, anomalyFlags, listing, serverCard } = opts.assessment ?? (await assess(target));

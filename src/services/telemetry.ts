@@ -7,6 +7,7 @@ import { OBSERVATORY_SOURCE } from '../domain/scoring.js';
 import { parseReport } from '../domain/telemetry.js';
 import { isRefusedValueError } from '../db/index.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
+import { contractViolation } from './contract.js';
 import { INGEST_MAX_BATCH, ingestBatcher } from '../store/ingest-batcher.js';
 import { serverCache } from '../store/server-cache.js';
 import { serverCreationStore } from '../store/server-creations.js';
@@ -84,7 +85,7 @@ export function createTelemetryService({ db, config, now, observe }: ServiceDeps
       tool_name: input.toolName,
       http_status: input.httpStatus,
     });
-    if ('problem' in parsed) throw invalidArgument(parsed.problem);
+    if ('problem' in parsed) throw contractViolation(parsed.violations);
     const url = parsed.server_url;
     const at = now();
     const toolName = parsed.tool_name;

@@ -39,7 +39,6 @@ const DAY_MS = 86_400_000;
 export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
 export const DELTA_SCHEMA = 'mcp-trust-delta-v1.0';
 export const LEADERBOARD_DEFAULT_LIMIT = 20;
-export const LEADERBOARD_MAX_LIMIT = 100;
 /** `market_validation` counts whole tables; each instance recounts at most this often. */
 export const MARKET_FIGURES_MS = 60_000;
 /** Stale scores are recomputed (and snapshotted) at least this often. */
@@ -261,11 +260,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
     async getLeaderboard(req: Partial<GetLeaderboardRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetLeaderboardResponseSchema>> {
       const limit = req.limit ?? LEADERBOARD_DEFAULT_LIMIT;
-      if (!Number.isInteger(limit) || limit < 1 || limit > LEADERBOARD_MAX_LIMIT) {
-        throw invalidArgument(`limit must be an integer from 1 to ${LEADERBOARD_MAX_LIMIT}`);
-      }
       const category = req.category?.trim() ? req.category.trim().toLowerCase() : null;
-      if (category !== null && category.length > 100) throw invalidArgument('category must be at most 100 characters');
       const at = now();
       const all = await engine.ranked(category, at);
       // Ranks rated servers only; the others are counted (catalogued servers nobody observed yet).

@@ -1,7 +1,8 @@
 import type { FastifyInstance } from 'fastify';
-import { AgentQueryResponseSchema, GetPaymentInfoResponseSchema, RegisterAgentResponseSchema } from '../../../gen/observatory/v1/access_pb.js';
-import { VerifyReceiptResponseSchema } from '../../../gen/observatory/v1/receipt_pb.js';
-import { GetSkillTrustResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
+import { AgentQueryResponseSchema, GetPaymentInfoResponseSchema, RegisterAgentRequestSchema, RegisterAgentResponseSchema } from '../../../gen/observatory/v1/access_pb.js';
+import { restBodySchema, restQuerySchema } from '../contract-schema.js';
+import { VerifyReceiptRequestSchema, VerifyReceiptResponseSchema } from '../../../gen/observatory/v1/receipt_pb.js';
+import { GetSkillTrustRequestSchema, GetSkillTrustResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
 import { callContext } from '../../services/context.js';
 import type { RouteDeps } from '../routes.js';
 import { restJson } from '../rest-json.js';
@@ -9,14 +10,9 @@ import { restJson } from '../rest-json.js';
 // REST adapters of SPEC 4.5, 4.6, /v1/verify-receipt and /v1/trust: thin calls into the services.
 
 // SPEC 4.6 marks neither member required: each names the only choice offered, so a missing one
-// (or a missing body) takes it; the service refuses any other value with 400.
-const authBody = {
-  type: 'object',
-  properties: { type: { type: 'string', maxLength: 64 }, requested_credential_type: { type: 'string', maxLength: 64 } },
-} as const;
+// (or a missing body) takes it; any other value breaks the `in` rule of RegisterAgentRequest (400).
+const authBody = restBodySchema(RegisterAgentRequestSchema);
 
-const stringQuery = (...names: string[]) =>
-  ({ type: 'object', properties: Object.fromEntries(names.map((n) => [n, { type: 'string', maxLength: 4096 }])) }) as const;
 
 export function accessRoutes(app: FastifyInstance, { services }: RouteDeps) {
   app.post<{ Body: { type?: string; requested_credential_type?: string } | undefined }>('/agent/auth',
@@ -50,11 +46,11 @@ export function accessRoutes(app: FastifyInstance, { services }: RouteDeps) {
     return restJson(GetPaymentInfoResponseSchema, await services.access.getPaymentInfo());
   });
 
-  app.get<{ Querystring: { id?: string } }>('/v1/verify-receipt', { schema: { querystring: stringQuery('id') } }, async (req) =>
+  app.get<{ Querystring: { id?: string } }>('/v1/verify-receipt', { schema: { querystring: restQuerySchema(VerifyReceiptRequestSchema) } }, async (req) =>
     restJson(VerifyReceiptResponseSchema, await services.verifyReceipt.verifyReceipt({ id: req.query.id })),
   );
 
-  app.get<{ Querystring: { registry?: string; skill?: string } }>('/v1/trust', { schema: { querystring: stringQuery('registry', 'skill') } }, async (req) =>
+  app.get<{ Querystring: { registry?: string; skill?: string } }>('/v1/trust', { schema: { querystring: restQuerySchema(GetSkillTrustRequestSchema) } }, async (req) =>
     restJson(GetSkillTrustResponseSchema, await services.skillTrust.getSkillTrust({ registry: req.query.registry, skill: req.query.skill })),
   );
 }

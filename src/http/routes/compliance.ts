@@ -3,12 +3,15 @@ import {
   GetAgencyChecklistResponseSchema,
   GetComplianceAttestationResponseSchema,
   GetComplianceExportResponseSchema,
+  GetComplianceExportRequestSchema,
+  GetAgencyChecklistRequestSchema,
+  GetComplianceAttestationRequestSchema,
 } from '../../../gen/observatory/v1/compliance_pb.js';
 import { invalidArgument } from '../../errors.js';
 import type { RouteDeps } from '../routes.js';
+import { restQuerySchema } from '../contract-schema.js';
 import { restJson } from '../rest-json.js';
 
-const strings = (...names: string[]) => ({ type: 'object', properties: Object.fromEntries(names.map((n) => [n, { type: 'string' }])) }) as const;
 
 type Json = ReturnType<typeof restJson>;
 
@@ -50,7 +53,7 @@ function wantsCsv(req: FastifyRequest<{ Querystring: { format?: string } }>): bo
 export function complianceRoutes(app: FastifyInstance, { services }: RouteDeps) {
   app.get<{ Querystring: { server_url?: string; agent_id?: string; start_date?: string; end_date?: string; format?: string } }>(
     '/api/compliance',
-    { schema: { querystring: strings('server_url', 'agent_id', 'start_date', 'end_date', 'format') } },
+    { schema: { querystring: restQuerySchema(GetComplianceExportRequestSchema, 'format') } },
     async (req, reply) => {
       const csv = wantsCsv(req);
       const q = req.query;
@@ -66,10 +69,10 @@ export function complianceRoutes(app: FastifyInstance, { services }: RouteDeps) 
       return reply.type('text/csv; charset=utf-8').send(complianceCsv(body));
     },
   );
-  app.get<{ Querystring: { url?: string } }>('/api/agency-checklist', { schema: { querystring: strings('url') } }, async (req) =>
+  app.get<{ Querystring: { url?: string } }>('/api/agency-checklist', { schema: { querystring: restQuerySchema(GetAgencyChecklistRequestSchema) } }, async (req) =>
     restJson(GetAgencyChecklistResponseSchema, await services.compliance.getAgencyChecklist({ url: req.query.url })),
   );
-  app.get<{ Querystring: { server?: string; standard?: string } }>('/v1/compliance', { schema: { querystring: strings('server', 'standard') } }, async (req) =>
+  app.get<{ Querystring: { server?: string; standard?: string } }>('/v1/compliance', { schema: { querystring: restQuerySchema(GetComplianceAttestationRequestSchema) } }, async (req) =>
     restJson(GetComplianceAttestationResponseSchema, await services.compliance.getComplianceAttestation({ server: req.query.server, standard: req.query.standard })),
   );
 }

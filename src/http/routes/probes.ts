@@ -1,16 +1,16 @@
 import type { FastifyInstance } from 'fastify';
-import { GetAgentReadinessResponseSchema, GetDriftResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
+import { GetAgentReadinessRequestSchema, GetAgentReadinessResponseSchema, GetDriftRequestSchema, GetDriftResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
 import type { RouteDeps } from '../routes.js';
+import { restQuerySchema } from '../contract-schema.js';
 import { restJson } from '../rest-json.js';
 
-const q = (name: string) => ({ type: 'object', properties: { [name]: { type: 'string' } } }) as const;
 
 /** Live probes: tool-manifest drift and agent-readiness (SPEC 4.1). */
 export function probeRoutes(app: FastifyInstance, { services }: RouteDeps) {
-  app.get<{ Querystring: { server?: string } }>('/api/drift', { schema: { querystring: q('server') } }, async (req) =>
+  app.get<{ Querystring: { server?: string } }>('/api/drift', { schema: { querystring: restQuerySchema(GetDriftRequestSchema) } }, async (req) =>
     restJson(GetDriftResponseSchema, await services.drift.getDrift({ server: req.query.server })),
   );
-  app.get<{ Querystring: { url?: string } }>('/api/agent-readiness', { schema: { querystring: q('url') } }, async (req) =>
+  app.get<{ Querystring: { url?: string } }>('/api/agent-readiness', { schema: { querystring: restQuerySchema(GetAgentReadinessRequestSchema) } }, async (req) =>
     restJson(GetAgentReadinessResponseSchema, await services.probes.getAgentReadiness({ url: req.query.url })),
   );
 }

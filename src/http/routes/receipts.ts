@@ -4,24 +4,27 @@ import {
   GetErc8004AttestationResponseSchema,
   GetReceiptResponseSchema,
   VerifyResponseSchema,
+  VerifyRequestSchema,
+  GetBehavioralEvidenceRequestSchema,
+  GetErc8004AttestationRequestSchema,
 } from '../../../gen/observatory/v1/receipt_pb.js';
 import type { RouteDeps } from '../routes.js';
+import { restQuerySchema } from '../contract-schema.js';
 import { restJson } from '../rest-json.js';
 import { behavioralEvidenceJsonSchema, BEHAVIORAL_EVIDENCE_SCHEMA_PATH } from '../schemas/behavioral-evidence.js';
 
-const query = (name: string) => ({ type: 'object', properties: { [name]: { type: 'string' } } }) as const;
 
 export function receiptRoutes(app: FastifyInstance, { services, config }: RouteDeps) {
   app.get<{ Params: { receipt_id: string } }>('/v1/receipt/:receipt_id', async (req) =>
     restJson(GetReceiptResponseSchema, await services.receipt.getReceipt({ receiptId: req.params.receipt_id })),
   );
-  app.get<{ Querystring: { jws?: string } }>('/v1/verify', { schema: { querystring: query('jws') } }, async (req) =>
+  app.get<{ Querystring: { jws?: string } }>('/v1/verify', { schema: { querystring: restQuerySchema(VerifyRequestSchema) } }, async (req) =>
     restJson(VerifyResponseSchema, await services.receipt.verify({ jws: req.query.jws })),
   );
-  app.get<{ Querystring: { url?: string } }>('/v1/behavioral-evidence', { schema: { querystring: query('url') } }, async (req) =>
+  app.get<{ Querystring: { url?: string } }>('/v1/behavioral-evidence', { schema: { querystring: restQuerySchema(GetBehavioralEvidenceRequestSchema) } }, async (req) =>
     restJson(GetBehavioralEvidenceResponseSchema, await services.receipt.getBehavioralEvidence({ url: req.query.url })),
   );
-  app.get<{ Querystring: { url?: string } }>('/v1/erc8004-attestation', { schema: { querystring: query('url') } }, async (req) =>
+  app.get<{ Querystring: { url?: string } }>('/v1/erc8004-attestation', { schema: { querystring: restQuerySchema(GetErc8004AttestationRequestSchema) } }, async (req) =>
     restJson(GetErc8004AttestationResponseSchema, await services.receipt.getErc8004Attestation({ url: req.query.url })),
   );
   const schemaDoc = behavioralEvidenceJsonSchema(config.publicBaseUrl);

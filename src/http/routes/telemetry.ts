@@ -1,25 +1,15 @@
 import type { FastifyInstance } from 'fastify';
-import { ReportResponseSchema } from '../../../gen/observatory/v1/telemetry_pb.js';
-import { REPORT_LIMITS } from '../../domain/telemetry.js';
+import { ReportRequestSchema, ReportResponseSchema } from '../../../gen/observatory/v1/telemetry_pb.js';
 import type { RouteDeps } from '../routes.js';
 import { restJson } from '../rest-json.js';
 import { callContext } from '../../services/context.js';
+import { restBodySchema } from '../contract-schema.js';
 
-// The JSON schema checks types at the edge; value rules live in domain/telemetry.ts (shared with
-// Connect). additionalProperties:false with ajv's removeAdditional drops unknown fields (prompts,
-// arguments, user ids...) before anything is stored or logged.
-export const reportBody = {
-  type: 'object',
-  additionalProperties: false,
-  required: ['server_url', 'success', 'latency_ms'],
-  properties: {
-    server_url: { type: 'string', minLength: 1, maxLength: REPORT_LIMITS.serverUrlMaxLength },
-    success: { type: 'boolean' },
-    latency_ms: { type: 'number', minimum: 0, maximum: REPORT_LIMITS.latencyMaxMs },
-    tool_name: { type: ['string', 'null'], maxLength: REPORT_LIMITS.toolNameMaxLength },
-    http_status: { type: ['integer', 'null'], minimum: REPORT_LIMITS.httpStatusMin, maximum: REPORT_LIMITS.httpStatusMax },
-  },
-} as const;
+// The body schema is generated from ReportRequest (src/http/contract-schema.ts): JSON types only,
+// additionalProperties:false with ajv's removeAdditional dropping unknown fields (prompts,
+// arguments, user ids...) before anything is stored or logged. The value rules are the
+// buf.validate annotations of proto/observatory/v1/telemetry.proto, checked by the service.
+export const reportBody = restBodySchema(ReportRequestSchema);
 
 export function telemetryRoutes(app: FastifyInstance, { services }: RouteDeps) {
   app.post<{ Body: { server_url: string; success: boolean; latency_ms: number; tool_name?: string | null; http_status?: number | null } }>(

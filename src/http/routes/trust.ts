@@ -6,18 +6,19 @@ import {
   GetStatsResponseSchema,
   GetTrustDeltaResponseSchema,
   GetTrustResponseSchema,
+  GetTrustRequestSchema,
+  GetLeaderboardRequestSchema,
+  GetSlaTierRequestSchema,
+  GetTrustDeltaRequestSchema,
+  GetBadgeRequestSchema,
 } from '../../../gen/observatory/v1/trust_pb.js';
 import { invalidArgument } from '../../errors.js';
 import type { RouteDeps } from '../routes.js';
+import { restQuerySchema } from '../contract-schema.js';
 import { restJson, restJsonText } from '../rest-json.js';
 
-// Query values arrive as strings (ajv does not coerce here); each adapter passes them on and
-// the service validates, so REST and Connect reject the same inputs.
-const stringQuery = (...names: string[]) =>
-  ({
-    type: 'object',
-    properties: Object.fromEntries(names.map((n) => [n, { type: 'string' }])),
-  }) as const;
+// Query schemas come from the request messages (src/http/contract-schema.ts): strings only, the
+// contract's rules decide in the service, so REST and Connect reject the same inputs.
 
 /** Badges change at most as often as scores are recomputed; a few minutes of caching is safe. */
 export const BADGE_CACHE_CONTROL = 'public, max-age=300';
@@ -33,13 +34,13 @@ export function trustRoutes(app: FastifyInstance, { services }: RouteDeps) {
 
   // getTrust hands out one response object per computation (cached for SCORE_CACHE_MS), so its
   // JSON text is built once per computation too.
-  app.get<{ Querystring: { url?: string } }>('/api/trust', { schema: { querystring: stringQuery('url') } }, async (req, reply) =>
+  app.get<{ Querystring: { url?: string } }>('/api/trust', { schema: { querystring: restQuerySchema(GetTrustRequestSchema) } }, async (req, reply) =>
     reply.type('application/json; charset=utf-8').send(restJsonText(GetTrustResponseSchema, await trust.getTrust({ url: req.query.url }))),
   );
 
   app.get<{ Querystring: { category?: string; limit?: string } }>(
     '/api/leaderboard',
-    { schema: { querystring: stringQuery('category', 'limit') } },
+    { schema: { querystring: restQuerySchema(GetLeaderboardRequestSchema) } },
     async (req) =>
       restJson(GetLeaderboardResponseSchema, await trust.getLeaderboard({ category: req.query.category, limit: parseLimit(req.query.limit) })),
   );
@@ -50,15 +51,15 @@ export function trustRoutes(app: FastifyInstance, { services }: RouteDeps) {
     restJson(GetBenchmarkResponseSchema, await trust.getBenchmark({ serverSlug: req.params.server_slug })),
   );
 
-  app.get<{ Querystring: { server?: string } }>('/api/sla-tier', { schema: { querystring: stringQuery('server') } }, async (req) =>
+  app.get<{ Querystring: { server?: string } }>('/api/sla-tier', { schema: { querystring: restQuerySchema(GetSlaTierRequestSchema) } }, async (req) =>
     restJson(GetSlaTierResponseSchema, await trust.getSlaTier({ server: req.query.server })),
   );
 
-  app.get<{ Querystring: { window?: string } }>('/api/trust-delta', { schema: { querystring: stringQuery('window') } }, async (req) =>
+  app.get<{ Querystring: { window?: string } }>('/api/trust-delta', { schema: { querystring: restQuerySchema(GetTrustDeltaRequestSchema) } }, async (req) =>
     restJson(GetTrustDeltaResponseSchema, await trust.getTrustDelta({ window: req.query.window })),
   );
 
-  app.get<{ Querystring: { url?: string } }>('/api/badge', { schema: { querystring: stringQuery('url') } }, async (req, reply) => {
+  app.get<{ Querystring: { url?: string } }>('/api/badge', { schema: { querystring: restQuerySchema(GetBadgeRequestSchema) } }, async (req, reply) => {
     const badge = await trust.getBadge({ url: req.query.url });
     return reply.type('image/svg+xml; charset=utf-8').header('cache-control', BADGE_CACHE_CONTROL).send(badge.svg);
   });
