@@ -35,6 +35,8 @@ function switchableDb(real: Db): { db: Db; down: (v: boolean) => void } {
   Object.assign(db, {
     ping: async () => (isDown ? false : real.ping()),
     liveness: real.liveness ? async () => (isDown ? { live: false, reason: 'the database is unreachable' } : real.liveness!()) : undefined,
+    // The test's database is closed (and dropped) by its owner, after the service has stopped.
+    close: async () => {},
     query: async (sql: string, params?: readonly unknown[]) => {
       if (isDown) throw refused();
       return real.query(sql, params);

@@ -99,6 +99,9 @@ export type Services = ReturnType<typeof createServices>;
  * Connect/gRPC/gRPC-Web registration. Methods not yet implemented are simply absent: the Connect
  * runtime answers them with Code.Unimplemented, never with fake data.
  */
+/** Largest ext_authz CheckRequest accepted (RESOURCE_EXHAUSTED beyond it). */
+export const EXT_AUTHZ_MAX_BYTES = 4 * 1024 * 1024;
+
 export function connectRoutes(s: Services) {
   return (router: ConnectRouter) => {
     router.service(TrustService, {
@@ -130,7 +133,9 @@ export function connectRoutes(s: Services) {
     });
     router.service(AccessService, { registerAgent: s.access.registerAgent, agentQuery: s.access.agentQuery, getPaymentInfo: s.access.getPaymentInfo });
     // Envoy's external authorization API (ext_authz v3), for Envoy, Istio and agentgateway.
-    router.service(Authorization, { check: s.gate.check });
+    // A CheckRequest carries the checked request's headers (and its body with Envoy's
+    // with_request_body), so it may exceed BODY_LIMIT, the router-wide message limit.
+    router.service(Authorization, { check: s.gate.check }, { readMaxBytes: EXT_AUTHZ_MAX_BYTES });
     // OTLP/gRPC (docs/telemetry.md). readMaxBytes bounds each export as received and after
     // decompression (gRPC RESOURCE_EXHAUSTED beyond it), like OTLP/HTTP's 413.
     const otlpLimits = { readMaxBytes: s.otlp.maxExportBytes };
