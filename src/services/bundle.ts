@@ -111,6 +111,9 @@ export function createBundleService(deps: Pick<ServiceDeps, 'db' | 'config' | 'n
       servers,
       removed,
     };
+    // A large index can keep this process busy (and PGlite's one connection) longer than the key
+    // ring's background re-read allows for signing: read the keys now, outside any transaction.
+    await keyring.refresh();
     const { jws } = await keyring.sign(payload);
     const file: BundleFile = {
       format: BUNDLE_SCHEMA,
