@@ -3,6 +3,7 @@
 
 import { PAYMENT_NETWORKS, type PaymentNetworkId } from './domain/x402.js';
 import { parseGateRoutes, parseTrustedHeaders, type GateRoute, type UpstreamHeader } from './domain/gate.js';
+import { parseToolRules, type GateToolPolicy, type ToolRule } from './domain/tool-gate.js';
 import { KEY_ENCRYPTION_SECRET_HELP, parseKeyEncryptionSecret } from './signing/secret-format.js';
 
 export const INTERFACE_VERSION = '1.3.0';
@@ -20,6 +21,8 @@ export interface Config {
   logLevel: string;
   /** Largest accepted request body, in bytes. */
   bodyLimit: number;
+  /** GRPC_HEALTH_INTERVAL_MS: how often grpc.health.v1 Watch streams re-check the database. */
+  healthIntervalMs: number;
   paymentWallet: string | null;
   paymentRpcUrl: string | null;
   /** PAYMENT_NETWORK: the CAIP-2 chain paid verdicts settle on, Base (eip155:8453, default) or Base Sepolia (eip155:84532). */
@@ -172,6 +175,13 @@ export interface GateConfig {
    * of an ext_authz gRPC Check (overwriting the client's), so they may name the upstream there.
    */
   trustedHeaders: UpstreamHeader[];
+  /**
+   * Per-tool decisions (Mcp-Method: tools/call with Mcp-Name): GATE_TOOLS_DENY (tools always
+   * denied), GATE_TOOLS_EXEMPT (tools skipping the drift and tool-evidence checks) and
+   * GATE_TOOL_DRIFT_HOURS (default 168, 0 = drift never denies a tool); GATE_REQUIRE_MCP_METHOD
+   * (default off) denies requests without Mcp-Method.
+   */
+  tools: GateToolPolicy;
 }
 
 const PAYMENT_NETWORK_ALIASES: Record<string, PaymentNetworkId> = { base: 'eip155:8453', 'base-sepolia': 'eip155:84532' };
@@ -222,6 +232,16 @@ function gateRoutes(env: Env): GateRoute[] {
     return parseGateRoutes(raw);
   } catch (err) {
     throw new ConfigError('GATE_ROUTES', (err as Error).message);
+  }
+}
+
+function toolRules(env: Env, name: string): ToolRule[] {
+  const raw = str(env, name);
+  if (raw === undefined) return [];
+  try {
+    return parseToolRules(raw);
+  } catch (err) {
+    throw new ConfigError(name, (err as Error).message);
   }
 }
 
@@ -345,6 +365,7 @@ export function loadConfig(env: Env = process.env): Config {
     trustProxy: trustProxy(env),
     logLevel,
     bodyLimit: int(env, 'BODY_LIMIT', 64 * 1024, 1024, 16 * 1024 * 1024),
+    healthIntervalMs: int(env, 'GRPC_HEALTH_INTERVAL_MS', 5_000, 100, 600_000),
     paymentWallet: wallet,
     paymentRpcUrl: rpc === undefined ? null : httpUrl('PAYMENT_RPC_URL', rpc),
     paymentNetwork: paymentNetwork(env),
@@ -362,6 +383,12 @@ export function loadConfig(env: Env = process.env): Config {
       cacheSeconds: int(env, 'GATE_CACHE_SECONDS', 5, 0, 3600),
       routes: gateRoutes(env),
       trustedHeaders: trustedHeaders(env),
+      tools: {
+        deny: toolRules(env, 'GATE_TOOLS_DENY'),
+        exempt: toolRules(env, 'GATE_TOOLS_EXEMPT'),
+        driftWindowMs: int(env, 'GATE_TOOL_DRIFT_HOURS', 168, 0, 8760) * 3_600_000,
+        requireMcpMethod: boolDefault(env, 'GATE_REQUIRE_MCP_METHOD', false),
+      },
     },
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),
     rateLimitPreflightPerMinute: int(env, 'RATE_LIMIT_PREFLIGHT_PER_MINUTE', 600, 0, 1_000_000),

@@ -14,6 +14,9 @@ import { connectContextValues, fastifyTrustProxy } from './http/client-address.j
 import { registerRestRoutes } from './http/routes.js';
 import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
 import { parseErrorsAreInvalidArgument } from './http/connect-parse-errors.js';
+import { registerHealth, registerReflection } from './http/grpc-introspection.js';
+import { nativeHandlerErrors, refusalsCarryConnectErrors, rpcProtocolOf, sendRpcProblem } from './http/rpc-errors.js';
+import { createHealthMonitor, type HealthMonitor } from './services/health.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
 import { resolveKeyEncryptionKey, type KeyEncryptionKey } from './signing/key-encryption.js';
 import { openKeyRing, type KeyRing } from './signing/keyring.js';
@@ -26,6 +29,8 @@ export interface Observatory {
   readonly services: Services;
   /** The secret sealing private signing keys (null with SIGNING_KEY_JWK and no configured secret). */
   readonly kek: KeyEncryptionKey | null;
+  /** grpc.health.v1's view of the process (SERVING while the database answers and it is not draining). */
+  readonly health: HealthMonitor;
   /** Starts listening on config.host:config.port; resolves to the base URL actually bound. */
   listen(): Promise<string>;
   /** Graceful stop: stops accepting, lets in-flight requests finish, closes the database. */
@@ -77,6 +82,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     onBackgroundError: (err) => app.log.warn({ err: { message: (err as Error)?.message ?? String(err) } }, 'background work failed; it retries on its next tick'),
   });
 
+  const health = createHealthMonitor({ db, intervalMs: config.healthIntervalMs });
   const app = Fastify({
     serverFactory: ((handler: Parameters<typeof createDualProtocolServer>[0]) => createDualProtocolServer(handler, config.http)) as unknown as FastifyServerFactory<http.Server>,
     trustProxy: fastifyTrustProxy(config.trustProxy),
@@ -84,7 +90,9 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     // Path parameters carry server names and URLs (/agent-query/{server_slug}); fastify's default is 100.
     routerOptions: { maxParamLength: 4096 },
     forceCloseConnections: 'idle',
-    return503OnClosing: true,
+    // A draining process refuses new requests itself (the onRequest hook below), in each
+    // caller's protocol, instead of fastify's plain 503.
+    return503OnClosing: false,
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && /^[\w.-]{1,64}$/.test(given) ? given : randomUUID();
@@ -149,6 +157,15 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   app.addHook('onRequest', (req, reply, done) => {
     reply.header('x-request-id', req.id);
     reply.header('x-interface-version', INTERFACE_VERSION);
+    if (health.draining) {
+      // Shutting down: in-flight requests finish, new ones are told to go elsewhere.
+      if (req.raw.httpVersionMajor === 1) reply.header('connection', 'close');
+      const rpc = rpcProtocolOf(req);
+      const detail = 'the service is shutting down; retry on another instance';
+      if (rpc) sendRpcProblem(req, reply, rpc, 'unavailable', detail, { 'retry-after': '1' });
+      else sendProblem(reply, 'unavailable', detail, { headers: { 'retry-after': '1' } });
+      return;
+    }
     done();
   });
 
@@ -161,12 +178,23 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   await app.register(fastifyConnectPlugin, {
     routes: (router) => {
       connectRoutes(services)(router);
+      // gRPC health checking and server reflection over what the router serves (docs/grpc.md).
+      registerHealth(router, health);
+      registerReflection(router);
       // Undecodable request messages are InvalidArgument, not Internal (src/http/connect-parse-errors.ts).
       parseErrorsAreInvalidArgument(router);
+      // Refusals the Connect runtime answers with an empty body carry a Connect error (docs/grpc.md).
+      refusalsCarryConnectErrors(router);
     },
     contextValues: connectContextValues,
     // The Connect twins of the limited REST routes, by method (src/http/rate-limit.ts).
-    interceptors: [rateLimitInterceptor(services.limits)],
+    interceptors: [
+      rateLimitInterceptor(services.limits),
+      nativeHandlerErrors((err) => app.log.error({ err }, 'rpc failed')),
+    ],
+    // A request message larger than BODY_LIMIT is RESOURCE_EXHAUSTED (each message of a stream);
+    // services with their own limit (OTLP) set it per service.
+    readMaxBytes: config.bodyLimit,
   });
   registerRestRoutes(app, { services, db, config });
 
@@ -177,6 +205,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     config,
     services,
     kek,
+    health,
     async listen() {
       const address = await app.listen({ port: config.port, host: config.host });
       // Active observation runs wherever the service serves (OBSERVE_ENABLED, docs/observation.md).
@@ -187,6 +216,8 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     },
     close() {
       closing ??= (async () => {
+        // Health watchers see NOT_SERVING and their streams end, so that none holds the shutdown.
+        health.drain();
         await app.close();
         await services.close();
         keyring.close();

@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../src/config.js';
+import { createScratchDatabase, type ScratchDatabase } from '../src/db/scratch.js';
 import { expectConfigRefusal } from './support/config.js';
 
 describe('configuration', () => {
@@ -72,6 +73,13 @@ describe('process lifecycle', () => {
     // Port 0: the kernel picks a free port (a random fixed one can collide on a shared machine);
     // the process logs the address it bound.
     const env: Record<string, string> = { PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, LOG_LEVEL: 'info' };
+    // On PostgreSQL, a database of its own: a shared one may hold a signing key sealed under
+    // another run's key-encryption secret, which the service rightly refuses to start with.
+    let scratch: ScratchDatabase | null = null;
+    if (process.env.DATABASE_URL) {
+      scratch = await createScratchDatabase(process.env.DATABASE_URL, 'obs_test');
+      env.DATABASE_URL = scratch.url;
+    }
     const p = run(env);
     try {
       // Start-up (tsx compile, PGlite, migrations) measured 77 s at load 24 on this 2-core
@@ -94,7 +102,7 @@ describe('process lifecycle', () => {
       p.child.kill('SIGTERM');
       const res = await inflight.catch(() => null);
       if (res) expect([200, 503]).toContain(res.status);
-      expect(await p.exited).toBe(0);
+      expect(await p.exited, `${p.out()}\n${p.err()}`).toBe(0);
       // Logs are structured JSON and never carry client addresses.
       expect(p.out()).toContain('"msg":"trust observatory listening"');
       expect(p.out()).not.toContain('203.0.113.77');
@@ -102,6 +110,7 @@ describe('process lifecycle', () => {
     } finally {
       if (p.child.exitCode === null) p.child.kill('SIGKILL');
       rmSync(dir, { recursive: true, force: true });
+      await scratch?.drop();
     }
   }, START_DEADLINE_MS + 120_000);
 });

@@ -166,3 +166,39 @@ describe('connection cap', () => {
     expect(connectionCap(0, { softLimit: null, inUse: null })).toMatchObject({ served: FALLBACK_MAX_CONNECTIONS, source: 'default' });
   });
 });
+
+describe('shutdown', () => {
+  it('closes a keep-alive connection that was busy when close began, once its answer is sent (not after the idle deadline)', async () => {
+    // The idle deadline is ten minutes: only the shutdown sweep can close the connection in time.
+    const srv = createDualProtocolServer((req, res) => {
+      setTimeout(() => res.end('done'), 300);
+    }, { ...LIMITS, idleTimeoutMs: 600_000, requestTimeoutMs: 600_000 });
+    await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const get = () =>
+      new Promise<{ body: string; socket: import('node:net').Socket }>((resolve, reject) => {
+        const req = http.get({ host: '127.0.0.1', port: (srv.address() as AddressInfo).port, path: '/', agent }, (res) => {
+          let body = '';
+          res.on('data', (d: Buffer) => (body += d.toString()));
+          res.on('end', () => resolve({ body, socket: req.socket! }));
+        });
+        req.on('error', reject);
+      });
+    try {
+      // One answered request leaves the connection idle in the agent's pool; the next reuses it.
+      await get();
+      const inflight = get();
+      await new Promise((r) => setTimeout(r, 50));
+      const closed = new Promise<string>((resolve) => srv.close(() => resolve('closed')));
+      const { body, socket } = await inflight;
+      expect(body).toBe('done');
+      const socketClosed = socket.destroyed ? Promise.resolve('closed') : new Promise<string>((resolve) => socket.once('close', () => resolve('closed')));
+      // Far below the ten-minute idle deadline; a hang fails here instead of at the test timeout.
+      const tooLate = new Promise<string>((resolve) => setTimeout(() => resolve('still open after 60 s'), 60_000).unref());
+      expect(await Promise.race([Promise.all([closed, socketClosed]).then(() => 'closed'), tooLate])).toBe('closed');
+    } finally {
+      agent.destroy();
+      srv.closeAllConnections();
+    }
+  });
+});

@@ -27,6 +27,8 @@ export interface Db extends Queryable {
    */
   liveness?(): Promise<Liveness>;
   close(): Promise<void>;
+  /** PGlite only: the data directory as a tarball, which openPglite's `loadDataDir` starts from. */
+  snapshot?(): Promise<Blob>;
   /** Connection pool figures for /metrics (PostgreSQL only; PGlite has no pool). */
   poolStats?(): { total: number; idle: number; waiting: number };
 }

@@ -61,6 +61,11 @@ export interface PgliteOptions {
   stallAfterMs?: number;
   /** liveness(): how long the probe statement may wait before the database counts as wedged (unless it made progress meanwhile). */
   livenessTimeoutMs?: number;
+  /**
+   * In-memory only: start from this data-directory snapshot (a tarball from `snapshot()`)
+   * instead of an empty cluster, skipping initdb (tests start from a migrated template).
+   */
+  loadDataDir?: Blob;
 }
 
 /** Default stall limit: far above any pause between two statements of a healthy transaction. */
@@ -75,7 +80,7 @@ export async function openPglite(dataDir: string | null, opts: PgliteOptions = {
   try {
     // numeric arrives as a string by default; int8 already as a number. Same rule as postgres.ts.
     const parsers = { 1700: (v: string) => Number(v), 20: (v: string) => Number(v) };
-    pg = dataDir === null ? await PGlite.create({ parsers }) : await PGlite.create({ dataDir: join(dataDir, 'pglite'), parsers });
+    pg = dataDir === null ? await PGlite.create({ parsers, loadDataDir: opts.loadDataDir }) : await PGlite.create({ dataDir: join(dataDir, 'pglite'), parsers });
     if (dataDir !== null) tightenTree(dataDir);
   } catch (err) {
     unlock();
@@ -105,6 +110,7 @@ export async function openPglite(dataDir: string | null, opts: PgliteOptions = {
   return {
     kind: 'pglite',
     ephemeral: dataDir === null,
+    snapshot: () => outer('a snapshot', () => pg.dumpDataDir('none')),
     query<T = Row>(sql: string, params?: readonly unknown[]) {
       return outer('a query', async () => (await pg.query<T>(sql, params as unknown[] | undefined)).rows);
     },

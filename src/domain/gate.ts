@@ -77,6 +77,11 @@ export interface GateRequestInfo {
   configured?: string;
   /** Which interface asks; only changes the wording of "no upstream". */
   via?: 'http' | 'envoy_grpc';
+  /**
+   * `mcp-method` and `mcp-name` of the checked request (the client's, as the gateway forwarded
+   * them): they choose which tool of the upstream is judged, never the upstream itself.
+   */
+  mcpHeaders?: Readonly<Record<string, string | undefined>>;
 }
 
 /**

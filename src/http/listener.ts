@@ -20,6 +20,8 @@ export const MAX_REQUEST_HEAD_BYTES = 1024 * 1024 + 64 * 1024;
 
 /** Connections beyond the cap get this long (at most) to send the first bytes of the request their 503 answers. */
 const OVER_CAPACITY_FIRST_BYTE_MS = 2_000;
+/** How often, once closing, keep-alive connections that have finished their request are closed. */
+const CLOSE_SWEEP_MS = 100;
 
 /** What the listener holds right now (tests, the start-up log line, operators via the returned server). */
 export interface ConnectionStats {
@@ -146,11 +148,17 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
   h1.connectionStats = () => ({ open, undecided: undecided.size, h2Sessions: sessions.size, cap, refused: { ...refused } });
 
   // Closing the public server also ends HTTP/2 sessions gracefully (GOAWAY after in-flight streams).
+  // node closes the keep-alive connections idle at that moment, but a connection busy with a
+  // request then would sit idle until HTTP_IDLE_TIMEOUT_MS after its answer and hold shutdown
+  // past a supervisor's patience: until the server has closed, idle ones are swept often.
   const close = h1.close.bind(h1);
   h1.close = ((cb?: (err?: Error) => void) => {
     for (const s of sessions) s.close();
     for (const socket of undecided) socket.destroy();
     undecided.clear();
+    const sweep = setInterval(() => h1.closeIdleConnections(), CLOSE_SWEEP_MS);
+    sweep.unref();
+    h1.once('close', () => clearInterval(sweep));
     return close(cb);
   }) as typeof h1.close;
   return h1;
@@ -176,6 +184,28 @@ function watchSession(session: http2.ServerHttp2Session, limits: HttpConfig): vo
     clearTimeout(idle);
     stream.once('close', () => {
       if (--streams === 0 && !session.closed && !session.destroyed) arm();
+    });
+    // A response that ended while the client is still sending (a gRPC error such as
+    // RESOURCE_EXHAUSTED for an oversize message, answered before the body was read) would leave
+    // the stream half-open: nobody reads the rest of the body, so flow control stops the client,
+    // and the stream (with its session, and a graceful shutdown) waits for ever. Once our end of
+    // the stream has gone out, the rest of the body is read and discarded so that the client can
+    // finish and the stream closes normally. (RST_STREAM would be allowed, but node and
+    // connect-es clients report it as "Premature close" instead of the status they were sent.)
+    stream.once('finish', () => {
+      let tries = 0;
+      const check = () => {
+        if (stream.destroyed || stream.readableEnded || stream.state.remoteClose) return;
+        if (stream.closed || stream.state.localClose === 1 || stream.sentTrailers !== undefined) {
+          stream.removeAllListeners('data');
+          stream.on('data', () => {});
+          stream.resume();
+          return;
+        }
+        // Trailers follow 'finish' shortly: look again, a bounded number of times.
+        if (++tries < 100) setTimeout(check, 20).unref();
+      };
+      setImmediate(check);
     });
     stream.setTimeout(limits.requestTimeoutMs, () => {
       if (stream.destroyed) return;

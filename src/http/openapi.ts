@@ -160,7 +160,9 @@ const OPS: Op[] = [
     { name: 'X-Forwarded-Proto', in: 'header', description: 'with X-Forwarded-Host and X-Original-URI, the original request URL', schema: { type: 'string' } },
     { name: 'X-Forwarded-Host', in: 'header', description: 'see X-Forwarded-Proto', schema: { type: 'string' } },
     { name: 'X-Original-URI', in: 'header', description: 'see X-Forwarded-Proto', schema: { type: 'string' } },
-  ], ok: okJson('allow: allow, decision, reason, upstream, verdict, trust_score, receipt_id, receipt_url'), errors: { 400: 'no upstream can be worked out from the headers (or GATE_ROUTES)', 403: 'deny: the same decision members in a problem body', 429: 'rate limited (RATE_LIMIT_GATE_PER_MINUTE per client address): Retry-After says when to retry' } },
+    { name: 'Mcp-Method', in: 'header', description: "the checked request's JSON-RPC method (MCP 2026-07-28 clients send it on every request)", schema: { type: 'string' } },
+    { name: 'Mcp-Name', in: 'header', description: 'with Mcp-Method: tools/call, the tool called (plain ASCII or =?base64?...?=): the decision is then per tool (tool_drift, tool_verdict_fail, policy_denies_tool)', schema: { type: 'string' } },
+  ], ok: okJson('allow: allow, decision, reason, upstream, verdict, trust_score, receipt_id, receipt_url, mcp_method, tool_name, tool'), errors: { 400: 'no upstream can be worked out from the headers (or GATE_ROUTES)', 403: 'deny: the same decision members in a problem body', 429: 'rate limited (RATE_LIMIT_GATE_PER_MINUTE per client address): Retry-After says when to retry' } },
   { method: 'get', path: '/v1/bundle', id: 'getBundle', tag: 'trust', summary: 'Signed offline bundle of every tracked server\'s verdict (observatory-bundle-v1, a compact Ed25519 JWS with iat and exp; gzip or br by Accept-Encoding; ETag and If-None-Match 304; docs/bundles.md, schema docs/schemas/bundle.schema.json)', params: [
     q('category', 'only servers of this category', { type: 'string' }),
     q('verdict', 'comma-separated verdicts to keep (PASS, UNCERTAIN, FAIL, UNRATED)', { type: 'string' }),

@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ConnectError } from '@connectrpc/connect';
 import { isConnectionError, isRefusedValueError } from '../db/index.js';
+import { rpcProtocolOf, sendRpcProblem, sendUnknownMethod, RPC_CONTENT_TYPES } from './rpc-errors.js';
 import { ObservatoryError, PROBLEMS, PROBLEM_CONTENT_TYPE, problemBody, problemForConnectCode, type ProblemCode } from '../errors.js';
 
 export { PROBLEM_CONTENT_TYPE, problemBody, type ProblemBody } from '../errors.js';
@@ -47,9 +48,17 @@ export function installProblemHandlers(app: FastifyInstance) {
   app.setErrorHandler((err, req: FastifyRequest, reply: FastifyReply) => {
     const p = problemFromError(err);
     if (PROBLEMS[p.code].status >= 500) req.log.error({ err }, 'request failed');
+    // Connect, gRPC and gRPC-Web callers get their own protocol's error (src/http/rpc-errors.ts).
+    const rpc = rpcProtocolOf(req);
+    if (rpc) {
+      const detail = p.code === 'unsupported_media_type' ? `unsupported content type; use ${RPC_CONTENT_TYPES}` : p.detail;
+      return sendRpcProblem(req, reply, rpc, p.code, detail, p.headers);
+    }
     return sendProblem(reply, p.code, p.detail, p);
   });
   app.setNotFoundHandler((req, reply) => {
+    const rpc = rpcProtocolOf(req);
+    if (rpc) return sendUnknownMethod(req, reply, rpc);
     const path = req.url.split('?')[0] ?? '';
     const allowed = allowedMethods(app, path);
     if (allowed.length > 0) {

@@ -3,7 +3,12 @@ import type { CheckRequest, CheckResponseSchema } from '../../gen/envoy/service/
 import { HeaderValueOption_HeaderAppendAction } from '../../gen/envoy/config/core/v3/base_pb.js';
 import { StatusCode } from '../../gen/envoy/type/v3/http_status_pb.js';
 import { decideGate, gatewayAssertedHeaders, resolveUpstream, type GateRequestInfo, type UpstreamSource } from '../domain/gate.js';
-import type { PreflightVerdict } from '../domain/verdict.js';
+import { verdictFor, type PreflightVerdict } from '../domain/verdict.js';
+import { computeTrustScore } from '../domain/scoring.js';
+import { decideTool, readMcpHeaders, toolDriftOf, toolFindingJson, type ToolDrift, type ToolEvidence, type ToolFinding } from '../domain/tool-gate.js';
+import type { Queryable } from '../db/index.js';
+import { driftStore } from '../store/drift.js';
+import { telemetryStore } from '../store/telemetry.js';
 import { invalidArgument, ObservatoryError } from '../errors.js';
 import { PROBLEM_CONTENT_TYPE, problemBody } from '../errors.js';
 import { clientAddressKey, type CallContext, type ServiceDeps } from './context.js';
@@ -19,6 +24,37 @@ export interface GateAssessment {
   verdict: PreflightVerdict;
   /** null when UNRATED. */
   trustScore: number | null;
+  /** The tracked server's id, null when the upstream is not tracked (then no tool has evidence or drift). */
+  serverId?: number | null;
+}
+
+/** What the per-tool check reads about one tool of a server. */
+export interface ToolFacts {
+  drift: ToolDrift | null;
+  evidence: ToolEvidence;
+}
+
+const NO_TOOL_FACTS: ToolFacts = { drift: null, evidence: { verdict: 'UNRATED', trustScore: null, reports: 0 } };
+
+/**
+ * A tool's facts from the database: its newest drift within `driftWindowMs` (drift_baselines) and
+ * its own evidence (tool_evidence) scored with the server model. Latency counts as neutral (no
+ * per-tool category baseline exists): a tool is judged on its success rate, with the same prior,
+ * decay and per-source caps as a server, so one source alone cannot make a tool FAIL faster than
+ * it can make a server FAIL.
+ */
+export async function toolFacts(db: Queryable, serverId: number, tool: string, at: Date, driftWindowMs: number): Promise<ToolFacts> {
+  const [drifts, sources] = await Promise.all([
+    driftWindowMs > 0 ? driftStore(db).driftChangesSince(serverId, new Date(at.getTime() - driftWindowMs)) : Promise.resolve([]),
+    telemetryStore(db).toolEvidence(serverId, tool),
+  ]);
+  const reports = sources.reduce((n, s) => n + s.reports, 0);
+  let evidence: ToolEvidence = { verdict: 'UNRATED', trustScore: null, reports: 0 };
+  if (reports > 0) {
+    const { trust_score } = computeTrustScore({ sources, baselineLatencyMs: 0, anomalyFlags: [], now: at });
+    evidence = { verdict: verdictFor(trust_score), trustScore: trust_score, reports };
+  }
+  return { drift: toolDriftOf(drifts, tool, at, driftWindowMs), evidence };
 }
 
 /**
@@ -28,6 +64,8 @@ export interface GateAssessment {
  */
 export interface GateVerdictSource<A extends GateAssessment = GateAssessment> {
   assess(upstream: string): Promise<A>;
+  /** One tool's drift and evidence (per-tool decisions); absent: no tool ever has any. */
+  tool?(a: A, tool: string, at: Date): Promise<ToolFacts>;
   record(upstream: string, assessment: A, claim: Record<string, unknown>): Promise<GateEvidence>;
 }
 
@@ -57,11 +95,16 @@ export interface GateBundleRef {
  */
 export function preflightGateSource(
   preflight: Pick<PreflightService, 'assess' | 'preflight'>,
+  tools?: { db: Queryable; driftWindowMs: number },
 ): GateVerdictSource<GateAssessment & { found: PreflightAssessment }> {
   return {
     async assess(upstream) {
       const found = await preflight.assess(upstream);
-      return { verdict: found.verdict, trustScore: found.trustScore ?? null, found };
+      return { verdict: found.verdict, trustScore: found.trustScore ?? null, serverId: found.server?.id ?? null, found };
+    },
+    async tool(a, tool, at) {
+      if (!tools || a.serverId === null || a.serverId === undefined) return NO_TOOL_FACTS;
+      return toolFacts(tools.db, a.serverId, tool, at, tools.driftWindowMs);
     },
     async record(upstream, a, claim) {
       const r = await preflight.preflight({ target: upstream }, undefined, { kind: 'gateway', claim, assessment: a.found });
@@ -84,6 +127,23 @@ export interface GateOutcome {
   /** Whether the verdict came from the short-lived cache (GATE_CACHE_SECONDS). */
   cached: boolean;
   decidedAt: string;
+  /** The checked request's `Mcp-Method`, null when it sent none. */
+  mcpMethod: string | null;
+  /** The tool of a `tools/call` (`Mcp-Name`), null otherwise. */
+  toolName: string | null;
+  /** What the per-tool check found; null when no tool was named or the server was already denied. */
+  tool: ToolFinding | null;
+  /** Why the MCP headers were refused, when they were. */
+  headerProblem?: string;
+}
+
+/** The one-line reason of a denial (problem+json `detail`, gRPC status message). */
+export function denialDetail(o: GateOutcome): string {
+  if (o.headerProblem) return `traffic to ${o.upstream} is denied: ${o.headerProblem} (${o.reason})`;
+  if (o.toolName !== null && ['tool_drift', 'tool_verdict_fail', 'policy_denies_tool'].includes(o.reason)) {
+    return `tool "${o.toolName}" of ${o.upstream} is denied (${o.reason}); the server's verdict is ${o.verdict}`;
+  }
+  return `traffic to ${o.upstream} is denied: verdict ${o.verdict} (${o.reason})`;
 }
 
 /** The headers every decision carries, allow and deny alike. */
@@ -118,6 +178,9 @@ export function gateBody(o: GateOutcome, publicBaseUrl: string): Record<string, 
     ...(o.bundle
       ? { bundle: { bundle_id: o.bundle.bundleId, issued_at: o.bundle.issuedAt, expires_at: o.bundle.expiresAt, age_seconds: o.bundle.ageSeconds } }
       : {}),
+    mcp_method: o.mcpMethod,
+    tool_name: o.toolName,
+    tool: o.tool ? toolFindingJson(o.tool) : null,
   };
 }
 
@@ -131,6 +194,31 @@ export const GATE_CACHE_MAX_ENTRIES = 10_000;
 export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDeps, 'config' | 'now'>, source: GateVerdictSource<A>, limits?: RateLimiter) {
   const { config, now } = deps;
   const policy = { allowUncertain: config.gate.allowUncertain, allowUnrated: config.gate.allowUnrated };
+  const toolPolicy = config.gate.tools;
+  // (upstream, tool) -> facts, cached like verdicts; a Map keeps insertion order, the first key is the oldest.
+  const toolCache = new Map<string, { f: ToolFacts; expires: number }>();
+  const toolInflight = new Map<string, Promise<ToolFacts>>();
+
+  async function facts(upstream: string, a: A, tool: string, at: Date): Promise<ToolFacts> {
+    if (!source.tool) return NO_TOOL_FACTS;
+    const key = JSON.stringify([upstream, tool]);
+    if (ttlMs > 0) {
+      const hit = toolCache.get(key);
+      if (hit && hit.expires > at.getTime()) return hit.f;
+      if (hit) toolCache.delete(key);
+    }
+    let p = toolInflight.get(key);
+    if (!p) {
+      p = source.tool(a, tool, at).finally(() => toolInflight.delete(key));
+      toolInflight.set(key, p);
+    }
+    const f = await p;
+    if (ttlMs > 0) {
+      toolCache.set(key, { f, expires: at.getTime() + ttlMs });
+      if (toolCache.size > GATE_CACHE_MAX_ENTRIES) toolCache.delete(toolCache.keys().next().value as string);
+    }
+    return f;
+  }
   const ttlMs = config.gate.cacheSeconds * 1000;
   // upstream -> verdict and when it expires; a Map keeps insertion order, so the first key is the oldest.
   const cache = new Map<string, { a: A; expires: number }>();
@@ -162,7 +250,32 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
     if (!resolved.ok) throw invalidArgument(resolved.problem);
     const at = now();
     const { a, cached } = await assessment(resolved.upstream, at.getTime());
-    const d = decideGate(a.verdict, policy);
+    let d = decideGate(a.verdict, policy);
+    // Per tool (Mcp-Method / Mcp-Name of the checked request): can only turn an allow into a deny.
+    const mcp = readMcpHeaders(info.mcpHeaders ?? {});
+    let mcpMethod: string | null = null;
+    let toolName: string | null = null;
+    let finding: ToolFinding | null = null;
+    let headerProblem: string | undefined;
+    if (!mcp.ok) {
+      // Only a valid method is recorded: the rest is client text (a gRPC header may even hold NUL).
+      mcpMethod = mcp.method;
+      if (d.allow) {
+        d = { allow: false, reason: mcp.reason };
+        headerProblem = mcp.problem;
+      }
+    } else {
+      mcpMethod = mcp.call.method;
+      toolName = mcp.call.tool;
+      if (mcpMethod === null && toolPolicy.requireMcpMethod && d.allow) {
+        d = { allow: false, reason: 'mcp_method_required' };
+        headerProblem = 'Mcp-Method is required here (GATE_REQUIRE_MCP_METHOD): send MCP 2026-07-28 requests';
+      } else if (toolName !== null && d.allow) {
+        const tool = decideTool(d, resolved.upstream, toolName, await facts(resolved.upstream, a, toolName, at), toolPolicy);
+        d = tool.decision;
+        finding = tool.finding;
+      }
+    }
     const { receiptId, jws, bundle } = await source.record(resolved.upstream, a, {
       gateway: {
         decision: d.allow ? 'allow' : 'deny',
@@ -171,9 +284,16 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
         upstream_source: resolved.source,
         policy: { allow_uncertain: policy.allowUncertain, allow_unrated: policy.allowUnrated },
         cached_verdict: cached,
+        mcp_method: mcpMethod,
+        tool_name: toolName,
+        tool: finding ? toolFindingJson(finding) : null,
       },
     });
     return {
+      mcpMethod,
+      toolName,
+      tool: finding,
+      ...(headerProblem ? { headerProblem } : {}),
       allow: d.allow,
       reason: d.reason,
       upstream: resolved.upstream,
@@ -229,6 +349,8 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
       configured: req.attributes?.contextExtensions?.['mcp_server'],
       via: 'envoy_grpc',
       fallback: http?.host ? { scheme: http.scheme || 'http', host: http.host, path: http.path || '/', routeOnly: false } : undefined,
+      // The client's Mcp-Method / Mcp-Name: they choose the tool judged, never the upstream.
+      mcpHeaders: { 'mcp-method': headers['mcp-method'], 'mcp-name': headers['mcp-name'] },
     };
     let o: GateOutcome;
     try {
@@ -260,6 +382,8 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
       ...(o.bundle ? { trust_bundle: o.bundle.bundleId, trust_bundle_age: o.bundle.ageSeconds } : {}),
       upstream: o.upstream,
       decision: o.allow ? 'allow' : 'deny',
+      reason: o.reason,
+      mcp_tool: o.toolName,
     };
     if (o.allow) {
       return {
@@ -270,7 +394,7 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
     }
     return {
       // google.rpc.Code PERMISSION_DENIED
-      status: { code: 7, message: `${o.upstream} is ${o.verdict}: ${o.reason}` },
+      status: { code: 7, message: o.tool || o.headerProblem ? denialDetail(o) : `${o.upstream} is ${o.verdict}: ${o.reason}` },
       httpResponse: {
         case: 'deniedResponse',
         value: {

@@ -62,6 +62,14 @@ export function driftStore(db: Queryable) {
       return rows[0]?.at ?? null;
     },
 
+    /** What each baseline of a server that detected drift at or after `since` changed, newest first (per-tool gate). */
+    async driftChangesSince(serverId: number, since: Date): Promise<{ recorded_at: Date; changes: ManifestDiff }[]> {
+      return db.query<{ recorded_at: Date; changes: ManifestDiff }>(
+        'SELECT recorded_at, changes FROM drift_baselines WHERE server_id = $1 AND drift_detected AND recorded_at >= $2 ORDER BY recorded_at DESC, seq DESC LIMIT 1000',
+        [serverId, since],
+      );
+    },
+
     /** Servers with a drift detected at or after `since`, with the time of their latest one. */
     async driftedSince(since: Date): Promise<Map<number, Date>> {
       const rows = await db.query<{ server_id: number; at: Date }>(

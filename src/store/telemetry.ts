@@ -38,6 +38,22 @@ const ageFactor = (t: string) =>
 const decayedSum = (col: string) => `e.${col} * ${ageFactor('e')} + EXCLUDED.${col} * ${ageFactor('EXCLUDED')}`;
 const histSum = (alias: string) => `ARRAY(SELECT a + b FROM unnest(${alias}.hist, EXCLUDED.hist) AS u(a, b))`;
 
+const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+
+/** A group of reports decayed to its newest one (`at`): weight, successes and latency sums. */
+function decayedGroup(at: number, items: readonly IngestRow[]): { w: number; s: number; l: number } {
+  let w = 0;
+  let s = 0;
+  let l = 0;
+  for (const r of items) {
+    const f = decayFactor(at - r.at.getTime());
+    w += f;
+    if (r.report.success) s += f;
+    l += f * r.report.latency_ms;
+  }
+  return { w, s, l };
+}
+
 const PARTITION_RACE_RETRIES = 5;
 function isPartitionRace(err: unknown): boolean {
   const e = err as { code?: string; message?: string } | null;
@@ -204,6 +220,41 @@ export function telemetryStore(db: Queryable) {
         ev.map((e) => new Date(e.at).toISOString()),
       ],
     ]);
+    // Per-tool evidence (the gate's per-tool decisions): the same accumulators, keyed also by the
+    // report's tool_name; reports without one add nothing here.
+    const toolGroups = new Map<string, { serverId: number; tool: string; source: string; at: number; items: IngestRow[] }>();
+    for (const r of rows) {
+      const tool = r.report.tool_name;
+      if (tool === null || tool === undefined) continue;
+      const t = r.at.getTime();
+      const k = JSON.stringify([r.serverId, tool, r.source]);
+      let g = toolGroups.get(k);
+      if (!g) toolGroups.set(k, (g = { serverId: r.serverId, tool, source: r.source, at: t, items: [] }));
+      g.items.push(r);
+      g.at = Math.max(g.at, t);
+    }
+    if (toolGroups.size > 0) {
+      const tev = [...toolGroups.values()]
+        .map((g) => ({ ...g, ...decayedGroup(g.at, g.items) }))
+        .sort((a, b) => a.serverId - b.serverId || cmp(a.tool, b.tool) || cmp(a.source, b.source));
+      stmts.push([
+        `INSERT INTO tool_evidence AS e (server_id, tool_name, source, weight, successes, latency_sum, reports, updated_at)
+         SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::float8[], $5::float8[], $6::float8[], $7::int8[], $8::timestamptz[])
+         ON CONFLICT (server_id, tool_name, source) DO UPDATE SET
+           weight = ${decayedSum('weight')}, successes = ${decayedSum('successes')}, latency_sum = ${decayedSum('latency_sum')},
+           reports = e.reports + EXCLUDED.reports, updated_at = greatest(e.updated_at, EXCLUDED.updated_at)`,
+        [
+          tev.map((e) => e.serverId),
+          tev.map((e) => e.tool),
+          tev.map((e) => e.source),
+          tev.map((e) => e.w),
+          tev.map((e) => e.s),
+          tev.map((e) => e.l),
+          tev.map((e) => e.items.length),
+          tev.map((e) => new Date(e.at).toISOString()),
+        ],
+      ]);
+    }
     const stmt = oneStatement(stmts);
     for (let attempt = 1; ; attempt++) {
       try {
@@ -251,6 +302,15 @@ export function telemetryStore(db: Queryable) {
         [serverIds],
       );
       return groupByServer(rows);
+    },
+
+    /** Per-source evidence of one tool of a server (tool_evidence; empty when none). */
+    async toolEvidence(serverId: number, toolName: string): Promise<SourceAccumulator[]> {
+      const rows = await db.query<SourceAccumulator>(
+        `SELECT source, weight, successes, latency_sum, reports, updated_at FROM tool_evidence WHERE server_id = $1 AND tool_name = $2 ORDER BY source`,
+        [serverId, toolName],
+      );
+      return rows.map((r) => ({ ...r, weight: Number(r.weight), successes: Number(r.successes), latency_sum: Number(r.latency_sum), reports: Number(r.reports), updated_at: new Date(r.updated_at) }));
     },
 
     /** Hourly rollups (all sources summed) of the given servers with from <= bucket <= to. */

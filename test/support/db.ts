@@ -1,4 +1,8 @@
-import { migrate } from '../../src/db/migrate.js';
+import { createHash } from 'node:crypto';
+import { lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { migrate, MIGRATIONS_DIR } from '../../src/db/migrate.js';
 import { openPglite } from '../../src/db/pglite.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import { createScratchDatabase } from '../../src/db/scratch.js';
@@ -18,8 +22,13 @@ export interface TestDatabase {
 export async function createTestDatabase(opts: { migrate?: boolean; migrationsDir?: string } = {}): Promise<TestDatabase> {
   const base = process.env.DATABASE_URL;
   if (!base) {
-    const db = await openPglite(null);
-    if (opts.migrate !== false) await migrate(db, opts.migrationsDir);
+    if (opts.migrate === false) {
+      const db = await openPglite(null);
+      return { db, url: null, drop: () => db.close() };
+    }
+    const db = await openPglite(null, { loadDataDir: await migratedTemplate(opts.migrationsDir) });
+    // Migrations newer than the template (none, unless a test brings its own directory) still run.
+    await migrate(db, opts.migrationsDir);
     return { db, url: null, drop: () => db.close() };
   }
   const scratch = await createScratchDatabase(base, 'obs_test');
@@ -33,4 +42,43 @@ export async function createTestDatabase(opts: { migrate?: boolean; migrationsDi
       await scratch.drop();
     },
   };
+}
+
+/**
+ * A migrated PGlite cluster as a tarball, made once per migration set and PGlite version and
+ * kept in the temporary directory: a fresh in-memory cluster costs an initdb (seconds of WASM
+ * on a loaded machine), loading the template does not. Written to a temporary name and renamed,
+ * so parallel test workers never read a half-written template.
+ */
+async function migratedTemplate(migrationsDir = MIGRATIONS_DIR): Promise<Blob> {
+  const hash = createHash('sha256');
+  hash.update(JSON.parse(readFileSync(join(import.meta.dirname, '../../node_modules/@electric-sql/pglite/package.json'), 'utf8')).version);
+  for (const f of readdirSync(migrationsDir).sort()) hash.update(f).update(readFileSync(join(migrationsDir, f)));
+  const file = join(privateTempDir(), `pglite-template-${hash.digest('hex').slice(0, 16)}.tar`);
+  try {
+    return new Blob([readFileSync(file)]);
+  } catch {
+    const db = await openPglite(null);
+    try {
+      await migrate(db, migrationsDir);
+      const tar = Buffer.from(await (await db.snapshot!()).arrayBuffer());
+      const partial = `${file}.${process.pid}.${Date.now()}`;
+      writeFileSync(partial, tar, { mode: 0o600 });
+      renameSync(partial, file);
+      return new Blob([tar]);
+    } finally {
+      await db.close();
+    }
+  }
+}
+
+/** This user's own directory under the temporary directory (0700, owned by us), so another local user cannot plant a template. */
+function privateTempDir(): string {
+  const dir = join(tmpdir(), `observatory-test-${process.getuid?.() ?? 'user'}`);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const st = lstatSync(dir);
+  if (!st.isDirectory() || (process.getuid && st.uid !== process.getuid()) || (st.mode & 0o077) !== 0) {
+    throw new Error(`${dir} must be a directory owned by this user with mode 0700`);
+  }
+  return dir;
 }

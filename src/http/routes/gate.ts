@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sendProblem } from '../problem.js';
 import { callContext } from '../../services/context.js';
-import { gateHeaders, type GateService } from '../../services/gate.js';
+import { denialDetail, gateHeaders, type GateService } from '../../services/gate.js';
 
 // /v1/gate and every path below it, any method (DECISIONS.md "Gateway decisions"): nginx
 // auth_request sends a GET subrequest, Envoy's HTTP ext_authz appends the original path and may
@@ -42,13 +42,16 @@ export function gateRoutes(app: FastifyInstance, { services }: { services: { gat
           // Envoy HTTP ext_authz: Host is the original request's, the path is appended to /v1/gate.
           // Only ever an upstream through GATE_ROUTES (the contract names no header here).
           fallback: headers.host ? { host: headers.host, path: `/${suffix ?? ''}`, routeOnly: true } : undefined,
+          // MCP 2026-07-28 request headers of the checked request (nginx passes the client's headers
+          // to the auth subrequest; Envoy's HTTP ext_authz when listed in allowed_headers).
+          mcpHeaders: { 'mcp-method': headers['mcp-method'], 'mcp-name': headers['mcp-name'] },
         },
         'http',
         callContext(req.headers, req.ip),
       );
       const decisionHeaders = { ...gateHeaders(o), 'cache-control': 'no-store' };
       if (o.allow) return reply.code(200).headers(decisionHeaders).send(gate.body(o));
-      return sendProblem(reply, 'forbidden', `traffic to ${o.upstream} is denied: verdict ${o.verdict} (${o.reason})`, {
+      return sendProblem(reply, 'forbidden', denialDetail(o), {
         extra: gate.body(o),
         headers: decisionHeaders,
       });
