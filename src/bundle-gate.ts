@@ -61,7 +61,7 @@ export async function createBundleGate(config: Config, opts: { logger?: boolean;
     refreshSeconds: config.gateBundle.refreshSeconds,
     now,
     fetch: opts.fetch,
-    onError: (err) => app.log.warn({ err: { message: (err as Error)?.message ?? String(err) } }, 'bundle refresh failed; keeping the last good bundle'),
+    onError: (err) => app.log.warn({ err: { message: (err as Error)?.message ?? String(err) } }, 'bundle refresh failed; a bundle already held is kept until it expires'),
   });
   const limits = createRateLimiter(config);
   // No verdict cache here: a look-up is a map read, and a cached verdict could outlive the
