@@ -83,6 +83,7 @@ async function main() {
   const rss0 = process.memoryUsage().rss;
 
   const cold = await get(`${base}/v1/bundle`);
+  if (cold.status !== 200) throw new Error(`GET /v1/bundle answered ${cold.status}: ${cold.body.toString('utf8').slice(0, 300)}`);
   const rssBuilt = process.memoryUsage().rss;
   const warm: number[] = [];
   for (let i = 0; i < 5; i++) warm.push((await get(`${base}/v1/bundle`)).ms);

@@ -61,10 +61,12 @@ export async function createBundleGate(config: Config, opts: { logger?: boolean;
     refreshSeconds: config.gateBundle.refreshSeconds,
     now,
     fetch: opts.fetch,
-    onError: (err) => app.log.warn({ err: { message: (err as Error)?.message ?? String(err) } }, 'bundle refresh failed; keeping the last good bundle'),
+    onError: (err) => app.log.warn({ err: { message: (err as Error)?.message ?? String(err) } }, 'bundle refresh failed; a bundle already held is kept until it expires'),
   });
   const limits = createRateLimiter(config);
-  const gate = createGateService({ config, now }, bundleGateSource(mirror, now), limits);
+  // No verdict cache here: a look-up is a map read, and a cached verdict could outlive the
+  // bundle's expiry by GATE_CACHE_SECONDS.
+  const gate = createGateService({ config: { ...config, gate: { ...config.gate, cacheSeconds: 0 } }, now }, bundleGateSource(mirror, now), limits);
 
   trackRoutes(app);
   app.setErrorHandler((err, req, reply) => {

@@ -212,6 +212,18 @@ describe(`GET /v1/bundle (${backend})`, () => {
     await expectProblem(await fetch(`${t.base}/v1/bundle?since=${after.bundle_id}`), 400, 'invalid_argument');
   });
 
+  it('answers many filter sets asked at once (built one at a time), each signed for its own filters', async () => {
+    const qs = ['PASS', 'FAIL', 'UNCERTAIN', 'UNRATED', 'PASS,FAIL', 'FAIL,UNRATED', 'PASS,UNCERTAIN', 'UNCERTAIN,FAIL', 'PASS,UNRATED', 'UNCERTAIN,UNRATED', 'PASS,FAIL,UNRATED', 'PASS,UNCERTAIN,FAIL'];
+    const keys = await jwks();
+    const docs = await Promise.all(qs.map((v) => fetch(`${t.base}/v1/bundle?verdict=${v}`).then((r) => json(r))));
+    for (const [i, d] of docs.entries()) {
+      const v = independentVerify(d.jws, keys);
+      expect(v.ok, qs[i]).toBe(true);
+      const want = qs[i]!.split(',');
+      expect(v.ok && v.payload.servers.every((s: { verdict: string }) => want.includes(s.verdict)), qs[i]).toBe(true);
+    }
+  });
+
   it('refuses a tampered, expired or foreign-signed bundle', async () => {
     const file = await json(fetch(`${t.base}/v1/bundle`));
     const published = await jwks();

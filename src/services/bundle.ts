@@ -29,8 +29,12 @@ const gzipAsync = promisify(gzip);
 const gunzipAsync = promisify(gunzip);
 const brotliAsync = promisify(brotliCompress);
 const DAY_MS = 86_400_000;
-/** Most filter sets (and deltas) whose built bundle is kept in memory at once. */
-const MAX_CACHED = 32;
+/**
+ * Most filter sets (and deltas) whose built bundle is kept in memory at once. A full bundle of
+ * 100,000 servers is ~56 MB (plus its compressed forms): a client cycling through filter sets
+ * must not make the process hold hundreds of them.
+ */
+const MAX_CACHED = 8;
 
 export type BundleEncoding = 'br' | 'gzip' | 'identity';
 
@@ -111,6 +115,9 @@ export function createBundleService(deps: Pick<ServiceDeps, 'db' | 'config' | 'n
       servers,
       removed,
     };
+    // A large index can keep this process busy (and PGlite's one connection) longer than the key
+    // ring's background re-read allows for signing: read the keys now, outside any transaction.
+    await keyring.refresh();
     const { jws } = await keyring.sign(payload);
     const file: BundleFile = {
       format: BUNDLE_SCHEMA,
@@ -178,13 +185,22 @@ export function createBundleService(deps: Pick<ServiceDeps, 'db' | 'config' | 'n
     return { served: s, filters, entries, readMono };
   }
 
+  // Builds (and deltas) run one at a time: concurrent requests for many filter sets queue
+  // instead of holding many large documents in memory at once.
+  let queue: Promise<unknown> = Promise.resolve();
+  function serially<T>(fn: () => Promise<T>): Promise<T> {
+    const p = queue.then(fn, fn);
+    queue = p.catch(() => {});
+    return p;
+  }
+
   function current(filters: BundleFilters): Promise<FullBuild> {
     const key = filterKey(filters);
     const hit = full.get(key);
     if (hit && performance.now() - hit.readMono < config.bundle.cacheSeconds * 1000 && hit.served.expiresAt.getTime() > now().getTime()) return Promise.resolve(hit);
     let p = fullInflight.get(key);
     if (!p) {
-      p = build(key, filters, hit)
+      p = serially(() => build(key, filters, hit))
         .then((b) => {
           full.delete(key);
           if (full.size >= MAX_CACHED) full.delete(full.keys().next().value as string);
@@ -226,7 +242,7 @@ export function createBundleService(deps: Pick<ServiceDeps, 'db' | 'config' | 'n
       if ('problem' in f) throw invalidArgument(f.problem);
       if (q.since !== undefined && !BUNDLE_ID_PATTERN.test(q.since)) throw invalidArgument('since must be the bundle_id (16 lower-case hex) of an earlier bundle');
       const b = await current(f);
-      return q.since === undefined ? b.served : delta(b, q.since);
+      return q.since === undefined ? b.served : serially(() => delta(b, q.since!));
     },
   };
 }
