@@ -179,6 +179,8 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     kek,
     async listen() {
       const address = await app.listen({ port: config.port, host: config.host });
+      // The rollup aggregator runs wherever the service serves (docs/performance.md "Ingestion").
+      services.startRollups();
       // Active observation runs wherever the service serves (OBSERVE_ENABLED, docs/observation.md).
       if (config.observe.enabled) services.observation.start();
       // The MCP Registry sync runs wherever the service serves, once per period across instances.
