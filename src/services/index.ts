@@ -94,6 +94,8 @@ export function createServices(deps: ServiceDeps) {
       trust.close();
       await telemetryRetention.close();
       await registrySync.close();
+      // Demand counted in memory (pre-flight, gate) is written before the database closes.
+      await preflight.close().catch((err: unknown) => deps.onBackgroundError?.(err));
       // Last: everything acknowledged above (reports, spans) is folded before the database closes.
       if (rollupsStarted) await rollups.stop();
       else await rollups.settle().catch(() => undefined);
