@@ -86,14 +86,18 @@ function target(r: Row, minRatio: number, maxP99?: number): Row {
 
 const serverUrl = (i: number) => `https://bench-${i}.example.com/mcp`;
 const wanted = (key: string) => only === null || only.includes(key);
+// One counter for every rotation. autocannon's per-request `context` starts empty for each
+// request, so a counter kept there never passed 1: before this fix every "rotating" scenario
+// (and the seeding) hit one server, bench-1.
+let requestSeq = 0;
+const nextRequest = () => ++requestSeq;
 
 function rotating(path: (i: number) => string) {
   return [
     {
       method: 'GET' as const,
-      setupRequest: (req: autocannon.Request, ctx: object) => {
-        const c = ctx as { i?: number };
-        const i = (c.i = (c.i ?? 0) + 1);
+      setupRequest: (req: autocannon.Request, _ctx: object) => {
+        const i = nextRequest();
         return { ...req, path: path(i % SERVERS) };
       },
     },
@@ -138,9 +142,8 @@ async function driveRpc(call: (i: number) => Promise<unknown>, concurrency = CON
 const reportReq = {
   method: 'POST' as const,
   headers: { 'content-type': 'application/json' },
-  setupRequest: (req: autocannon.Request, ctx: object) => {
-    const c = ctx as { i?: number };
-    const i = (c.i = (c.i ?? 0) + 1);
+  setupRequest: (req: autocannon.Request, _ctx: object) => {
+    const i = nextRequest();
     return { ...req, body: JSON.stringify({ server_url: serverUrl(i % SERVERS), success: true, latency_ms: 42, tool_name: 'search' }) };
   },
 };
@@ -214,9 +217,8 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
         {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          setupRequest: (req, ctx: object) => {
-            const c = ctx as { i?: number };
-            const i = (c.i = (c.i ?? 0) + 1);
+          setupRequest: (req, _ctx: object) => {
+            const i = nextRequest();
             return { ...req, body: JSON.stringify({ server_url: serverUrl(i % SERVERS), success: i % 7 !== 0, latency_ms: 50 + (i % 90), tool_name: 'search' }) };
           },
         },
@@ -258,9 +260,8 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
               requests: [
                 {
                   method: 'GET' as const,
-                  setupRequest: (req: autocannon.Request, ctx: object) => {
-                    const c = ctx as { i?: number };
-                    const i = (c.i = (c.i ?? 0) + 1);
+                  setupRequest: (req: autocannon.Request, _ctx: object) => {
+                    const i = nextRequest();
                     return { ...req, path: '/v1/gate', headers: { 'x-mcp-server': serverUrl(i % SERVERS) } };
                   },
                 },
@@ -283,9 +284,8 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
         url: S,
         requests: [
           {
-            setupRequest: (req: autocannon.Request, ctx: object) => {
-              const c = ctx as { i?: number };
-              const i = (c.i = (c.i ?? 0) + 1);
+            setupRequest: (req: autocannon.Request, _ctx: object) => {
+              const i = nextRequest();
               const k = (i * 37) % 100;
               const srv = serverUrl(i % SERVERS);
               if (k < 70)

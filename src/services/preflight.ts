@@ -90,7 +90,8 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   /**
    * The lookup half of a pre-flight: what the observatory knows about `target` right now. The
    * gateway gate caches this briefly per upstream and passes it back through
-   * `PreflightOptions.assessment`, so each of its decisions still gets its own receipt.
+   * `PreflightOptions.assessment`; each decision still carries a stored receipt (shared by
+   * decisions stating the same claim within RECEIPT_SHARE_MS).
    */
   async function assess(target: string): Promise<PreflightAssessment> {
     let givenUrl: string | null = null;
