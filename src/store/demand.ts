@@ -132,7 +132,7 @@ export function demandBuffer(db: Queryable, onError?: (err: unknown) => void): D
 }
 
 /** Writes the demand rows this process counted through `db` (no-op when none is pending). */
-async function flushDemand(db: Queryable): Promise<void> {
+export async function flushDemand(db: Queryable): Promise<void> {
   await buffers.get(db)?.flush();
 }
 
