@@ -198,7 +198,7 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
       starts++;
       if (timer) return;
       let busy = false;
-      timer = setInterval(() => {
+      const tick = () => {
         if (busy) return;
         busy = true;
         // A cut-short pass is followed at once by the next one.
@@ -210,8 +210,11 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
           .finally(() => {
             busy = false;
           });
-      }, intervalMs);
+      };
+      timer = setInterval(tick, intervalMs);
       timer.unref();
+      // At once too: rows another instance acknowledged before it died are folded at start-up.
+      tick();
     },
     async stop() {
       if (starts > 0) starts--;
@@ -221,8 +224,16 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
       }
       await (queued ?? inflight)?.catch(() => undefined);
       // What this process acknowledged is folded before it lets go of the database (another
-      // instance, or this one after a restart, would fold it anyway).
+      // instance, or this one after a restart, would fold it anyway); so is whatever else is
+      // committed and unfolded (a stopping instance leaves the rollups complete).
       await this.settle().catch(() => undefined);
+      if (starts === 0) {
+        try {
+          while (!(await requestPass()).complete);
+        } catch {
+          // The database is going away; the next instance folds the rest.
+        }
+      }
     },
   };
 }
