@@ -8,7 +8,7 @@
 // written to docs/performance.md between the BENCH markers.
 //
 // Flags: --pglite, --no-write, --no-scale (skips the 10 thousand vs 10 million stored reports
-// comparison, which runs on PostgreSQL only and takes about 3 of the bench's ~6 minutes), --only=report,trust,preflight,leaderboard,connect,stream,otlp,
+// comparison, which runs on PostgreSQL only and takes about 3 of the bench's ~6 minutes), --only=report,trust,preflight,gate,leaderboard,mixed,connect,connect-json,grpc-unary,stream,stream1000,otlp,
 // --repeat=N (the hot paths N times, each on a fresh database, plus a table of median ratios),
 // --profile (CPU profile of the whole service child, summarised at the end; for one scenario
 // alone use `npm run bench:profile -- <scenario>`).
@@ -47,7 +47,7 @@ const BASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432
 // every request here comes from 127.0.0.1, so it is turned off (it would answer 429s after 600);
 // active observation is off too (it would probe the made-up bench hosts in the background).
 // The load generator is one client seeding 200 servers: the per-source bound on new servers is off.
-const SERVICE_ENV: Record<string, string> = { HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0', OBSERVE_ENABLED: '0', NEW_SERVERS_PER_SOURCE_PER_HOUR: '0' };
+const SERVICE_ENV: Record<string, string> = { HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0', RATE_LIMIT_GATE_PER_MINUTE: '0', OBSERVE_ENABLED: '0', NEW_SERVERS_PER_SOURCE_PER_HOUR: '0' };
 
 export interface Row {
   name: string;
@@ -86,26 +86,64 @@ function target(r: Row, minRatio: number, maxP99?: number): Row {
 
 const serverUrl = (i: number) => `https://bench-${i}.example.com/mcp`;
 const wanted = (key: string) => only === null || only.includes(key);
+// One counter for every rotation. autocannon's per-request `context` starts empty for each
+// request, so a counter kept there never passed 1: before this fix every "rotating" scenario
+// (and the seeding) hit one server, bench-1.
+let requestSeq = 0;
+const nextRequest = () => ++requestSeq;
 
 function rotating(path: (i: number) => string) {
   return [
     {
       method: 'GET' as const,
-      setupRequest: (req: autocannon.Request, ctx: object) => {
-        const c = ctx as { i?: number };
-        const i = (c.i = (c.i ?? 0) + 1);
+      setupRequest: (req: autocannon.Request, _ctx: object) => {
+        const i = nextRequest();
         return { ...req, path: path(i % SERVERS) };
       },
     },
   ];
 }
 
+/**
+ * Drives an RPC client (HTTP/2 gRPC, which autocannon cannot speak) with CONNECTIONS concurrent
+ * callers for DURATION seconds after a WARMUP: calls/s and latency per call.
+ */
+async function driveRpc(call: (i: number) => Promise<unknown>, concurrency = CONNECTIONS): Promise<{ rps: number; calls: number; seconds: number; mean: number; p50: number; p99: number; errors: number; load: number }> {
+  const run = async (seconds: number, record: boolean) => {
+    const lat: number[] = [];
+    let errors = 0;
+    let n = 0;
+    const end = performance.now() + seconds * 1000;
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (performance.now() < end) {
+          const t0 = performance.now();
+          try {
+            await call(n++);
+            if (record) lat.push(performance.now() - t0);
+          } catch {
+            errors++;
+          }
+        }
+      }),
+    );
+    return { lat, errors };
+  };
+  await run(WARMUP, false);
+  const load = load1();
+  const t0 = performance.now();
+  const { lat, errors } = await run(DURATION, true);
+  const secs = (performance.now() - t0) / 1000;
+  lat.sort((a, b) => a - b);
+  const pct = (q: number) => lat[Math.min(lat.length - 1, Math.floor(q * lat.length))] ?? NaN;
+  return { rps: Math.round(lat.length / secs), calls: lat.length, seconds: secs, mean: lat.reduce((a, b) => a + b, 0) / Math.max(1, lat.length), p50: pct(0.5), p99: pct(0.99), errors, load };
+}
+
 const reportReq = {
   method: 'POST' as const,
   headers: { 'content-type': 'application/json' },
-  setupRequest: (req: autocannon.Request, ctx: object) => {
-    const c = ctx as { i?: number };
-    const i = (c.i = (c.i ?? 0) + 1);
+  setupRequest: (req: autocannon.Request, _ctx: object) => {
+    const i = nextRequest();
     return { ...req, body: JSON.stringify({ server_url: serverUrl(i % SERVERS), success: true, latency_ms: 42, tool_name: 'search' }) };
   },
 };
@@ -179,9 +217,8 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
         {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          setupRequest: (req, ctx: object) => {
-            const c = ctx as { i?: number };
-            const i = (c.i = (c.i ?? 0) + 1);
+          setupRequest: (req, _ctx: object) => {
+            const i = nextRequest();
             return { ...req, body: JSON.stringify({ server_url: serverUrl(i % SERVERS), success: i % 7 !== 0, latency_ms: 50 + (i % 90), tool_name: 'search' }) };
           },
         },
@@ -209,16 +246,132 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
       step('GET /api/leaderboard');
       rows.push(row('GET /api/leaderboard', await measure({ url: `${S}/api/leaderboard` }), cg));
     }
+    if (wanted('gate')) {
+      const cg = await ceilGet();
+      step('GET /v1/gate');
+      // The gateway's question for an upstream (x-mcp-server), rotating over the servers; the
+      // verdict is cached (GATE_CACHE_SECONDS) and a claim's receipt shared within a second.
+      rows.push(
+        target(
+          row(
+            'GET /v1/gate (x-mcp-server, rotating)',
+            await measure({
+              url: S,
+              requests: [
+                {
+                  method: 'GET' as const,
+                  setupRequest: (req: autocannon.Request, _ctx: object) => {
+                    const i = nextRequest();
+                    return { ...req, path: '/v1/gate', headers: { 'x-mcp-server': serverUrl(i % SERVERS) } };
+                  },
+                },
+              ],
+            }),
+            cg,
+          ),
+          0.5,
+        ),
+      );
+      step('GET /v1/gate (one upstream)');
+      const one = await measure({ url: `${S}/v1/gate`, headers: { 'x-mcp-server': serverUrl(1) } });
+      rows.push(target(row('GET /v1/gate (one upstream, cached verdict)', one, cg), 0.5, 5));
+    }
+    if (wanted('mixed')) {
+      const cp = await ceilPost();
+      step('mixed 70/20/8/2');
+      // 70% reports, 20% trust reads, 8% pre-flights, 2% leaderboard, interleaved on every connection.
+      const mixed = await measure({
+        url: S,
+        requests: [
+          {
+            setupRequest: (req: autocannon.Request, _ctx: object) => {
+              const i = nextRequest();
+              const k = (i * 37) % 100;
+              const srv = serverUrl(i % SERVERS);
+              if (k < 70)
+                return { ...req, method: 'POST', path: '/api/report', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ server_url: srv, success: i % 9 !== 0, latency_ms: 40 + (i % 50), tool_name: 'search' }) };
+              if (k < 90) return { ...req, method: 'GET', path: `/api/trust?url=${encodeURIComponent(srv)}`, headers: {}, body: undefined };
+              if (k < 98) return { ...req, method: 'GET', path: `/v1/preflight?target=${encodeURIComponent(srv)}`, headers: {}, body: undefined };
+              return { ...req, method: 'GET', path: '/api/leaderboard', headers: {}, body: undefined };
+            },
+          },
+        ],
+      });
+      rows.push(row('mixed: 70% report, 20% trust, 8% pre-flight, 2% leaderboard', mixed, cp));
+    }
     let lastPost: { name: string; r: autocannon.Result } | null = null;
+    if (wanted('connect-json')) {
+      lastPost = await ceilPost();
+      step('Connect Report (JSON)');
+      rows.push(
+        target(
+          row(
+            'Connect Report (JSON, HTTP/1.1)',
+            await measure({ url: `${S}/observatory.v1.TelemetryService/Report`, method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ serverUrl: serverUrl(2), success: true, latencyMs: 42 }) }),
+            lastPost,
+          ),
+          0.25,
+        ),
+      );
+    }
+    if (wanted('grpc-unary')) {
+      lastPost ??= await ceilPost();
+      step('gRPC Report (unary, HTTP/2)');
+      const client = createClient(TelemetryService, createGrpcTransport({ baseUrl: S }));
+      const r = await driveRpc((i) => client.report({ serverUrl: serverUrl(i % SERVERS), success: true, latencyMs: 42 }));
+      rows.push(
+        target(
+          {
+            name: `gRPC Report (unary, HTTP/2, ${CONNECTIONS} concurrent calls on one connection)`,
+            rps: r.rps,
+            mean: r.mean,
+            p50: r.p50,
+            p99: r.p99,
+            errors: r.errors,
+            load: r.load,
+            ceiling: { name: lastPost.name, rps: Math.round(lastPost.r.requests.average) },
+            ratio: r.rps / lastPost.r.requests.average,
+          },
+          0.25,
+        ),
+      );
+    }
+    if (wanted('stream1000')) {
+      lastPost ??= await ceilPost();
+      step('gRPC ReportStream of 1,000 reports');
+      const client = createClient(TelemetryService, createGrpcTransport({ baseUrl: S }));
+      const PER = 1000;
+      const r = await driveRpc(async (i) => {
+        async function* gen() {
+          for (let k = 0; k < PER; k++) yield { report: { serverUrl: serverUrl((i * PER + k) % SERVERS), success: true, latencyMs: 40 } };
+        }
+        const res = await client.reportStream(gen());
+        if (res.accepted !== PER) throw new Error(`accepted ${res.accepted} of ${PER}`);
+      }, 4);
+      rows.push({
+        name: 'gRPC ReportStream, 1,000 reports per stream (4 concurrent streams; reports/s, latency per stream)',
+        rps: Math.round((r.calls * PER) / r.seconds),
+        mean: r.mean,
+        p50: r.p50,
+        p99: r.p99,
+        errors: r.errors,
+        load: r.load,
+        ceiling: { name: lastPost.name, rps: Math.round(lastPost.r.requests.average) },
+        ratio: (r.calls * PER) / r.seconds / lastPost.r.requests.average,
+      });
+    }
     if (wanted('connect')) {
       lastPost = await ceilPost();
       step('Connect Report (binary)');
       const bin = Buffer.from(toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: serverUrl(1), success: true, latencyMs: 42 })));
       rows.push(
-        row(
-          'Connect Report (binary, HTTP/1.1)',
-          await measure({ url: `${S}/observatory.v1.TelemetryService/Report`, method: 'POST', headers: { 'content-type': 'application/proto' }, body: bin }),
-          lastPost,
+        target(
+          row(
+            'Connect Report (binary, HTTP/1.1)',
+            await measure({ url: `${S}/observatory.v1.TelemetryService/Report`, method: 'POST', headers: { 'content-type': 'application/proto' }, body: bin }),
+            lastPost,
+          ),
+          0.25,
         ),
       );
     }

@@ -133,7 +133,11 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   app.removeContentTypeParser('text/plain');
   installProblemHandlers(app);
   await app.register(cors, {
-    origin: '*',
+    // Any origin, as '*'. The CORS headers (the expose list alone is ~300 bytes) go only on
+    // requests that carry an Origin, i.e. from browsers, which always send one cross-origin; other
+    // clients never read them (issue 22: the trust answer's size is part of its cost). The plugin
+    // adds `Vary: Origin` so a shared cache never hands one variant to the other kind of client.
+    origin: (origin: string | undefined, cb: (err: Error | null, allow: string | boolean) => void) => cb(null, origin ? '*' : false),
     methods: [...new Set(['GET', 'HEAD', 'POST', 'OPTIONS', ...connectCors.allowedMethods])],
     // x402: v1 X-Payment; v2 PAYMENT-SIGNATURE. @x402/fetch also sends Access-Control-Expose-Headers
     // on its paid retry, so a browser pre-flight names it and must be allowed.
@@ -211,6 +215,8 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     health,
     async listen() {
       const address = await app.listen({ port: config.port, host: config.host });
+      // The rollup aggregator runs wherever the service serves (docs/performance.md "Ingestion").
+      services.startRollups();
       // Active observation runs wherever the service serves (OBSERVE_ENABLED, docs/observation.md).
       if (config.observe.enabled) services.observation.start();
       // The MCP Registry sync runs wherever the service serves, once per period across instances.

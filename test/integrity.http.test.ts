@@ -6,7 +6,7 @@ import { createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { TelemetryService } from '../gen/observatory/v1/telemetry_pb.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
-import { backend } from './support/db.js';
+import { backend, foldRollups } from './support/db.js';
 
 const HOUR = 3_600_000;
 // Late in a UTC day, so the history hours below share the day's address secret.
@@ -133,6 +133,7 @@ describe(`evidence integrity over HTTP (${backend})`, () => {
     const url = 'https://vetted.example.com/mcp';
     await reporters(url, 6, 3, 2, true);
     const before = await trust(url);
+    await foldRollups(t.obs.db);
     const rowsBefore = await t.obs.db.query('SELECT source, reports FROM trust_evidence ORDER BY server_id, source');
     const probe = await fetch(`${t.base}/v1/preflight?target=${encodeURIComponent(url)}`);
     if (probe.status === 501) {
@@ -150,6 +151,7 @@ describe(`evidence integrity over HTTP (${backend})`, () => {
     expect(after.metrics.total_interactions).toBe(before.metrics.total_interactions);
     expect(after.score_breakdown.independent_sources).toBe(3);
     expect(after.server.trust_score).toBe(before.server.trust_score);
+    await foldRollups(t.obs.db);
     expect(await t.obs.db.query('SELECT source, reports FROM trust_evidence ORDER BY server_id, source')).toEqual(rowsBefore);
   }, 60_000);
 

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openPostgres } from '../src/db/postgres.js';
 import { createObservationService, type ObservationService } from '../src/services/observation.js';
 import { startTestApp, type TestApp } from './support/app.js';
-import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+import { backend, createTestDatabase, type TestDatabase, foldRollups } from './support/db.js';
 import { startMcpTarget } from './support/mcp-target.js';
 
 // Two service instances on one PostgreSQL observing together (issue 13 item 3): each claims due
@@ -67,6 +67,7 @@ describe.skipIf(backend !== 'postgres')('two instances observing one PostgreSQL 
     expect(next.reduce((s, r) => s + r.probed, 0)).toBe(SERVERS);
     expect(target.initializations).toBe(2 * SERVERS);
     expect((await observers[1]!.schedule()).every((r) => r.probes === 2)).toBe(true);
+    await foldRollups(tdb.db);
     const [hourly] = await tdb.db.query<{ n: number }>("SELECT count(*)::int8 AS n FROM telemetry_hourly WHERE source = 'observatory:probe'");
     expect(hourly!.n).toBe(SERVERS);
   });

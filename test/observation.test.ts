@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { createObservationService } from '../src/services/observation.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
-import { backend } from './support/db.js';
+import { backend, foldRollups } from './support/db.js';
 import { startHttpStub, startMcpTarget, startSseMcpTarget } from './support/mcp-target.js';
 
 // Active observation (issue 13 item 3) against real MCP servers built with the official SDK:
@@ -104,6 +104,7 @@ describe(`active observation (${backend})`, () => {
     expect(await (await fetch(`${t.base}/atlas/report`)).text()).toMatch(/data-total="rated">5<[\s\S]*data-total="unrated">1</);
 
     // Only the observatory's own source wrote evidence.
+    await foldRollups(t.obs.db);
     const sources = await t.obs.db.query<{ source: string }>('SELECT DISTINCT source FROM trust_evidence');
     expect(sources.map((r) => r.source)).toEqual(['observatory:probe']);
     // Nothing is due again within the interval.

@@ -18,7 +18,7 @@ import { AggregationTemporality } from '../gen/opentelemetry/proto/metrics/v1/me
 import { KeyValueSchema } from '../gen/opentelemetry/proto/common/v1/common_pb.js';
 import { Span_SpanKind, Status_StatusCode } from '../gen/opentelemetry/proto/trace/v1/trace_pb.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
-import { backend } from './support/db.js';
+import { backend, foldRollups } from './support/db.js';
 import { mcpMeter, recordingMetricExporter, recordingSpanExporter, sdkWarnings, sendToolCalls } from './support/otel.js';
 
 // Issue 21: OpenTelemetry in. Real senders (the OpenTelemetry JS SDK and its stock OTLP
@@ -393,6 +393,7 @@ describe(`OTLP receivers with the OpenTelemetry JS SDK (${backend})`, () => {
     await postJson(`${t.base}/api/report`, { server_url: ANON, success: true, latency_ms: 10 });
     const anon = recordingSpanExporter(new JsonTraceExporter({ url: `${t.base}/v1/traces` }));
     await sendToolCalls(anon.exporter, [{ url: ANON, tool: 'a', latencyMs: 20 }], { unrelated: false });
+    await foldRollups(t.obs.db);
     const sources = async (url: string) =>
       (await t.obs.db.query<{ source: string; reports: number }>('SELECT e.source, e.reports FROM trust_evidence e JOIN servers s ON s.id = e.server_id WHERE s.url = $1', [url])).map(
         (r) => [r.source.split(':')[0], r.reports],

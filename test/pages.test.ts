@@ -91,8 +91,11 @@ describe('pages over HTTP', () => {
     expect(text).not.toContain(`Generated ${bench.last_updated}`);
     // Receipts the pre-flight checks issued about it, each resolvable.
     const ids = [...text.matchAll(/href="\/v1\/receipt\/([0-9a-f]{16})"/g)].map((m) => m[1]);
-    expect(ids.length).toBe(2);
-    expect((await fetch(`${t.base}/v1/receipt/${ids[0]}`)).status).toBe(200);
+    // Two checks of the same server: one receipt each, or one shared when both stated the same
+    // claim within a second (issue 22: one signature per claim).
+    expect(ids.length).toBeGreaterThanOrEqual(1);
+    expect(ids.length).toBeLessThanOrEqual(2);
+    for (const id of ids) expect((await fetch(`${t.base}/v1/receipt/${id}`)).status).toBe(200);
     const badge = 'https://observatory.example/api/badge?url=https%3A%2F%2Fweather-now.demo.example%2Fmcp';
     expect(text).toContain(`[![MCP trust](${badge})](https://observatory.example/monitor/server/weather-now-demo-example-mcp)`);
     expect(text).toContain(`&lt;a href=&quot;https://observatory.example/monitor/server/weather-now-demo-example-mcp&quot;&gt;&lt;img src=&quot;${badge.replace(/&/g, '&amp;')}&quot;`);

@@ -197,7 +197,9 @@ describe(`GET /api/stats market_validation (${backend})`, () => {
       paid_verdicts: 1,
       receipts_issued: Number(receipts),
     });
-    expect(m.receipts_issued).toBeGreaterThanOrEqual(5);
+    // One receipt per claim within a second (issue 22): A, B, the unknown target and the agent-query's
+    // own check state four claims; the two back-to-back checks of A may share one receipt.
+    expect(m.receipts_issued).toBeGreaterThanOrEqual(4);
     expect(m.vetted_share).toBeCloseTo(2 / stats.total_servers_tracked, 4);
     expect(Date.parse(m.computed_at)).not.toBeNaN();
   });

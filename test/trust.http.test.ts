@@ -5,7 +5,7 @@ import { TrustService } from '../gen/observatory/v1/trust_pb.js';
 import { serverStore } from '../src/store/servers.js';
 import { telemetryStore, type IngestRow } from '../src/store/telemetry.js';
 import { expectProblem, postJson, startTestApp, type TestApp } from './support/app.js';
-import { backend } from './support/db.js';
+import { backend, foldRollups } from './support/db.js';
 
 const HOUR = 3_600_000;
 const T0 = new Date('2026-03-01T12:30:00Z');
@@ -186,6 +186,7 @@ describe(`trust reads over HTTP (${backend})`, () => {
     await postJson(`${t.base}/api/report`, { server_url: url, success: true, latency_ms: 10 }, { authorization: 'Bearer sk-test-secret-key' });
     const rec = await get(`/api/trust?url=${encodeURIComponent(url)}`);
     expect(rec.score_breakdown.independent_sources).toBe(3);
+    await foldRollups(t.obs.db);
     const dump = JSON.stringify(await t.obs.db.query('SELECT * FROM telemetry_hourly')) + JSON.stringify(await t.obs.db.query('SELECT * FROM trust_evidence'));
     expect(dump).not.toContain('203.0.113.7');
     expect(dump).not.toContain('198.51.100.9');

@@ -36,15 +36,24 @@ async function main() {
     await waitExit(svc.child);
 
     let stored: Set<string>;
+    // The rollups are folded from the raw rows (issue 22): after the restart every stored report
+    // is in them exactly once, whether the killed instance had folded it or not.
+    const foldedSql = `SELECT (SELECT count(*) FROM telemetry)::int8::text AS raw, (SELECT coalesce(sum(n), 0) FROM server_totals)::int8::text AS totals,
+                              (SELECT coalesce(sum(n), 0) FROM telemetry_hourly)::int8::text AS hourly, (SELECT coalesce(sum(reports), 0) FROM trust_evidence)::int8::text AS evidence`;
+    let folded: { raw: string; totals: string; hourly: string; evidence: string };
     if (pgInst) {
       const pool = pgInst.client();
       stored = await storedTags({ query: async (sql, p) => (await pool.query(sql, p)).rows }, prefix);
+      folded = (await pool.query(foldedSql)).rows[0];
       await pool.end();
     } else {
       const db = await openPglite(dataDir!);
       stored = await storedTags(db, prefix);
+      folded = (await db.query<typeof folded>(foldedSql))[0]!;
       await db.close();
     }
+    process.stdout.write(`raw rows ${folded.raw}; in server_totals ${folded.totals}, telemetry_hourly ${folded.hourly}, trust_evidence ${folded.evidence}\n`);
+    check(folded.totals === folded.raw && folded.hourly === folded.raw && folded.evidence === folded.raw, 'every stored report is folded into each rollup exactly once');
     const missing = [...res.acked].filter((t) => !stored.has(t));
     process.stdout.write(`stored: ${stored.size}; acknowledged but missing: ${missing.length}\n`);
     check(res.acked.size <= stored.size, 'count acknowledged <= count stored');

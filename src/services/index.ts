@@ -27,6 +27,7 @@ import { createTelemetryRetention } from './telemetry-retention.js';
 import { createRateLimiter } from './rate-limits.js';
 import { createRegistrySync } from './registry-sync.js';
 import { createOtlpService } from './otlp.js';
+import { ROLLUP_INTERVAL_MS, rollupAggregator } from '../store/rollup-aggregator.js';
 import { TraceService } from '../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
 import { MetricsService } from '../../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
 
@@ -46,6 +47,8 @@ export function createServices(deps: ServiceDeps) {
   const catalogue = createCatalogueService(deps);
   const registrySync = createRegistrySync(deps, catalogue, { onError: deps.onBackgroundError });
   const otlp = createOtlpService(deps, { telemetry }, { onError: deps.onBackgroundError });
+  const rollups = rollupAggregator(deps.db);
+  let rollupsStarted = false;
   return {
     keyring: deps.keyring,
     receipts: deps.receipts,
@@ -81,6 +84,15 @@ export function createServices(deps: ServiceDeps) {
     telemetryRetention,
     /** OTLP receivers: OpenTelemetry MCP client spans and metrics as telemetry (docs/telemetry.md). */
     otlp,
+    /**
+     * The rollup aggregator's background pass (every ROLLUP_INTERVAL_MS on every serving instance,
+     * one pass at a time across instances): folds raw reports into the rollups (src/store/rollup-aggregator.ts).
+     */
+    startRollups(): void {
+      if (rollupsStarted) return;
+      rollupsStarted = true;
+      rollups.start(ROLLUP_INTERVAL_MS, (err) => deps.onBackgroundError?.(err));
+    },
     /** Stops background work owned by services (flushers, schedulers). */
     async close(): Promise<void> {
       await observation.stop();
@@ -89,6 +101,11 @@ export function createServices(deps: ServiceDeps) {
       trust.close();
       await telemetryRetention.close();
       await registrySync.close();
+      // Demand counted in memory (pre-flight, gate) is written before the database closes.
+      await preflight.close().catch((err: unknown) => deps.onBackgroundError?.(err));
+      // Last: everything acknowledged above (reports, spans) is folded before the database closes.
+      if (rollupsStarted) await rollups.stop();
+      else await rollups.settle().catch(() => undefined);
     },
   };
 }

@@ -3,8 +3,8 @@ import type { GetDemandRequest, GetDemandResponseSchema, PreflightRequest, Prefl
 import { canonicalServerUrl, InvalidServerUrl, looksLikeUrl } from '../domain/server-identity.js';
 import { RECOMMENDATIONS, type PreflightVerdict } from '../domain/verdict.js';
 import { invalidArgument } from '../errors.js';
-import type { ReceiptKind } from '../signing/receipts.js';
-import { demandStore, type VerdictCounts } from '../store/demand.js';
+import type { IssuedReceipt, ReceiptKind } from '../signing/receipts.js';
+import { demandBuffer, demandStore, type VerdictCounts } from '../store/demand.js';
 import { receiptBatcher } from '../store/receipt-batcher.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
@@ -15,6 +15,13 @@ import type { CallContext, ServiceDeps } from './context.js';
 import type { ServerCardCheck } from './mcp-probe.js';
 import type { TrustService } from './trust.js';
 
+/**
+ * Checks and gate decisions that would return the same claim (target, server, verdict, score,
+ * counts, flags, kind, gateway decision and policy) within this long share one receipt: signed
+ * once, stored before the first answer that carries it (docs/performance.md "Pre-flight").
+ */
+export const RECEIPT_SHARE_MS = 1000;
+const SHARED_MAX_ENTRIES = 10_000;
 /** Most-vetted targets listed per demand window. */
 export const DEMAND_TOP_TARGETS = 20;
 export const DEMAND_WINDOWS = [
@@ -70,6 +77,9 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   const servers = serverStore(db);
   const demand = demandStore(db);
   const store = receiptBatcher(db, { onBatch: deps.observe?.receiptBatch });
+  const demandRows = demandBuffer(db, deps.onBackgroundError);
+  // Receipts being shared (RECEIPT_SHARE_MS), by claim: `ready` settles once the receipt is signed and stored.
+  const shared = new Map<string, { at: number; mono: number; checkedAt: Date; ready: Promise<IssuedReceipt> }>();
   // Resolved targets (hits only) for SCORE_CACHE_MS: a server row only ever changes its category.
   const resolve = rememberedHits(db, (target) => servers.resolve(target), SCORE_CACHE_MS);
   // What the MCP Registry says about the server (registry sync), remembered like the scores.
@@ -78,7 +88,8 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   /**
    * The lookup half of a pre-flight: what the observatory knows about `target` right now. The
    * gateway gate caches this briefly per upstream and passes it back through
-   * `PreflightOptions.assessment`, so each of its decisions still gets its own receipt.
+   * `PreflightOptions.assessment`; each decision still carries a stored receipt (shared by
+   * decisions stating the same claim within RECEIPT_SHARE_MS).
    */
   async function assess(target: string): Promise<PreflightAssessment> {
     let givenUrl: string | null = null;
@@ -124,8 +135,9 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
 
     const serverUrl = server?.url ?? givenUrl;
     const recommendation = RECOMMENDATIONS[verdict];
-    const checkedAt = now();
-    const claim = {
+    const at = now();
+    const kind = opts.kind ?? 'preflight';
+    const statement = {
       ...opts.claim,
       target,
       server_url: serverUrl,
@@ -136,21 +148,42 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       recommendation,
       total_interactions: totalInteractions,
       anomaly_flags: anomalyFlags,
-      checked_at: checkedAt.toISOString(),
     };
-    const kind = opts.kind ?? 'preflight';
-    // Signed here, stored by the group commit with other concurrent checks; answered only after
-    // the transaction holding the receipt and its demand row committed.
-    const receipt = await receipts.issue(kind, serverUrl ?? target, claim, { persist: false });
-    await store.submit([
-      {
-        receipt: { receipt_id: receipt.receiptId, kind, sub: serverUrl ?? target, issued_at: receipt.issuedAt, kid: receipt.kid, claim: receipt.payload, jws: receipt.jws },
-        demand:
-          opts.recordDemand === false
-            ? null
-            : { checked_at: checkedAt, target: serverUrl ?? target, server_url: serverUrl, name: server?.name ?? null, verdict, kind, receipt_id: receipt.receiptId },
-      },
-    ]);
+    // One signature per claim, not per call: the same statement within RECEIPT_SHARE_MS shares
+    // the receipt (and its checked_at). A receipt never names the caller, so sharing tells no one
+    // anything about anyone else.
+    const key = `${kind}\u0000${JSON.stringify(statement)}`;
+    let entry = shared.get(key);
+    const mono = performance.now();
+    if (entry && (mono - entry.mono >= RECEIPT_SHARE_MS || at.getTime() - entry.at >= RECEIPT_SHARE_MS || at.getTime() < entry.at)) {
+      shared.delete(key);
+      entry = undefined;
+    }
+    if (!entry) {
+      const checkedAt = at;
+      const sub = serverUrl ?? target;
+      const ready = (async () => {
+        // Signed here, stored by the group commit with other concurrent receipts; nobody is
+        // answered with it before the statement holding it committed.
+        const receipt = await receipts.issue(kind, sub, { ...statement, checked_at: checkedAt.toISOString() }, { persist: false });
+        await store.submit([{ receipt: { receipt_id: receipt.receiptId, kind, sub, issued_at: receipt.issuedAt, kid: receipt.kid, claim: receipt.payload, jws: receipt.jws }, demand: null }]);
+        return receipt;
+      })();
+      entry = { at: at.getTime(), mono, checkedAt, ready };
+      if (shared.size >= SHARED_MAX_ENTRIES) shared.clear();
+      shared.set(key, entry);
+      const mine = entry;
+      // A failed issue is not shared: the next call tries again.
+      ready.catch(() => {
+        if (shared.get(key) === mine) shared.delete(key);
+      });
+    }
+    const receipt = await entry.ready;
+    const checkedAt = entry.checkedAt;
+    // Demand stays per call: counted in memory, written within DEMAND_FLUSH_MS.
+    if (opts.recordDemand !== false) {
+      demandRows.add({ checked_at: at, target: serverUrl ?? target, server_url: serverUrl, name: server?.name ?? null, verdict, kind, receipt_id: receipt.receiptId });
+    }
 
     return {
       target,
@@ -206,7 +239,13 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     };
   }
 
-  return { preflight, assess, getDemand };
+  return {
+    preflight,
+    assess,
+    getDemand,
+    /** Writes the demand counted in memory and stops its periodic write (service close). */
+    close: () => demandRows.close(),
+  };
 }
 
 export type PreflightService = ReturnType<typeof createPreflightService>;

@@ -64,6 +64,78 @@ export function insertDemandStatement(rows: readonly DemandRow[]): Statement {
   ];
 }
 
+/** Demand rows counted in memory are written at least this often (a crash loses at most this much). */
+export const DEMAND_FLUSH_MS = 1000;
+/** Rows kept for a retry while the database refuses them; beyond it the oldest are dropped. */
+const DEMAND_BUFFER_MAX = 100_000;
+
+interface DemandBuffer {
+  add(row: DemandRow): void;
+  /** Writes every row added so far; resolves when they (and any write in flight) committed. */
+  flush(): Promise<void>;
+  /** Stops the periodic write and writes what is left. */
+  close(): Promise<void>;
+}
+
+const buffers = new WeakMap<object, DemandBuffer>();
+
+/**
+ * Pre-flight demand, one row per call, counted in memory and written every DEMAND_FLUSH_MS in
+ * one multi-row INSERT (issue 22): the answer to a check no longer waits for its demand row. A
+ * crash loses at most the last DEMAND_FLUSH_MS of demand rows (docs/performance.md); reads of
+ * demand in this process (demandStore) write the buffer first, so they always see their own calls.
+ */
+export function demandBuffer(db: Queryable, onError?: (err: unknown) => void): DemandBuffer {
+  let b = buffers.get(db);
+  if (b) return b;
+  let rows: DemandRow[] = [];
+  const inflight = new Set<Promise<void>>();
+  let timer: NodeJS.Timeout | null = null;
+  let closed = false;
+  function write(): Promise<void> {
+    if (rows.length === 0) return Promise.all(inflight).then(() => undefined);
+    const batch = rows;
+    rows = [];
+    const p = db
+      .query(...insertDemandStatement(batch))
+      .then(() => undefined)
+      .catch((err: unknown) => {
+        // Kept for the next write (bounded), reported, and the flush that asked fails.
+        rows = [...batch, ...rows].slice(-DEMAND_BUFFER_MAX);
+        throw err;
+      })
+      .finally(() => inflight.delete(p));
+    inflight.add(p);
+    return Promise.all(inflight).then(() => undefined);
+  }
+  b = {
+    add(row) {
+      rows.push(row);
+      if (!timer && !closed) {
+        timer = setInterval(() => {
+          if (rows.length === 0) return;
+          write().catch((err: unknown) => onError?.(err));
+        }, DEMAND_FLUSH_MS);
+        timer.unref();
+      }
+    },
+    flush: write,
+    async close() {
+      closed = true;
+      if (timer) clearInterval(timer);
+      timer = null;
+      await write();
+    },
+  };
+  buffers.set(db, b);
+  return b;
+}
+
+/** Writes the demand rows this process counted through `db` (no-op when none is pending). */
+export async function flushDemand(db: Queryable): Promise<void> {
+  await buffers.get(db)?.flush();
+}
+
 export function demandStore(db: Queryable) {
   return {
     async insert(r: DemandRow): Promise<void> {
@@ -81,6 +153,7 @@ export function demandStore(db: Queryable) {
 
     /** Totals since a time (null: all time). */
     async totals(since: Date | null): Promise<DemandTotals> {
+      await flushDemand(db);
       const rows = await db.query<{ n: number; u: number; pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }>(
         `SELECT count(*)::int8 AS n, count(DISTINCT target)::int8 AS u, ${MIX}
            FROM preflight_demand WHERE $1::timestamptz IS NULL OR checked_at >= $1::timestamptz`,
@@ -92,6 +165,7 @@ export function demandStore(db: Queryable) {
 
     /** Most-checked targets since a time (null: all time), most checks first. */
     async topTargets(since: Date | null, limit: number): Promise<DemandTarget[]> {
+      await flushDemand(db);
       const rows = await db.query<{
         target: string;
         server_url: string | null;
@@ -116,6 +190,7 @@ export function demandStore(db: Queryable) {
 
     /** Pre-flight checks per category of the tracked server they named (category null: targets not tracked). */
     async checksByCategory(since: Date | null): Promise<{ category: string | null; checks: number }[]> {
+      await flushDemand(db);
       return db.query<{ category: string | null; checks: number }>(
         `SELECT s.category, count(*)::int8 AS checks FROM preflight_demand d LEFT JOIN servers s ON s.url = d.server_url
           WHERE $1::timestamptz IS NULL OR d.checked_at >= $1::timestamptz GROUP BY s.category ORDER BY checks DESC`,

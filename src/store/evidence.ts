@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/index.js';
+import { settleRollups } from './rollup-aggregator.js';
 import { emptyHistogram, LATENCY_BIN_EDGES } from '../domain/latency-histogram.js';
 
 // Read-only evidence queries behind the compliance exports and the agency checklist: telemetry
@@ -30,6 +31,7 @@ export function evidenceStore(db: Queryable) {
      * pruned), so raw telemetry retention does not shorten a server's history.
      */
     async historyDepth(serverId: number): Promise<HistoryDepth> {
+      await settleRollups(db);
       const rows = await db.query<{ n: number | null; first: Date | null; last: Date | null; days: number }>(
         `SELECT t.n, t.first_at AS first, t.last_at AS last,
                 (SELECT count(DISTINCT date_trunc('day', bucket AT TIME ZONE 'UTC'))::int8 FROM telemetry_hourly WHERE server_id = $1) AS days

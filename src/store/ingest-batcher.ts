@@ -15,7 +15,7 @@ export const INGEST_MAX_BATCH = 1000;
 export function ingestBatcher(db: Db, opts: { onBatch?: (size: number) => void } = {}): GroupCommit<IngestRow> {
   const store = telemetryStore(db);
   return groupCommit<IngestRow>({
-    write: (rows) => store.insertMany(rows),
+    write: (rows) => store.append(rows),
     maxItems: INGEST_MAX_BATCH,
     // PGlite runs one statement at a time anyway; PostgreSQL overlaps two transactions (the
     // rollup rows are written in key order, so they cannot deadlock each other).

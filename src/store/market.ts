@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/index.js';
+import { flushDemand } from './demand.js';
 
 // Demand and adoption figures behind `market_validation` in GET /api/stats (SPEC 4.1 "market
 // validation metrics"; docs/scoring.md "Market validation"). Read-only counts over the tables
@@ -23,6 +24,8 @@ export interface MarketFigures {
 export function marketStore(db: Queryable) {
   return {
     async figures(since24h: Date): Promise<MarketFigures> {
+      // Demand counted in memory by this process is written first (it is per call).
+      await flushDemand(db);
       const [r] = await db.query<{ [K in keyof MarketFigures]: number | null }>(
         `SELECT d.total AS preflight_checks_total, d.last_24h AS preflight_checks_last_24h, d.targets AS unique_preflight_targets,
                 d.gateway AS gateway_decisions, d.agent_query AS agent_queries_served,

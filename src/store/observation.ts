@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/index.js';
+import { settleRollups } from './rollup-aggregator.js';
 
 /** A server claimed for one probe. */
 export interface ClaimedServer {
@@ -51,6 +52,7 @@ export function observationStore(db: Queryable) {
      * Registry deleted (docs/observation.md "Registry sync"). One statement.
      */
     async syncSchedule(dueAt: Date, o: { minSources: number; since: Date }): Promise<{ added: number; removed: number }> {
+      await settleRollups(db);
       const [r] = await db.query<{ added: number; removed: number }>(
         `WITH candidates AS (
            SELECT id AS server_id FROM servers WHERE catalogued_at IS NOT NULL

@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/index.js';
+import { settleRollups } from './rollup-aggregator.js';
 import { groupByServer } from './by-server.js';
 
 /** The cached current score of a server (last computation) and its hourly history. */
@@ -79,6 +80,7 @@ export function scoreStore(db: Queryable) {
      * `staleBefore` (time decay and anomaly windows move scores even without new reports).
      */
     async staleServerIds(staleBefore: Date): Promise<number[]> {
+      await settleRollups(db);
       const rows = await db.query<{ id: number }>(
         `SELECT s.id FROM servers s LEFT JOIN server_scores c ON c.server_id = s.id LEFT JOIN server_totals t ON t.server_id = s.id
           WHERE c.server_id IS NULL OR c.computed_at < $1 OR c.evidence_reports <> coalesce(t.n, 0)`,
@@ -89,6 +91,7 @@ export function scoreStore(db: Queryable) {
 
     /** Every tracked server (optionally of one category) with its cached score and totals. */
     async ranked(category: string | null): Promise<RankedServer[]> {
+      await settleRollups(db);
       return db.query<RankedServer>(
         `SELECT s.id, s.url, s.name, s.slug, s.category, s.registered_at, c.trust_score, c.verdict, c.computed_at, c.anomaly_flags,
                 coalesce(t.n, 0)::int8 AS n, coalesce(t.successes, 0)::int8 AS successes, coalesce(t.latency_sum, 0)::float8 AS latency_sum,

@@ -82,3 +82,13 @@ function privateTempDir(): string {
   }
   return dir;
 }
+
+/**
+ * Folds every committed raw report into the rollups now (one aggregator pass on this handle
+ * folds what any instance appended): for tests that read the rollup tables with SQL directly.
+ * Reads through the service settle by themselves (src/store/rollup-aggregator.ts).
+ */
+export async function foldRollups(db: Db): Promise<void> {
+  const { rollupAggregator } = await import('../../src/store/rollup-aggregator.js');
+  while (!(await rollupAggregator(db).pass()).complete);
+}

@@ -1,0 +1,240 @@
+// The rollup aggregator (issue 22): ingestion's acknowledged write is the raw append only
+// (telemetryStore.append, one multi-row INSERT); this folds committed raw rows into the rollups
+// the scores read (server_totals, telemetry_hourly, trust_evidence).
+//
+// The watermark. Every raw row carries the 64-bit id of the transaction that inserted it
+// (telemetry.xid). A pass takes a PostgreSQL snapshot: every transaction id below its xmax that
+// is not in its xip list has finished, so the rows of those transactions are final (committed,
+// or gone with a rollback). The watermark row (rollup_watermark) says "every row whose xid is
+// below `horizon` and not in `pending` has been folded, exactly once". A pass folds the rows
+// that became final since: xid in [horizon, xmax) minus the still-running ones, plus the rows of
+// formerly pending transactions that have finished. Raw ids alone could not carry this: two
+// appends take ids 10 and 11 and may commit 11 first (docs/performance.md).
+//
+// One pass at a time across the cluster: a pass is one transaction holding an advisory lock
+// (pg_advisory_xact_lock, released by the database if the process dies). The fold and the
+// watermark update are in that one transaction, so a crash at any point (before, during or
+// between them) leaves both as they were and the next pass folds the same rows once
+// (test/rollup-aggregator.test.ts kills a process between the fold and the watermark).
+//
+// Read-your-writes. In one process, reads of the rollups (telemetryStore, scores, evidence)
+// first call settleRollups(db): when this process appended rows since the last complete pass
+// began, the read waits for (or runs) a pass that began after them. Across instances the rows
+// are folded by the next pass of any instance: every serving instance runs one every
+// ROLLUP_INTERVAL_MS (250 ms), so an acknowledged report reaches the rollups within that
+// interval plus one pass, even when the instance that took it died right after answering.
+import type { Db, Queryable } from '../db/index.js';
+import { oneStatement } from './one-statement.js';
+import { notifyServersChanged, rollupStatements, type RawRow } from './telemetry.js';
+
+/** Period of the background pass on every serving instance. */
+export const ROLLUP_INTERVAL_MS = 250;
+/** Most raw rows folded by one pass (a backlog after downtime is folded over several passes). */
+export const FOLD_MAX_ROWS = 20_000;
+/** Advisory lock key of the aggregator (one pass at a time across instances). */
+const AGGREGATOR_LOCK = 7_220_001;
+
+export interface PassResult {
+  /** Raw rows folded by this pass. */
+  folded: number;
+  /** False when FOLD_MAX_ROWS cut the pass short (another pass follows at once). */
+  complete: boolean;
+}
+
+export interface AggregatorHooks {
+  /** Test hook: runs inside the pass transaction after the fold statement, before the watermark update. */
+  afterFold?(): Promise<void> | void;
+}
+
+interface Aggregator {
+  /** This process committed an append on this database. */
+  appended(): void;
+  /** Resolves once a complete pass that began after every append this process committed so far has committed. */
+  settle(): Promise<void>;
+  /** Runs one pass now (after any pass in flight). */
+  pass(): Promise<PassResult>;
+  /** Starts the background pass (every intervalMs); errors go to onError. */
+  start(intervalMs: number, onError: (err: unknown) => void): void;
+  /** Stops the background pass (after as many stops as starts), waits for the pass in flight, then folds what this process appended. */
+  stop(): Promise<void>;
+}
+
+const registry = new WeakMap<object, Aggregator>();
+
+function isDb(q: Queryable): q is Db {
+  return typeof (q as Db).transaction === 'function' && typeof (q as Db).kind === 'string';
+}
+
+/** The aggregator of this database handle (one per handle and process). */
+export function rollupAggregator(db: Db, hooks: AggregatorHooks = {}): Aggregator {
+  let a = registry.get(db);
+  if (!a) registry.set(db, (a = createAggregator(db, hooks)));
+  return a;
+}
+
+/** Called by telemetryStore after an append committed. */
+export function rollupsAppended(q: Queryable): void {
+  if (isDb(q)) rollupAggregator(q).appended();
+}
+
+/** Waits until the rollups include every append this process committed through `q` (no-op when none is pending). */
+export async function settleRollups(q: Queryable): Promise<void> {
+  const a = registry.get(q);
+  if (a) await a.settle();
+}
+
+const toBig = (v: unknown) => BigInt(String(v));
+
+function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
+  let appendSeq = 0;
+  let coveredSeq = 0;
+  let inflight: Promise<PassResult> | null = null;
+  let queued: Promise<PassResult> | null = null;
+  let timer: NodeJS.Timeout | null = null;
+  // Several services on one handle in one process (tests of two instances on PGlite) share the timer.
+  let starts = 0;
+
+  async function runPass(): Promise<PassResult> {
+    const startSeq = appendSeq;
+    const { result, serverIds } = await db.transaction(async (tx) => {
+      await tx.query('SELECT pg_advisory_xact_lock($1)', [AGGREGATOR_LOCK]);
+      const [wm] = await tx.query<{ horizon: string; pending: string[] }>(
+        "SELECT horizon::text AS horizon, pending::text[] AS pending FROM rollup_watermark WHERE name = 'rollups'",
+      );
+      if (!wm) throw new Error('rollup_watermark has no row: migrations incomplete');
+      const [snap] = await tx.query<{ xmax: string; xip: string[] }>(
+        'SELECT pg_snapshot_xmax(s)::text AS xmax, ARRAY(SELECT x::text FROM pg_snapshot_xip(s) x) AS xip FROM (SELECT pg_current_snapshot() AS s) q',
+      );
+      const horizon = toBig(wm.horizon);
+      const prevPending = wm.pending.map(toBig);
+      const xmax = toBig(snap!.xmax);
+      const xip = new Set(snap!.xip.map(toBig));
+      const pendingDone = prevPending.filter((x) => !xip.has(x));
+      const raw = await tx.query<{ id: string; server_id: number; received_at: Date; success: boolean; latency_ms: number; http_status: number | null; source: string | null; tool_name: string | null; xid: string }>(
+        `SELECT id::text AS id, server_id, received_at, success, latency_ms, http_status, source, tool_name, xid::text AS xid FROM telemetry
+          WHERE ((xid >= $1 AND xid < $2) OR xid = ANY($3::int8[])) AND xid <> ALL($4::int8[])
+          ORDER BY xid LIMIT $5`,
+        [horizon.toString(), xmax.toString(), pendingDone.map(String), [...xip].map(String), FOLD_MAX_ROWS],
+      );
+      let rows = raw;
+      let newHorizon = xmax;
+      let complete = true;
+      if (raw.length >= FOLD_MAX_ROWS) {
+        // Cut at a transaction boundary: the last transaction's rows may be incomplete.
+        const last = toBig(raw[raw.length - 1]!.xid);
+        if (last > horizon && toBig(raw[0]!.xid) !== last) {
+          rows = raw.filter((r) => toBig(r.xid) !== last);
+          newHorizon = last;
+          complete = false;
+        }
+      }
+      const newPending = [...xip].filter((x) => prevPending.includes(x) || (x >= horizon && x < newHorizon)).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+      if (rows.length > 0) {
+        const fold: RawRow[] = rows.map((r) => ({
+          serverId: Number(r.server_id),
+          at: r.received_at,
+          source: r.source ?? '',
+          success: r.success,
+          latency_ms: Number(r.latency_ms),
+          http_status: r.http_status === null ? null : Number(r.http_status),
+          tool_name: r.tool_name,
+        }));
+        await tx.query(...oneStatement(rollupStatements(fold)));
+      }
+      await hooks.afterFold?.();
+      const pendingChanged = newPending.length !== prevPending.length || newPending.some((x, i) => x !== prevPending[i]);
+      if (rows.length > 0 || pendingChanged) {
+        let maxId = 0n;
+        for (const r of rows) if (toBig(r.id) > maxId) maxId = toBig(r.id);
+        await tx.query(
+          `UPDATE rollup_watermark SET horizon = $1, pending = $2::int8[], max_raw_id = greatest(max_raw_id, $3::int8),
+                  folded_rows = folded_rows + $4::int8, folded_at = now() WHERE name = 'rollups'`,
+          [newHorizon.toString(), newPending.map(String), maxId.toString(), rows.length],
+        );
+      }
+      // With nothing folded and nothing pending changed, the horizon is left where it was (no write,
+      // no commit to flush): the next pass scans [horizon, xmax) again, an empty index range.
+      return { result: { folded: rows.length, complete }, serverIds: [...new Set(rows.map((r) => Number(r.server_id)))] };
+    });
+    if (result.complete && startSeq > coveredSeq) coveredSeq = startSeq;
+    // Scores computed from the rollups before this pass are stale now (rows of other instances included).
+    if (serverIds.length > 0) notifyServersChanged(db, serverIds);
+    return result;
+  }
+
+  /** A pass that begins after the one in flight (shared by every caller until it begins). */
+  function requestPass(): Promise<PassResult> {
+    if (queued) return queued;
+    const before = inflight ?? Promise.resolve(null);
+    const p: Promise<PassResult> = before
+      .catch(() => null)
+      .then(() => {
+        queued = null;
+        const run = runPass();
+        inflight = run;
+        void run.then(
+          () => {
+            if (inflight === run) inflight = null;
+          },
+          () => {
+            if (inflight === run) inflight = null;
+          },
+        );
+        return run;
+      });
+    queued = p;
+    return p;
+  }
+
+  return {
+    appended() {
+      appendSeq++;
+    },
+    async settle() {
+      const target = appendSeq;
+      while (coveredSeq < target) await requestPass();
+    },
+    pass: requestPass,
+    start(intervalMs, onError) {
+      starts++;
+      if (timer) return;
+      let busy = false;
+      const tick = () => {
+        if (busy) return;
+        busy = true;
+        // A cut-short pass is followed at once by the next one.
+        const loop = async () => {
+          while (!(await requestPass()).complete);
+        };
+        loop()
+          .catch(onError)
+          .finally(() => {
+            busy = false;
+          });
+      };
+      timer = setInterval(tick, intervalMs);
+      timer.unref();
+      // At once too: rows another instance acknowledged before it died are folded at start-up.
+      tick();
+    },
+    async stop() {
+      if (starts > 0) starts--;
+      if (starts === 0 && timer) {
+        clearInterval(timer);
+        timer = null;
+      }
+      await (queued ?? inflight)?.catch(() => undefined);
+      // What this process acknowledged is folded before it lets go of the database (another
+      // instance, or this one after a restart, would fold it anyway); so is whatever else is
+      // committed and unfolded (a stopping instance leaves the rollups complete).
+      await this.settle().catch(() => undefined);
+      if (starts === 0) {
+        try {
+          while (!(await requestPass()).complete);
+        } catch {
+          // The database is going away; the next instance folds the rest.
+        }
+      }
+    },
+  };
+}

@@ -1,0 +1,242 @@
+import { spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Db } from '../src/db/index.js';
+import { openPglite } from '../src/db/pglite.js';
+import { migrate } from '../src/db/migrate.js';
+import { openPostgres } from '../src/db/postgres.js';
+import { rollupAggregator } from '../src/store/rollup-aggregator.js';
+import { serverStore } from '../src/store/servers.js';
+import { telemetryStore, type IngestRow } from '../src/store/telemetry.js';
+import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+
+// The rollup aggregator (issue 22 item 1): raw appends are the acknowledged write; rollups are
+// folded from committed raw rows, exactly once, whatever the order of commits and crashes.
+
+const T0 = new Date('2026-11-20T10:00:00Z');
+
+let seeded = 0;
+async function seedServers(db: Db, n: number): Promise<{ id: number; url: string }[]> {
+  const out: { id: number; url: string }[] = [];
+  for (let i = 0; i < n; i++) {
+    const k = seeded++;
+    const url = `https://agg-${k}.example.com/mcp`;
+    const row = await serverStore(db).insertNew({ url, name: `agg-${k}`, slug: `agg-${k}`, category: 'general' }, T0);
+    out.push({ id: row!.id, url });
+  }
+  return out;
+}
+
+function rows(servers: { id: number; url: string }[], count: number, tag: string): IngestRow[] {
+  return Array.from({ length: count }, (_, i) => {
+    const s = servers[i % servers.length]!;
+    return {
+      serverId: s.id,
+      at: new Date(T0.getTime() + (i % 7) * 1_800_000 + i),
+      source: `src-${i % 3}`,
+      report: { server_url: s.url, success: i % 5 !== 0, latency_ms: 10 + (i % 40), tool_name: tag, http_status: i % 11 === 0 ? 503 : 200 },
+    };
+  });
+}
+
+/** The rollups as stored, next to the same sums computed straight from the raw rows. */
+async function compare(db: Db): Promise<{ stored: unknown; fromRaw: unknown }> {
+  const stored = {
+    totals: await db.query('SELECT server_id::int AS s, n::int, successes::int AS ok, n_5xx::int AS f, round(latency_sum::numeric, 3)::float8 AS l FROM server_totals ORDER BY 1'),
+    hourly: await db.query('SELECT server_id::int AS s, bucket, source, n::int, successes::int AS ok FROM telemetry_hourly ORDER BY 1, 2, 3'),
+    evidence: await db.query('SELECT server_id::int AS s, source, reports::int AS n FROM trust_evidence ORDER BY 1, 2'),
+  };
+  const fromRaw = {
+    totals: await db.query(
+      `SELECT server_id::int AS s, count(*)::int AS n, count(*) FILTER (WHERE success)::int AS ok,
+              count(*) FILTER (WHERE http_status BETWEEN 500 AND 599)::int AS f, round(sum(latency_ms)::numeric, 3)::float8 AS l
+         FROM telemetry GROUP BY 1 ORDER BY 1`,
+    ),
+    hourly: await db.query(
+      `SELECT server_id::int AS s, date_trunc('hour', received_at) AS bucket, source, count(*)::int AS n, count(*) FILTER (WHERE success)::int AS ok
+         FROM telemetry GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`,
+    ),
+    evidence: await db.query('SELECT server_id::int AS s, source, count(*)::int AS n FROM telemetry GROUP BY 1, 2 ORDER BY 1, 2'),
+  };
+  return { stored, fromRaw };
+}
+
+const watermark = (db: Db) => db.query<{ horizon: string; pending: string[]; folded_rows: number }>("SELECT horizon::text, pending::text[], folded_rows::int8 FROM rollup_watermark WHERE name = 'rollups'");
+
+function runChild(args: string[]): Promise<{ signal: NodeJS.Signals | null; code: number | null; out: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/rollup-crash-child.ts', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  return new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal, out })));
+}
+
+describe(`rollup aggregator (${backend})`, () => {
+  let tdb: TestDatabase;
+  beforeAll(async () => {
+    tdb = await createTestDatabase();
+  }, 120_000);
+  afterAll(async () => {
+    await tdb?.drop();
+  });
+
+  it('folds appended rows exactly once; a read in the same process sees them without waiting for the timer', async () => {
+    const servers = await seedServers(tdb.db, 5);
+    const store = telemetryStore(tdb.db);
+    // Concurrent appends and passes interleaved.
+    await Promise.all([
+      ...Array.from({ length: 8 }, (_, k) => store.append(rows(servers, 40, `a${k}`))),
+      rollupAggregator(tdb.db).pass(),
+      rollupAggregator(tdb.db).pass(),
+    ]);
+    // No explicit pass: the read settles first.
+    const totals = await store.totals(servers.map((s) => s.id));
+    expect([...totals.values()].reduce((n, t) => n + Number(t.n), 0)).toBe(320);
+    const { stored, fromRaw } = await compare(tdb.db);
+    expect(stored).toEqual(fromRaw);
+    // Passes with nothing new change nothing.
+    await rollupAggregator(tdb.db).pass();
+    await rollupAggregator(tdb.db).pass();
+    expect((await compare(tdb.db)).stored).toEqual(stored);
+  }, 120_000);
+
+  it('a process killed between the fold and the watermark update leaves nothing folded; the next pass folds each row once', async () => {
+    const servers = await seedServers(tdb.db, 3);
+    // Rows appended on a handle whose process "dies" before folding: raw rows only.
+    let child: { signal: NodeJS.Signals | null; code: number | null; out: string };
+    if (backend === 'postgres') {
+      const other = openPostgres(tdb.url!);
+      await telemetryStore(other).append(rows(servers, 90, 'crash'));
+      await other.close();
+      const before = await compare(tdb.db);
+      const wmBefore = await watermark(tdb.db);
+      expect(before.stored).not.toEqual(before.fromRaw);
+      child = await runChild([tdb.url!]);
+      expect(child.out).toContain('folded');
+      expect(child.signal).toBe('SIGKILL');
+      // The killed pass's transaction died with its connection: rollups and watermark as before.
+      expect((await compare(tdb.db)).stored).toEqual(before.stored);
+      expect(await watermark(tdb.db)).toEqual(wmBefore);
+      const r = await rollupAggregator(tdb.db).pass();
+      expect(r.folded).toBe(90);
+      const after = await compare(tdb.db);
+      expect(after.stored).toEqual(after.fromRaw);
+    } else {
+      // PGlite is one process: the same crash on its own data directory.
+      const dir = await mkdtemp(join(tmpdir(), 'obs-rollup-crash-'));
+      try {
+        let db = await openPglite(dir);
+        await migrate(db);
+        const own = await seedServers(db, 3);
+        await telemetryStore(db).append(rows(own, 90, 'crash'));
+        const before = await compare(db);
+        const wmBefore = await watermark(db);
+        expect(before.stored).not.toEqual(before.fromRaw);
+        await db.close();
+        child = await runChild(['--pglite', dir]);
+        expect(child.out).toContain('folded');
+        expect(child.signal).toBe('SIGKILL');
+        db = await openPglite(dir);
+        expect((await compare(db)).stored).toEqual(before.stored);
+        expect(await watermark(db)).toEqual(wmBefore);
+        expect((await rollupAggregator(db).pass()).folded).toBe(90);
+        const after = await compare(db);
+        expect(after.stored).toEqual(after.fromRaw);
+        await db.close();
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+      void servers;
+    }
+  }, 180_000);
+
+  it.skipIf(backend !== 'postgres')('a transaction that commits after a later one was folded is folded too (commit order is not id order)', async () => {
+    const servers = await seedServers(tdb.db, 2);
+    const a = openPostgres(tdb.url!);
+    const b = openPostgres(tdb.url!);
+    try {
+      let release!: () => void;
+      const hold = new Promise<void>((r) => (release = r));
+      let inserted!: () => void;
+      const didInsert = new Promise<void>((r) => (inserted = r));
+      // A: appends inside an open transaction (its raw ids come first), commits only later.
+      const slow = a.transaction(async (tx) => {
+        await tx.query(
+          `INSERT INTO telemetry (server_id, received_at, success, latency_ms, tool_name, http_status, source, xid)
+           VALUES ($1, $2, true, 12, 'slow', 200, 'src-slow', pg_current_xact_id()::text::int8)`,
+          [servers[0]!.id, T0],
+        );
+        inserted();
+        await hold;
+      });
+      await didInsert;
+      // B: appends and commits; a pass folds B's rows while A is still running.
+      await telemetryStore(b).append(rows(servers, 10, 'fast'));
+      await rollupAggregator(b).pass();
+      const [mid] = await b.query<{ ids: string }>("SELECT (SELECT count(*) FROM telemetry WHERE tool_name = 'slow')::text AS ids");
+      expect(mid!.ids).toBe('0'); // not visible yet
+      expect((await watermark(b))[0]!.pending.length).toBeGreaterThan(0);
+      release();
+      await slow;
+      await rollupAggregator(b).pass();
+      const after = await compare(tdb.db);
+      expect(after.stored).toEqual(after.fromRaw);
+      expect((await watermark(b))[0]!.pending.map(String)).not.toContain(undefined);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  }, 120_000);
+
+  it.skipIf(backend !== 'postgres')('two instances: one folds what the other acknowledged, no row is folded twice', async () => {
+    const servers = await seedServers(tdb.db, 4);
+    const a = openPostgres(tdb.url!);
+    const b = openPostgres(tdb.url!);
+    try {
+      const errors: unknown[] = [];
+      rollupAggregator(b).start(50, (e) => errors.push(e));
+      const aStore = telemetryStore(a);
+      for (let k = 0; k < 10; k++) await Promise.all([aStore.append(rows(servers, 25, `x${k}`)), rollupAggregator(a).pass()]);
+      // A stops appending and never folds again; B's background pass folds the rest.
+      const deadline = Date.now() + 60_000;
+      for (;;) {
+        const { stored, fromRaw } = await compare(tdb.db);
+        if (JSON.stringify(stored) === JSON.stringify(fromRaw)) break;
+        if (Date.now() > deadline) expect(stored).toEqual(fromRaw);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      await rollupAggregator(b).stop();
+      expect(errors).toEqual([]);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  }, 120_000);
+
+  it.skipIf(backend !== 'postgres')('passes of different instances never overlap (advisory lock)', async () => {
+    const servers = await seedServers(tdb.db, 2);
+    let active = 0;
+    let most = 0;
+    const hooks = {
+      afterFold: async () => {
+        active++;
+        most = Math.max(most, active);
+        await new Promise((r) => setTimeout(r, 30));
+        active--;
+      },
+    };
+    const handles = [openPostgres(tdb.url!), openPostgres(tdb.url!), openPostgres(tdb.url!)];
+    try {
+      const aggs = handles.map((h) => rollupAggregator(h, hooks));
+      await Promise.all(handles.flatMap((h, i) => [telemetryStore(h).append(rows(servers, 20, `o${i}`)), aggs[i]!.pass(), aggs[i]!.pass()]));
+      await Promise.all(aggs.map((g) => g.pass()));
+      expect(most).toBe(1);
+      const { stored, fromRaw } = await compare(tdb.db);
+      expect(stored).toEqual(fromRaw);
+    } finally {
+      for (const h of handles) await h.close();
+    }
+  }, 120_000);
+});
