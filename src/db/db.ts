@@ -27,6 +27,12 @@ export interface Db extends Queryable {
    */
   liveness?(): Promise<Liveness>;
   close(): Promise<void>;
+  /**
+   * Reads that tolerate DATABASE_READ_MAX_LAG_MS of staleness (src/db/replica.ts): a streaming
+   * replica while it is within the bound, else the primary. Absent without DATABASE_READ_URL; use
+   * staleReads(db) rather than this directly.
+   */
+  staleReads?: Queryable;
   /** Connection pool figures for /metrics (PostgreSQL only; PGlite has no pool). */
   poolStats?(): { total: number; idle: number; waiting: number };
 }
