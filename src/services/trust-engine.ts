@@ -280,8 +280,10 @@ export function createTrustEngine(db: Queryable) {
       const age = hit ? at.getTime() - hit.at : -1;
       if (hit && age >= 0 && age < SCORE_CACHE_MS && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.rows;
       const gen = rankedGen;
-      await this.refresh(at);
-      const rows = await staleScores.ranked(category);
+      // Scores this call just wrote are read back from the primary (read-your-writes); otherwise the
+      // list tolerates the staleness bound and may come from a read replica.
+      const refreshed = await this.refresh(at);
+      const rows = await (refreshed > 0 ? scores : staleScores).ranked(category);
       if (gen === rankedGen) rankedMemo.set(key, { rows, at: at.getTime(), mono: performance.now() });
       return rows;
     },
