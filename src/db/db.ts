@@ -33,6 +33,11 @@ export interface Db extends Queryable {
    * staleReads(db) rather than this directly.
    */
   staleReads?: Queryable;
+  /**
+   * PostgreSQL LISTEN on `channel` over a dedicated connection (reconnected after a loss; what was
+   * sent meanwhile is missed): `fn` gets each payload. Absent for PGlite, which is one process.
+   */
+  listen?(channel: string, fn: (payload: string) => void): Promise<{ close(): Promise<void> }>;
   /** Connection pool figures for /metrics (PostgreSQL only; PGlite has no pool). */
   poolStats?(): { total: number; idle: number; waiting: number };
 }

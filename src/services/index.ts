@@ -25,6 +25,7 @@ import { createTelemetryRetention } from './telemetry-retention.js';
 import { createRateLimiter } from './rate-limits.js';
 import { createRegistrySync } from './registry-sync.js';
 import { createOtlpService } from './otlp.js';
+import { startEvidenceBus } from './evidence-bus.js';
 import { TraceService } from '../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
 import { MetricsService } from '../../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
 
@@ -41,6 +42,9 @@ export function createServices(deps: ServiceDeps) {
   const catalogue = createCatalogueService(deps);
   const registrySync = createRegistrySync(deps, catalogue, { onError: deps.onBackgroundError });
   const otlp = createOtlpService(deps, { telemetry }, { onError: deps.onBackgroundError });
+  // New evidence reaches the other instances' caches through LISTEN/NOTIFY (PostgreSQL only).
+  const evidenceBus = startEvidenceBus(deps.db, { onError: deps.onBackgroundError });
+  evidenceBus.catch((err: unknown) => deps.onBackgroundError?.(err));
   return {
     keyring: deps.keyring,
     receipts: deps.receipts,
@@ -74,6 +78,8 @@ export function createServices(deps: ServiceDeps) {
     telemetryRetention,
     /** OTLP receivers: OpenTelemetry MCP client spans and metrics as telemetry (docs/telemetry.md). */
     otlp,
+    /** Tells the other instances on the same PostgreSQL about new evidence, and listens to theirs (src/services/evidence-bus.ts). */
+    evidenceBus,
     /** Stops background work owned by services (flushers, schedulers). */
     async close(): Promise<void> {
       await observation.stop();
@@ -82,6 +88,7 @@ export function createServices(deps: ServiceDeps) {
       trust.close();
       await telemetryRetention.close();
       await registrySync.close();
+      await evidenceBus.then((b) => b.close(), () => {});
     },
   };
 }
