@@ -43,6 +43,10 @@ async function freePort(): Promise<number> {
   });
 }
 
+// Probes aborted by stop() can leave a rejection inside the SDK client nobody awaits; counted, not fatal here.
+let unhandled = 0;
+process.on('unhandledRejection', () => void unhandled++);
+
 async function main() {
   if (INSTANCES > 1 && !process.env.DATABASE_URL) throw new Error('INSTANCES > 1 needs DATABASE_URL (PGlite is one process)');
   const port = await freePort();
@@ -154,6 +158,7 @@ async function main() {
     probe_latency_ms: { p50: pct(0.5), p95: pct(0.95) },
     load_avg: { min: Math.min(...loads), max: Math.max(...loads) },
     errors: errors.length,
+    unhandled_rejections_at_stop: unhandled,
   };
   process.stdout.write(JSON.stringify(result, null, 2) + '\n');
 
