@@ -132,6 +132,8 @@ async function main() {
   const firsts = stats.map((s) => s.lists[0] ?? null).filter((x): x is number => x !== null);
   const lastFirst = Math.max(...firsts);
   const secondsBeforeLastFirst = stats.filter((s) => s.lists.length >= 2 && s.lists[1]! < lastFirst).length;
+  // Exact cover time from the servers' side: the last server's first request.
+  if (stats.every((s) => s.firstAt !== null)) coveredAt = Math.max(...stats.map((s) => s.firstAt!));
   const intervalMs = INTERVAL_S * 1000;
   const lateness: number[] = [];
   for (const s of stats) for (let k = 1; k < s.lists.length; k++) lateness.push(s.lists[k]! - s.lists[k - 1]! - intervalMs);
@@ -151,6 +153,8 @@ async function main() {
     probes_per_s_per_instance: Math.round((probes / elapsedS / INSTANCES) * 10) / 10,
     by_instance: perInstance,
     cover_once_s: coveredAt === null ? null : Math.round((coveredAt - startWall) / 1000),
+    // While every server was due (until the fleet was covered once, or the whole run): the scheduler's throughput.
+    cover_rate_per_s: coveredAt === null ? null : Math.round((SERVERS / ((coveredAt - startWall) / 1000)) * 10) / 10,
     second_probe_before_fleet_covered: secondsBeforeLastFirst,
     late_past_interval_s: { p50: lp(0.5), p95: lp(0.95), max: lp(1) },
     manifests_per_live_server: { min: Math.min(...counts), max: Math.max(...counts) },

@@ -43,6 +43,8 @@ export interface ServerStats {
   /** Epoch ms of each tools/list the server answered. */
   lists: number[];
   requests: number;
+  /** Epoch ms of the first request (any), null before. */
+  firstAt: number | null;
 }
 
 export interface Fleet {
@@ -83,7 +85,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const seed = o.seed ?? 1;
   const n = o.servers;
   const bumps = new Int32Array(n);
-  const stats: ServerStats[] = Array.from({ length: n }, () => ({ lists: [], requests: 0 }));
+  const stats: ServerStats[] = Array.from({ length: n }, () => ({ lists: [], requests: 0, firstAt: null }));
   const started = Date.now();
 
   const profile = (i: number): ServerProfile => ({
@@ -143,6 +145,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     if (i === null) return void res.writeHead(404).end();
     const p = profiles[i]!;
     stats[i]!.requests++;
+    stats[i]!.firstAt ??= Date.now();
     if (p.latencyMs > 0) await new Promise((r) => setTimeout(r, p.latencyMs));
     if (p.dead) return void res.writeHead(503, { 'content-type': 'text/plain' }).end('unavailable');
     if (req.method !== 'POST') return void res.writeHead(405).end();
@@ -208,6 +211,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
       for (const s of stats) {
         s.lists = [];
         s.requests = 0;
+        s.firstAt = null;
       }
     },
     async close() {
