@@ -120,7 +120,9 @@ async function main() {
   stats = ((await (await fetch(`${fleetBase}/_fleet/stats`)).json()) as { stats: ServerStats[] }).stats;
 
   // From the scheduler's own records: every probe, whatever its outcome.
-  const rows = await dbs[0]!.query<{ probes: number; last_outcome: string; claimed_by: string; last_latency_ms: number | null }>('SELECT probes, last_outcome, claimed_by, last_latency_ms FROM observation_schedule');
+  const rows = await dbs[0]!.query<{ probes: number; last_outcome: string; claimed_by: string; last_latency_ms: number | null; last_detail: string | null }>('SELECT probes, last_outcome, claimed_by, last_latency_ms, last_detail FROM observation_schedule');
+  const failures: Record<string, number> = {};
+  for (const r of rows) if (r.last_outcome === 'failed' || r.last_outcome === 'timeout') failures[(r.last_detail ?? '').slice(0, 60)] = (failures[(r.last_detail ?? '').slice(0, 60)] ?? 0) + 1;
   const probes = rows.reduce((a, r) => a + r.probes, 0);
   const outcomes: Record<string, number> = {};
   for (const r of rows) outcomes[r.last_outcome ?? 'never'] = (outcomes[r.last_outcome ?? 'never'] ?? 0) + 1;
@@ -129,8 +131,8 @@ async function main() {
 
   // Fairness from the servers' side. A server "reached" = any request (dead servers answer 503, no manifest).
   // First contact per server approximated by its first tools/list for live servers.
-  const firsts = stats.map((s) => s.lists[0] ?? null).filter((x): x is number => x !== null);
-  const lastFirst = Math.max(...firsts);
+  // First contact = the server's first request of any kind (a probe that failed still reached it).
+  const lastFirst = Math.max(...stats.map((s) => s.firstAt ?? Infinity));
   const secondsBeforeLastFirst = stats.filter((s) => s.lists.length >= 2 && s.lists[1]! < lastFirst).length;
   // Exact cover time from the servers' side: the last server's first request.
   if (stats.every((s) => s.firstAt !== null)) coveredAt = Math.max(...stats.map((s) => s.firstAt!));
@@ -159,6 +161,7 @@ async function main() {
     late_past_interval_s: { p50: lp(0.5), p95: lp(0.95), max: lp(1) },
     manifests_per_live_server: { min: Math.min(...counts), max: Math.max(...counts) },
     outcomes,
+    failure_details: Object.fromEntries(Object.entries(failures).sort((a, b) => b[1] - a[1]).slice(0, 5)),
     probe_latency_ms: { p50: pct(0.5), p95: pct(0.95) },
     load_avg: { min: Math.min(...loads), max: Math.max(...loads) },
     errors: errors.length,
@@ -166,8 +169,7 @@ async function main() {
   };
   process.stdout.write(JSON.stringify(result, null, 2) + '\n');
 
-  for (const o of instances) await o.close();
-  for (const db of dbs) await db.close();
+  for (const o of instances) await o.close(); // closes its database too
   await drop();
   fleetProc.kill('SIGTERM');
 }
