@@ -61,14 +61,23 @@ export async function startPrimaryWithReplica(): Promise<PgPair> {
   const common = `listen_addresses = '127.0.0.1'\nunix_socket_directories = '${dir}'\nfsync = off\nsynchronous_commit = off\nfull_page_writes = off\nshared_buffers = 32MB\nmax_connections = 60\n`;
   await appendFile(join(primary, 'postgresql.conf'), `${common}port = ${pp}\nwal_level = replica\nmax_wal_senders = 4\n`);
   await as('pg_ctl', ['-D', primary, '-l', join(dir, 'primary.log'), '-w', '-t', '120', 'start']);
-  await as('pg_basebackup', ['-h', '127.0.0.1', '-p', String(pp), '-U', 'postgres', '-D', replica, '-R', '-X', 'stream', '--no-sync']);
-  // The copy carries the primary's settings; the replica differs by its port.
-  const conf = join(replica, 'postgresql.auto.conf');
-  await appendFile(conf, `port = ${rp}\nhot_standby = on\n`);
-  if (root) await chown(conf, uid, gid);
+  const stopPrimary = () => as('pg_ctl', ['-D', primary, '-m', 'immediate', '-w', 'stop']).catch(() => {});
   const startReplica = async () => void (await as('pg_ctl', ['-D', replica, '-l', join(dir, 'replica.log'), '-w', '-t', '120', 'start']));
   const stopReplica = async () => void (await as('pg_ctl', ['-D', replica, '-m', 'immediate', '-w', 'stop']).catch(() => {}));
-  await startReplica();
+  try {
+    await as('pg_basebackup', ['-h', '127.0.0.1', '-p', String(pp), '-U', 'postgres', '-D', replica, '-R', '-X', 'stream', '--no-sync']);
+    // The copy carries the primary's settings; the replica differs by its port.
+    const conf = join(replica, 'postgresql.auto.conf');
+    await appendFile(conf, `port = ${rp}\nhot_standby = on\n`);
+    if (root) await chown(conf, uid, gid);
+    await startReplica();
+  } catch (err) {
+    // Nothing left running or on disk when the pair cannot be built.
+    await stopReplica();
+    await stopPrimary();
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
   return {
     primaryUrl: `postgres://postgres@127.0.0.1:${pp}/postgres`,
     replicaUrl: `postgres://postgres@127.0.0.1:${rp}/postgres`,
@@ -76,7 +85,7 @@ export async function startPrimaryWithReplica(): Promise<PgPair> {
     startReplica,
     async close() {
       await stopReplica();
-      await as('pg_ctl', ['-D', primary, '-m', 'immediate', '-w', 'stop']).catch(() => {});
+      await stopPrimary();
       await rm(dir, { recursive: true, force: true });
     },
   };
