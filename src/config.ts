@@ -13,6 +13,13 @@ export interface Config {
   host: string;
   /** PostgreSQL connection string; null means embedded PGlite under dataDir. */
   databaseUrl: string | null;
+  /**
+   * DATABASE_READ_URL: a streaming replica (or a pool of them behind one address) for reads that
+   * tolerate staleness (docs/deployment.md "Read replicas"); null: every read on the primary.
+   */
+  databaseReadUrl: string | null;
+  /** DATABASE_READ_MAX_LAG_MS (default 2000): the replica serves reads only while at most this far behind the primary. */
+  databaseReadMaxLagMs: number;
   dataDir: string;
   publicBaseUrl: string;
   allowPrivateTargets: boolean;
@@ -328,6 +335,13 @@ export function loadConfig(env: Env = process.env): Config {
   if (databaseUrl !== null && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     throw new ConfigError('DATABASE_URL', 'must start with postgres:// or postgresql://');
   }
+  const databaseReadUrl = str(env, 'DATABASE_READ_URL') ?? null;
+  if (databaseReadUrl !== null && !/^postgres(ql)?:\/\//.test(databaseReadUrl)) {
+    throw new ConfigError('DATABASE_READ_URL', 'must start with postgres:// or postgresql://');
+  }
+  if (databaseReadUrl !== null && databaseUrl === null) {
+    throw new ConfigError('DATABASE_READ_URL', 'needs DATABASE_URL (a replica of the embedded database does not exist)');
+  }
   const wallet = str(env, 'PAYMENT_WALLET') ?? null;
   if (wallet !== null && !/^0x[0-9a-fA-F]{40}$/.test(wallet)) {
     throw new ConfigError('PAYMENT_WALLET', 'must be a 0x-prefixed 20-byte hex address');
@@ -359,6 +373,8 @@ export function loadConfig(env: Env = process.env): Config {
     port,
     host: str(env, 'HOST') ?? '0.0.0.0',
     databaseUrl,
+    databaseReadUrl,
+    databaseReadMaxLagMs: int(env, 'DATABASE_READ_MAX_LAG_MS', 2000, 100, 600_000),
     dataDir: str(env, 'DATA_DIR') ?? './data',
     publicBaseUrl: httpUrl('PUBLIC_BASE_URL', str(env, 'PUBLIC_BASE_URL') ?? `http://localhost:${port}`),
     allowPrivateTargets: bool(env, 'ALLOW_PRIVATE_TARGETS'),

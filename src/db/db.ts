@@ -29,6 +29,17 @@ export interface Db extends Queryable {
   close(): Promise<void>;
   /** PGlite only: the data directory as a tarball, which openPglite's `loadDataDir` starts from. */
   snapshot?(): Promise<Blob>;
+  /**
+   * Reads that tolerate DATABASE_READ_MAX_LAG_MS of staleness (src/db/replica.ts): a streaming
+   * replica while it is within the bound, else the primary. Absent without DATABASE_READ_URL; use
+   * staleReads(db) rather than this directly.
+   */
+  staleReads?: Queryable;
+  /**
+   * PostgreSQL LISTEN on `channel` over a dedicated connection (reconnected after a loss; what was
+   * sent meanwhile is missed): `fn` gets each payload. Absent for PGlite, which is one process.
+   */
+  listen?(channel: string, fn: (payload: string) => void): Promise<{ close(): Promise<void> }>;
   /** Connection pool figures for /metrics (PostgreSQL only; PGlite has no pool). */
   poolStats?(): { total: number; idle: number; waiting: number };
 }

@@ -3,12 +3,14 @@ import type { Db } from './db.js';
 import { migrate } from './migrate.js';
 import { openPglite } from './pglite.js';
 import { openPostgres } from './postgres.js';
+import { withReadReplica } from './replica.js';
 
 export type { Db, Queryable, Row } from './db.js';
 export { isConnectionError, isRefusedValueError, isUniqueViolation } from './db.js';
+export { staleReads } from './replica.js';
 
 /** Opens the configured database and brings its schema up to date. */
-export async function openDatabase(config: Pick<Config, 'databaseUrl' | 'dataDir'> & { production?: boolean }, opts: { memory?: boolean } = {}): Promise<Db> {
+export async function openDatabase(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Partial<Pick<Config, 'databaseReadUrl' | 'databaseReadMaxLagMs'>> & { production?: boolean }, opts: { memory?: boolean } = {}): Promise<Db> {
   // The transaction guard costs every promise something (src/db/transaction-guard.ts): off in production.
   const guard = config.production === undefined ? undefined : !config.production;
   const db = config.databaseUrl
@@ -20,5 +22,7 @@ export async function openDatabase(config: Pick<Config, 'databaseUrl' | 'dataDir
     await db.close().catch(() => {});
     throw err;
   }
+  // Reads that tolerate staleness go to the replica (docs/deployment.md "Read replicas").
+  if (config.databaseUrl && config.databaseReadUrl) return withReadReplica(db, config.databaseReadUrl, { maxLagMs: config.databaseReadMaxLagMs ?? 2000 });
   return db;
 }

@@ -67,6 +67,49 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
         throw err;
       }
     },
+    async listen(channel, fn) {
+      if (!/^[a-z_][a-z0-9_]*$/.test(channel)) throw new Error(`invalid channel name: ${channel}`);
+      let client: pg.Client | null = null;
+      let closed = false;
+      let retry: NodeJS.Timeout | null = null;
+      const reconnect = () => {
+        if (closed || retry) return;
+        const dead = client;
+        client = null;
+        void dead?.end().catch(() => {});
+        retry = setTimeout(() => {
+          retry = null;
+          connect().catch(reconnect);
+        }, 1000);
+        retry.unref();
+      };
+      const connect = async () => {
+        const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: opts.connectionTimeoutMillis ?? 2000 });
+        c.on('notification', (m) => {
+          if (m.channel === channel) fn(m.payload ?? '');
+        });
+        c.on('error', () => {
+          if (client === c) reconnect();
+        });
+        c.on('end', () => {
+          if (client === c) reconnect();
+        });
+        await c.connect();
+        await c.query(`LISTEN ${channel}`);
+        if (closed) return void (await c.end().catch(() => {}));
+        client = c;
+      };
+      await connect().catch(reconnect);
+      return {
+        async close() {
+          closed = true;
+          if (retry) clearTimeout(retry);
+          const c = client;
+          client = null;
+          await c?.end().catch(() => {});
+        },
+      };
+    },
     async ping() {
       try {
         await pool.query('SELECT 1');

@@ -1,6 +1,7 @@
 // The coverage report behind /atlas/report: what the index covers (servers per category, evidence,
 // rated vs unrated) next to what agents ask about (pre-flight demand). Reads only; the scores come
 // from the trust engine, the demand from the pre-flight demand table.
+import { staleReads } from '../db/index.js';
 import { demandStore } from '../store/demand.js';
 import type { ServiceDeps } from './context.js';
 import { isRated, type TrustService } from './trust.js';
@@ -11,7 +12,7 @@ export const COVERAGE_TOP_TARGETS = 20;
 export type TargetCoverage = 'rated' | 'unrated' | 'untracked';
 
 export function createCoverageService({ db }: ServiceDeps, trust: Pick<TrustService, 'engine' | 'getCoverage'>) {
-  const demand = demandStore(db);
+  const demand = demandStore(staleReads(db));
 
   async function getCoverageReport() {
     // Tracked / rated / unrated per category come from the trust service's one count (the same

@@ -28,6 +28,7 @@ import { createRateLimiter } from './rate-limits.js';
 import { createRegistrySync } from './registry-sync.js';
 import { createOtlpService } from './otlp.js';
 import { ROLLUP_INTERVAL_MS, rollupAggregator } from '../store/rollup-aggregator.js';
+import { startEvidenceBus } from './evidence-bus.js';
 import { TraceService } from '../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
 import { MetricsService } from '../../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
 
@@ -49,6 +50,9 @@ export function createServices(deps: ServiceDeps) {
   const otlp = createOtlpService(deps, { telemetry }, { onError: deps.onBackgroundError });
   const rollups = rollupAggregator(deps.db);
   let rollupsStarted = false;
+  // New evidence reaches the other instances' caches through LISTEN/NOTIFY (PostgreSQL only).
+  const evidenceBus = startEvidenceBus(deps.db, { onError: deps.onBackgroundError });
+  evidenceBus.catch((err: unknown) => deps.onBackgroundError?.(err));
   return {
     keyring: deps.keyring,
     receipts: deps.receipts,
@@ -93,6 +97,8 @@ export function createServices(deps: ServiceDeps) {
       rollupsStarted = true;
       rollups.start(ROLLUP_INTERVAL_MS, (err) => deps.onBackgroundError?.(err));
     },
+    /** Tells the other instances on the same PostgreSQL about new evidence, and listens to theirs (src/services/evidence-bus.ts). */
+    evidenceBus,
     /** Stops background work owned by services (flushers, schedulers). */
     async close(): Promise<void> {
       await observation.stop();
@@ -106,6 +112,7 @@ export function createServices(deps: ServiceDeps) {
       // Last: everything acknowledged above (reports, spans) is folded before the database closes.
       if (rollupsStarted) await rollups.stop();
       else await rollups.settle().catch(() => undefined);
+      await evidenceBus.then((b) => b.close(), () => {});
     },
   };
 }

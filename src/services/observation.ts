@@ -9,6 +9,7 @@
 // Several instances on one PostgreSQL share the work: each round claims due servers with
 // FOR UPDATE SKIP LOCKED and moves them one interval ahead (store/observation.ts), so each server
 // is probed once per interval, within one global per-minute budget.
+import { setMaxListeners } from 'node:events';
 import { McpHttpStatus } from '../probes/mcp-manifest.js';
 import { ProbeFailed, TargetRefused, type SafeFetcher } from '../probes/safe-fetch.js';
 import { observationStore, type ClaimedServer, type ProbeOutcomeKind } from '../store/observation.js';
@@ -68,6 +69,9 @@ export function createObservationService(
   let running: Promise<RoundSummary | null> | null = null;
   let stopping = false;
   const stopController = new AbortController();
+  // Every probe in flight listens on this one signal (OBSERVE_CONCURRENCY of them, and a few
+  // listeners each): not a leak, so no MaxListenersExceededWarning past Node's default of 10.
+  setMaxListeners(0, stopController.signal);
 
   /** One probe of one claimed server, recorded as telemetry and as a drift baseline. */
   async function probe(server: ClaimedServer): Promise<ProbeResult> {

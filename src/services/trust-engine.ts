@@ -1,6 +1,6 @@
 // The trust engine: gathers a server's rollups, runs the pure model (src/domain) and keeps the
 // score cache and hourly snapshots up to date. Every read of a score goes through here.
-import type { Queryable } from '../db/index.js';
+import { staleReads, type Queryable } from '../db/index.js';
 import { detectAnomaliesRobust, hourStart, HISTORY_HOURS, HOUR_MS, RECENT_HOURS, type AnomalyResult } from '../domain/anomaly.js';
 import { robustCategoryBaseline, robustServerFigures, type CategoryBaselineValue } from '../domain/baseline.js';
 import { computeTrustScore, type Breakdown } from '../domain/scoring.js';
@@ -62,6 +62,8 @@ interface MemoEntry {
 export function createTrustEngine(db: Queryable) {
   const telemetry = telemetryStore(db);
   const scores = scoreStore(db);
+  // Ranked lists tolerate the staleness bound: a read replica when configured (DATABASE_READ_URL).
+  const staleScores = scoreStore(staleReads(db));
 
   // In-memory score cache (see SCORE_CACHE_MS). `generation` counts invalidations per server so a
   // computation that started before new evidence committed is never cached as current.
@@ -292,8 +294,10 @@ export function createTrustEngine(db: Queryable) {
       const age = hit ? at.getTime() - hit.at : -1;
       if (hit && age >= 0 && age < SCORE_CACHE_MS && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.rows;
       const gen = rankedGen;
-      await this.refresh(at);
-      const rows = await scores.ranked(category);
+      // Scores this call just wrote are read back from the primary (read-your-writes); otherwise the
+      // list tolerates the staleness bound and may come from a read replica.
+      const refreshed = await this.refresh(at);
+      const rows = await (refreshed > 0 ? scores : staleScores).ranked(category);
       if (gen === rankedGen) rankedMemo.set(key, { rows, at: at.getTime(), mono: performance.now() });
       return rows;
     },

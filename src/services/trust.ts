@@ -21,6 +21,7 @@ import { canonicalServerUrl, InvalidServerUrl } from '../domain/server-identity.
 import { DEFAULT_DELTA_WINDOW, DELTA_WINDOWS, groupDeltas, isDeltaWindow, reliabilityTrend } from '../domain/trend.js';
 import { gradeFor, SLA_MIN_INTERACTIONS_30D, slaTierFor, type PreflightVerdict, type SlaTier } from '../domain/verdict.js';
 import { invalidArgument, notTracked } from '../errors.js';
+import { staleReads } from '../db/index.js';
 import { marketStore, type MarketFigures } from '../store/market.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
@@ -122,6 +123,11 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   const telemetry = telemetryStore(db);
   const scores = scoreStore(db);
   const engine = createTrustEngine(db);
+  // Aggregates over every server (stats, tiers, demand, history) tolerate the staleness bound: they
+  // read from a replica when DATABASE_READ_URL is set (docs/deployment.md "Read replicas").
+  const stale = staleReads(db);
+  const staleTelemetry = telemetryStore(stale);
+  const staleScores = scoreStore(stale);
 
   async function resolveTracked(target: string | undefined, param: string): Promise<ServerRow> {
     if (target === undefined || target.trim() === '') throw invalidArgument(`${param} is required`);
@@ -141,11 +147,11 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   const registryListing = rememberedListings(db, SCORE_CACHE_MS);
 
   async function tiersOf(category: string | null, at: Date): Promise<Map<string, SlaTier>> {
-    const [all, counts] = await Promise.all([engine.ranked(category, at), telemetry.countsSince(new Date(at.getTime() - 30 * DAY_MS))]);
+    const [all, counts] = await Promise.all([engine.ranked(category, at), staleTelemetry.countsSince(new Date(at.getTime() - 30 * DAY_MS))]);
     return new Map(all.map((r) => [r.url, r.n > 0 && r.trust_score !== null ? slaTierFor(r.trust_score, counts.get(r.id) ?? 0) : 'Unrated']));
   }
 
-  const market = marketStore(db);
+  const market = marketStore(stale);
   let marketCache: { at: Date; figures: Promise<MarketFigures> } | null = null;
   /** Demand figures, counted at most once per MARKET_FIGURES_MS (a failed count is not kept). */
   function marketFigures(at: Date): Promise<{ at: Date; figures: MarketFigures }> {
@@ -298,7 +304,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
     async getStats(_req: Partial<GetStatsRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetStatsResponseSchema>> {
       const at = now();
-      const [all, last24, m] = await Promise.all([engine.ranked(null, at), telemetry.countsSince(new Date(at.getTime() - DAY_MS)), marketFigures(at)]);
+      const [all, last24, m] = await Promise.all([engine.ranked(null, at), staleTelemetry.countsSince(new Date(at.getTime() - DAY_MS)), marketFigures(at)]);
       const cov = coverageOf(all);
       const mix = { pass: 0, uncertain: 0, fail: 0, unrated: 0 };
       for (const r of all) mix[(isRated(r) ? r.verdict! : 'UNRATED').toLowerCase() as keyof typeof mix]++;
@@ -400,7 +406,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       if (!isDeltaWindow(window)) throw invalidArgument(`window must be one of ${Object.keys(DELTA_WINDOWS).join(', ')}`);
       const at = now();
       const start = new Date(at.getTime() - DELTA_WINDOWS[window] * 3_600_000);
-      const [all, prev] = await Promise.all([engine.ranked(null, at), scores.snapshotsAt(start)]);
+      const [all, prev] = await Promise.all([engine.ranked(null, at), staleScores.snapshotsAt(start)]);
       const g = groupDeltas(
         all.map((r) => ({
           id: r.id,

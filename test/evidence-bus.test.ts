@@ -1,0 +1,115 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openPostgres } from '../src/db/postgres.js';
+import { EVIDENCE_CHANNEL, evidencePayloads, parseEvidencePayload, startEvidenceBus, type EvidenceBus } from '../src/services/evidence-bus.js';
+import { onTelemetryCommitted } from '../src/store/telemetry.js';
+import { json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+
+// LISTEN/NOTIFY between instances (issue 23 item 4): a report on instance A drops instance B's
+// cached score for that server when it commits, so B shows it at once instead of after
+// SCORE_CACHE_MS. Two createObservatory instances, each with its own pool, on one PostgreSQL.
+
+describe('evidence payloads', () => {
+  it('split under the NOTIFY limit and parse back; malformed payloads are ignored', () => {
+    const ids = Array.from({ length: 5000 }, (_, i) => 1_000_000 + i);
+    const payloads = evidencePayloads('me', ids);
+    expect(payloads.length).toBeGreaterThan(1);
+    for (const p of payloads) expect(Buffer.byteLength(p)).toBeLessThan(8000);
+    expect(payloads.flatMap((p) => parseEvidencePayload(p)!.ids)).toEqual(ids);
+    for (const bad of ['', '|1', 'me|', 'me|1,,2', 'me|1;DROP', 'me|-1', 'me|1e9', `me|${'1'.repeat(16)}`, `me|${'1,'.repeat(5000)}1`]) expect(parseEvidencePayload(bad)).toBeNull();
+  });
+});
+
+describe.skipIf(backend !== 'pglite')('evidence bus on PGlite', () => {
+  it('is off: one process, nobody to tell', async () => {
+    const tdb = await createTestDatabase();
+    try {
+      const bus = await startEvidenceBus(tdb.db);
+      expect(bus.enabled).toBe(false);
+      await bus.close();
+    } finally {
+      await tdb.drop();
+    }
+  });
+});
+
+describe.skipIf(backend !== 'postgres')('two instances: new evidence reaches the other at once (LISTEN/NOTIFY)', () => {
+  let tdb: TestDatabase;
+  let a: TestApp;
+  let b: TestApp;
+  let busA: EvidenceBus;
+  let busB: EvidenceBus;
+  const url = 'https://notify.example.com/mcp';
+  const trustOn = (t: TestApp) => json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(url)}`));
+
+  beforeAll(async () => {
+    tdb = await createTestDatabase();
+    const own = () => ({ db: openPostgres(tdb.url!), url: tdb.url, drop: async () => {} });
+    a = await startTestApp({}, { tdb: own() });
+    b = await startTestApp({}, { tdb: own() });
+    [busA, busB] = await Promise.all([a.obs.services.evidenceBus, b.obs.services.evidenceBus]);
+  }, 120_000);
+  afterAll(async () => {
+    await a?.close();
+    await b?.close();
+    await tdb?.drop();
+  });
+
+  /** Resolves with the server ids of the next notification B applies. */
+  const nextOnB = () =>
+    new Promise<number[]>((resolve) => {
+      const off = onTelemetryCommitted(b.obs.db, (ids) => {
+        off();
+        resolve(ids);
+      });
+    });
+
+  it('a report on A drops B\'s cached score for that server, so B shows it on its next read', async () => {
+    expect(busA.enabled && busB.enabled).toBe(true);
+    expect((await postJson(`${a.base}/api/report`, { server_url: url, success: true, latency_ms: 30 })).status).toBe(200);
+    const first = await trustOn(b);
+    expect(first.metrics.total_interactions).toBe(1);
+    // B now holds the score in memory (SCORE_CACHE_MS). A's next report reaches it by NOTIFY.
+    const told = nextOnB();
+    expect((await postJson(`${a.base}/api/report`, { server_url: url, success: false, latency_ms: 900 })).status).toBe(200);
+    const ids = await told;
+    const id = (await tdb.db.query<{ id: number }>('SELECT id FROM servers WHERE url = $1', [url]))[0]!.id;
+    expect(ids).toEqual([id]);
+    const second = await trustOn(b);
+    expect(second.metrics.total_interactions).toBe(2);
+    expect(second.metrics.success_rate).toBe(0.5);
+    expect(busA.counts().sent).toBeGreaterThanOrEqual(2);
+    expect(busB.counts().received).toBeGreaterThanOrEqual(2);
+  });
+
+  it('works both ways, and an instance ignores its own notifications', async () => {
+    const receivedByB = busB.counts().received;
+    const receivedByA = busA.counts().received;
+    const told = new Promise<number[]>((resolve) => {
+      const off = onTelemetryCommitted(a.obs.db, (ids) => {
+        if (busA.counts().received > receivedByA) {
+          off();
+          resolve(ids);
+        }
+      });
+    });
+    expect((await postJson(`${b.base}/api/report`, { server_url: url, success: true, latency_ms: 40 })).status).toBe(200);
+    await told;
+    expect(busA.counts().received).toBeGreaterThan(receivedByA);
+    expect((await trustOn(a)).metrics.total_interactions).toBe(3);
+    // B sent it; B did not apply its own notification as a remote one.
+    expect(busB.counts().received).toBe(receivedByB);
+  });
+
+  it('a malformed or foreign NOTIFY on the channel changes nothing and breaks nothing', async () => {
+    const before = busB.counts().received;
+    await tdb.db.query('SELECT pg_notify($1, $2)', [EVIDENCE_CHANNEL, 'x|1;DROP TABLE servers']);
+    await tdb.db.query('SELECT pg_notify($1, $2)', [EVIDENCE_CHANNEL, 'garbage']);
+    // A well-formed one after them arrives and is applied: the listener is still there.
+    const told = nextOnB();
+    await tdb.db.query('SELECT pg_notify($1, $2)', [EVIDENCE_CHANNEL, 'someone-else|424242']);
+    expect(await told).toEqual([424242]);
+    expect(busB.counts().received).toBe(before + 1);
+    expect((await trustOn(b)).metrics.total_interactions).toBe(3);
+  });
+});
