@@ -12,6 +12,7 @@
 // caches fall back to their bound. PGlite is one process: there is nobody to tell, the bus is off.
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../db/index.js';
+import { rollupsAppended } from '../store/rollup-aggregator.js';
 import { notifyServersChanged, onTelemetryCommitted } from '../store/telemetry.js';
 
 export const EVIDENCE_CHANNEL = 'observatory_evidence';
@@ -22,7 +23,8 @@ export interface EvidenceBus {
   /** False on PGlite (one process: nothing to tell). */
   readonly enabled: boolean;
   /** Notifications sent and applied, since start. */
-  counts(): { sent: number; received: number };
+  /** Notifications sent, applied from other instances, and this instance's own heard back and ignored. */
+  counts(): { sent: number; received: number; ownIgnored: number };
   close(): Promise<void>;
 }
 
@@ -58,9 +60,9 @@ export function parseEvidencePayload(payload: string): { sender: string; ids: nu
 }
 
 export async function startEvidenceBus(db: Db, opts: { onError?: (err: unknown) => void } = {}): Promise<EvidenceBus> {
-  if (!db.listen) return { enabled: false, counts: () => ({ sent: 0, received: 0 }), close: async () => {} };
+  if (!db.listen) return { enabled: false, counts: () => ({ sent: 0, received: 0, ownIgnored: 0 }), close: async () => {} };
   const me = randomUUID();
-  const n = { sent: 0, received: 0 };
+  const n = { sent: 0, received: 0, ownIgnored: 0 };
   let applyingRemote = false;
   let pending = new Set<number>();
   let scheduled = false;
@@ -95,10 +97,17 @@ export async function startEvidenceBus(db: Db, opts: { onError?: (err: unknown) 
 
   const listener = await db.listen(EVIDENCE_CHANNEL, (payload) => {
     const msg = parseEvidencePayload(payload);
-    if (!msg || msg.sender === me || closed) return;
+    if (!msg || closed) return;
+    if (msg.sender === me) {
+      n.ownIgnored++;
+      return;
+    }
     n.received++;
     applyingRemote = true;
     try {
+      // The sender's raw rows are committed (NOTIFY is sent after the commit) but may not be
+      // folded yet: this process's next rollup read runs (or waits for) a pass that covers them.
+      rollupsAppended(db);
       notifyServersChanged(db, msg.ids);
     } finally {
       applyingRemote = false;
