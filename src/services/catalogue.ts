@@ -7,7 +7,7 @@
 // URL, a second import only refreshes metadata.
 import { readFile, stat } from 'node:fs/promises';
 import type { Config } from '../config.js';
-import type { Db } from '../db/index.js';
+import { isUniqueViolation, type Db } from '../db/index.js';
 import { CatalogueFormatError, laterTimestamp, parseRegistryPage, type ParsedPage, type SkippedEntry } from '../domain/catalogue.js';
 import { looksLikeUrl } from '../domain/server-identity.js';
 import { createSafeFetcher, ProbeFailed, TargetRefused, type SafeFetcher } from '../probes/safe-fetch.js';
@@ -129,7 +129,38 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
       summary.withdrawn.servers += ids.length;
       if (summary.withdrawn.names.length < MAX_LISTED_SKIPS) summary.withdrawn.names.push(w.registryName);
     }
+    // The bulk path first: one transaction for the page's plain cases (new remotes under free
+    // names, re-imports of remotes that hold their registry name); a concurrent writer that took
+    // an identity meanwhile rolls it back, and the whole page goes the one-by-one way below.
+    const listing = (r: (typeof page.remotes)[number]) => ({ status: r.listing.status, message: r.listing.statusMessage, changedAt: date(r.listing.statusChangedAt), updatedAt: date(r.listing.updatedAt) });
+    let bulk = new Map<string, { id: number; added: boolean }>();
+    try {
+      bulk = await db.transaction(async (tx) => {
+        const done = await serverStore(tx).upsertCataloguedMany(
+          page.remotes.map((r) => ({ url: r.url, category: r.category, registry_name: r.registryName, title: r.title, description: r.description, repository_url: r.repositoryUrl, registry_version: r.version, transport: r.transport })),
+          at,
+        );
+        const handled = page.remotes.filter((r) => done.has(r.url));
+        await registrySyncStore(tx).setListings(handled.map((r) => ({ serverId: done.get(r.url)!.id, ...listing(r) })));
+        await observationStore(tx).scheduleMany(handled.map((r) => done.get(r.url)!.id), at);
+        return done;
+      });
+    } catch (err) {
+      if (!isUniqueViolation(err)) throw err;
+    }
+    if (bulk.size > 0) {
+      notifyServersChanged(db, [...bulk.values()].map((b) => b.id));
+      if ([...bulk.values()].some((b) => b.added)) notifyIdentityChanged(db);
+    }
     for (const r of page.remotes) {
+      const b = bulk.get(r.url);
+      if (b) {
+        if (r.listing.status === 'deprecated') summary.deprecated++;
+        if (b.added) summary.added++;
+        else summary.updated++;
+        summary.servers.push({ registryName: r.registryName, url: r.url, transport: r.transport, category: r.category, added: b.added });
+        continue;
+      }
       // Each remote in its own transaction, chosen again if a concurrent writer took its identity.
       const res = await retryOnIdentityConflict(() =>
         db.transaction(async (tx) => {

@@ -43,6 +43,17 @@ export function registrySyncStore(db: Queryable) {
       );
     },
 
+    /** setListing for many servers in one statement (the bulk import path). */
+    async setListings(rows: readonly ({ serverId: number } & ListingUpdate)[]): Promise<void> {
+      if (rows.length === 0) return;
+      await db.query(
+        `UPDATE servers s SET registry_status = u.status, registry_status_message = u.message, registry_status_changed_at = u.changed, registry_updated_at = u.updated
+           FROM unnest($1::int8[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[]) AS u(id, status, message, changed, updated)
+          WHERE s.id = u.id`,
+        [rows.map((r) => r.serverId), rows.map((r) => r.status), rows.map((r) => r.message), rows.map((r) => r.changedAt?.toISOString() ?? null), rows.map((r) => r.updatedAt?.toISOString() ?? null)],
+      );
+    },
+
     /**
      * Marks every server listed under a registry name as deleted there and takes it off the
      * observation schedule (it keeps its evidence). Returns the ids it changed.
