@@ -27,9 +27,12 @@ import { createRegistrySync } from './registry-sync.js';
 import { createOtlpService } from './otlp.js';
 import { TraceService } from '../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
 import { MetricsService } from '../../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
+import { setCacheLimits } from '../store/cache-limits.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
+  // Every in-memory cache is bounded by CACHE_MAX_ENTRIES (process-wide; src/store/cache-limits.ts).
+  if (deps.config.cacheMaxEntries !== undefined) setCacheLimits({ maxEntries: deps.config.cacheMaxEntries });
   const trust = createTrustService(deps);
   const preflight = createPreflightService(deps, trust);
   const telemetry = createTelemetryService(deps);

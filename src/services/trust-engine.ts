@@ -8,6 +8,7 @@ import { verdictFor, type PreflightVerdict } from '../domain/verdict.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
 import type { ServerRow } from '../store/servers.js';
 import { onTelemetryCommitted, telemetryStore, type StoredTotals } from '../store/telemetry.js';
+import { BoundedMap } from '../store/cache-limits.js';
 
 /** A cached score older than this is recomputed on the next read even without new reports. */
 export const SCORE_MAX_AGE_MS = 5 * 60_000;
@@ -19,7 +20,6 @@ export const SCORE_MAX_AGE_MS = 5 * 60_000;
  * baseline, which moves with the other servers of the category.
  */
 export const SCORE_CACHE_MS = 2000;
-const SCORE_CACHE_MAX_ENTRIES = 100_000;
 /**
  * A computation whose result equals the stored one (same score, verdict, flags, report count and
  * hour) is not written again within this long: reads recompute a busy server every
@@ -65,20 +65,23 @@ export function createTrustEngine(db: Queryable) {
 
   // In-memory score cache (see SCORE_CACHE_MS). `generation` counts invalidations per server so a
   // computation that started before new evidence committed is never cached as current.
-  const memo = new Map<number, MemoEntry>();
-  const generation = new Map<number, number>();
+  // Every per-server and per-category cache here is a BoundedMap (CACHE_MAX_ENTRIES, oldest first).
+  // An evicted generation reads as 0 again; a computation it guards is kept at most SCORE_CACHE_MS.
+  const memo = new BoundedMap<number, MemoEntry>();
+  const generation = new BoundedMap<number, number>();
   const pending = new Map<number, { gen: number; at: number; p: Promise<ComputedScore> }>();
   // Ranked lists (leaderboard, stats, tiers) per category, same bound; any commit drops them all.
-  const rankedMemo = new Map<string, { rows: RankedServer[]; at: number; mono: number }>();
+  const rankedMemo = new BoundedMap<string, { rows: RankedServer[]; at: number; mono: number }>();
+  const rankedPending = new Map<string, { gen: number; at: number; p: Promise<RankedServer[]> }>();
   let rankedGen = 0;
   // Category baselines, same bound; shared by every server of the category computed meanwhile.
   // Any commit drops them all (rankedGen guards computations that straddle one).
-  const baselineMemo = new Map<string, { value: CategoryBaselineValue; at: number; mono: number }>();
+  const baselineMemo = new BoundedMap<string, { value: CategoryBaselineValue; at: number; mono: number }>();
   const baselinePending = new Map<string, { gen: number; at: number; p: Promise<CategoryBaselineValue> }>();
   // What was last written to server_scores per server (see SCORE_RESAVE_MS).
   // `saved` settles when that write committed: a computation that skips an identical write waits
   // for it, so a ranked read after it never misses a row another computation is still writing.
-  const lastSaved = new Map<number, { key: string; bucket: number; at: number; mono: number; saved: Promise<void> }>();
+  const lastSaved = new BoundedMap<number, { key: string; bucket: number; at: number; mono: number; saved: Promise<void> }>();
   onTelemetryCommitted(db, (ids) => {
     rankedMemo.clear();
     baselineMemo.clear();
@@ -101,7 +104,6 @@ export function createTrustEngine(db: Queryable) {
 
   function remember(server: ServerRow, gen: number, at: Date, summary: ScoreSummary, full: ComputedScore | null): void {
     if (genOf(server.id) !== gen) return;
-    if (memo.size >= SCORE_CACHE_MAX_ENTRIES) memo.clear();
     memo.set(server.id, { summary, full, category: server.category, at: at.getTime(), mono: performance.now() });
   }
 
@@ -180,7 +182,6 @@ export function createTrustEngine(db: Queryable) {
         earlier.push(prev.saved);
         return [];
       }
-      if (lastSaved.size >= SCORE_CACHE_MAX_ENTRIES) lastSaved.clear();
       const entry = { key, bucket, at: at.getTime(), mono, saved: Promise.resolve() };
       lastSaved.set(c.server.id, entry);
       entries.push(entry);
@@ -265,9 +266,9 @@ export function createTrustEngine(db: Queryable) {
     async refresh(at: Date): Promise<number> {
       const stale = new Set(await scores.staleServerIds(new Date(at.getTime() - SCORE_MAX_AGE_MS)));
       if (stale.size === 0) return 0;
-      const rows = (await scores.ranked(null)).filter((r) => stale.has(r.id));
+      const rows = await scores.serverRows([...stale]);
       // Batches keep each statement's arrays and result sets small on large indexes.
-      for (let i = 0; i < rows.length; i += 500) await compute(rows.slice(i, i + 500).map(serverRowOf), at);
+      for (let i = 0; i < rows.length; i += 500) await compute(rows.slice(i, i + 500), at);
       return rows.length;
     },
 
@@ -277,11 +278,22 @@ export function createTrustEngine(db: Queryable) {
       const hit = rankedMemo.get(key);
       const age = hit ? at.getTime() - hit.at : -1;
       if (hit && age >= 0 && age < SCORE_CACHE_MS && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.rows;
+      // Concurrent misses share one read (at 100,000 servers one read is the bulk of a page's cost).
+      const inflight = rankedPending.get(key);
+      if (inflight && inflight.gen === rankedGen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) return inflight.p;
       const gen = rankedGen;
-      await this.refresh(at);
-      const rows = await scores.ranked(category);
-      if (gen === rankedGen) rankedMemo.set(key, { rows, at: at.getTime(), mono: performance.now() });
-      return rows;
+      const p = (async () => {
+        await this.refresh(at);
+        const rows = await scores.ranked(category);
+        if (gen === rankedGen) {
+          rankedMemo.set(key, { rows, at: at.getTime(), mono: performance.now() });
+        }
+        return rows;
+      })().finally(() => {
+        if (rankedPending.get(key)?.p === p) rankedPending.delete(key);
+      });
+      rankedPending.set(key, { gen, at: at.getTime(), p });
+      return p;
     },
 
     /** A server's current score and verdict, from the cache when it is fresh. */

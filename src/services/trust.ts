@@ -30,6 +30,7 @@ import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { serversWithDriftFlag, toolManifestDriftFlags } from './drift.js';
 import { DRIFT_FLAG } from '../domain/drift.js';
+import { decodeCursor, encodeCursor, filterSignature, indexAfter, InvalidCursor, LIST_VERDICTS, MAX_SEARCH_CHARS, normaliseSearch, type RankKey } from '../domain/paging.js';
 import { periodicJob } from './jobs.js';
 import { listingMessage } from './registry-sync.js';
 import { mcpTrustView, type McpTrustView, type ServerCardCheck } from './mcp-probe.js';
@@ -163,6 +164,78 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
   const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
 
+  // Per ranked list (kept by the engine for SCORE_CACHE_MS): the leaderboard rank of each rated
+  // server and the lower-cased text a search matches, computed once per list.
+  const listIndex = new WeakMap<readonly RankedServer[], { rank: Map<number, number>; text: string[] }>();
+  function indexOf(all: readonly RankedServer[]) {
+    let ix = listIndex.get(all);
+    if (!ix) {
+      const rank = new Map<number, number>();
+      const text: string[] = [];
+      for (const r of all) {
+        if (isRated(r)) rank.set(r.id, rank.size + 1);
+        text.push(`${r.name}\u0000${r.slug}\u0000${r.url}`.toLowerCase());
+      }
+      ix = { rank, text };
+      listIndex.set(all, ix);
+    }
+    return ix;
+  }
+
+  /**
+   * One page of tracked servers, ranked (docs/pages.md, issue 23): filtered by category, a
+   * search text (name, slug or URL contains it, any case) and a verdict (null: the rated servers,
+   * i.e. the leaderboard; UNRATED: the servers without runtime evidence), after an opaque cursor
+   * (src/domain/paging.ts). `rank` is the server's place on its category's leaderboard.
+   */
+  async function listServers(o: { category?: string | null; q?: string | null; verdict?: string | null; cursor?: string | null; limit: number; all?: boolean }) {
+    const category = o.category?.trim() ? o.category.trim().toLowerCase() : null;
+    if (category !== null && category.length > 100) throw invalidArgument('category must be at most 100 characters');
+    const q = normaliseSearch(o.q);
+    if (q !== null && q.length > MAX_SEARCH_CHARS) throw invalidArgument(`q must be at most ${MAX_SEARCH_CHARS} characters`);
+    const verdict = o.verdict?.trim() ? o.verdict.trim().toUpperCase() : null;
+    if (verdict !== null && !(LIST_VERDICTS as readonly string[]).includes(verdict)) throw invalidArgument(`verdict must be one of ${LIST_VERDICTS.join(', ')}`);
+    // `all` (no verdict): every tracked server, rated first (the ranked order), unrated after.
+    const every = o.all === true && verdict === null;
+    const signature = filterSignature({ category, q, verdict: every ? '*' : verdict });
+    let after: RankKey | null = null;
+    if (o.cursor !== undefined && o.cursor !== null && o.cursor !== '') {
+      try {
+        after = decodeCursor(o.cursor, signature);
+      } catch (err) {
+        if (err instanceof InvalidCursor) throw invalidArgument(err.message);
+        throw err;
+      }
+    }
+    const at = now();
+    const all = await engine.ranked(category, at);
+    const ix = indexOf(all);
+    const matches: RankedServer[] = [];
+    let rated = 0;
+    for (let i = 0; i < all.length; i++) {
+      const r = all[i]!;
+      const isR = isRated(r);
+      if (isR) rated++;
+      if (!every && (verdict === null ? !isR : verdict === 'UNRATED' ? isR : !isR || r.verdict !== verdict)) continue;
+      if (q !== null && !ix.text[i]!.includes(q)) continue;
+      matches.push(r);
+    }
+    const keyOf = (r: RankedServer): RankKey => ({ s: r.trust_score, n: Number(r.n), u: r.url });
+    const start = after ? indexAfter(matches, keyOf, after) : 0;
+    const rows = matches.slice(start, start + o.limit);
+    const last = rows[rows.length - 1];
+    return {
+      at,
+      category,
+      q,
+      verdict,
+      total: matches.length,
+      unratedCount: all.length - rated,
+      rows: rows.map((row) => ({ row, rank: ix.rank.get(row.id) ?? null })),
+      nextCursor: last && start + rows.length < matches.length ? encodeCursor(keyOf(last), signature) : null,
+    };
+  }
+
   // Keeps the hourly score history (deltas, trends) complete even when nobody reads scores. With
   // several instances on one database, one of them refreshes per period (advisory lock, jobs.ts).
   const snapshotJob = periodicJob(db, 'trust-score-refresh', SNAPSHOT_INTERVAL_MS, now, (at) => engine.refresh(at));
@@ -264,19 +337,18 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       if (!Number.isInteger(limit) || limit < 1 || limit > LEADERBOARD_MAX_LIMIT) {
         throw invalidArgument(`limit must be an integer from 1 to ${LEADERBOARD_MAX_LIMIT}`);
       }
-      const category = req.category?.trim() ? req.category.trim().toLowerCase() : null;
-      if (category !== null && category.length > 100) throw invalidArgument('category must be at most 100 characters');
-      const at = now();
-      const all = await engine.ranked(category, at);
-      // Ranks rated servers only; the others are counted (catalogued servers nobody observed yet).
-      const rated = all.filter(isRated);
+      const verdict = req.verdict?.trim() ? req.verdict.trim().toUpperCase() : null;
+      // The leaderboard ranks rated servers only: UNRATED ones are listed on /atlas/report.
+      if (verdict !== null && !['PASS', 'UNCERTAIN', 'FAIL'].includes(verdict)) throw invalidArgument('verdict must be PASS, UNCERTAIN or FAIL (unrated servers are not ranked)');
+      const page = await listServers({ category: req.category, q: req.q, verdict, cursor: req.cursor, limit });
       return {
-        category: category ?? 'all',
-        totalResults: rated.length,
-        unratedCount: all.length - rated.length,
-        generatedAt: at.toISOString(),
-        servers: rated.slice(0, limit).map((r, i) => ({
-          rank: i + 1,
+        category: page.category ?? 'all',
+        totalResults: page.total,
+        unratedCount: page.unratedCount,
+        generatedAt: page.at.toISOString(),
+        nextCursor: page.nextCursor ?? undefined,
+        servers: page.rows.map(({ row: r, rank }) => ({
+          rank: rank!,
           url: r.url,
           name: r.name,
           slug: r.slug,
@@ -290,6 +362,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         })),
       };
     },
+
+    listServers,
 
     /**
      * Coverage of the index as of now: tracked, rated and unrated servers and interactions per
@@ -393,6 +467,27 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       const distribution: Record<SlaTier, number> = { Platinum: 0, Gold: 0, Silver: 0, Bronze: 0, Unrated: 0 };
       for (const tier of (await tiersOf(null, at)).values()) distribution[tier]++;
       return { schema: SLA_SCHEMA, generatedAt: at.toISOString(), distribution, criteria: SLA_CRITERIA };
+    },
+
+    /** The SLA tier of the given servers (a page of a list), keyed by canonical URL. */
+    async getSlaTiersOf(rows: readonly RankedServer[]): Promise<Map<string, SlaTier>> {
+      const at = now();
+      const counts = await telemetry.countsSinceFor(
+        rows.filter(isRated).map((r) => r.id),
+        new Date(at.getTime() - 30 * DAY_MS),
+      );
+      return new Map(rows.map((r) => [r.url, isRated(r) ? slaTierFor(r.trust_score!, counts.get(r.id) ?? 0) : 'Unrated']));
+    },
+
+    /** Trust score history (hourly snapshots) of the given servers (a page of a list), keyed by canonical URL. */
+    async getTrustHistoryOf(rows: readonly RankedServer[], days: number): Promise<Map<string, { at: Date; trustScore: number }[]>> {
+      const at = now();
+      const hist = await scores.history(
+        rows.map((r) => r.id),
+        new Date(at.getTime() - days * DAY_MS),
+        at,
+      );
+      return new Map(rows.map((r) => [r.url, (hist.get(r.id) ?? []).map((p) => ({ at: p.bucket, trustScore: p.trust_score }))]));
     },
 
     /** The SLA tier of every server of a category (null: all), keyed by canonical URL. */

@@ -1,5 +1,6 @@
 import type { Queryable } from '../db/index.js';
 import { onTelemetryCommitted } from './telemetry.js';
+import { BoundedMap } from './cache-limits.js';
 
 // The MCP Registry side of catalogued servers (docs/observation.md "Registry sync"): each
 // server's listing status, and the incremental sync's position per registry. Columns
@@ -107,9 +108,9 @@ export function registrySyncStore(db: Queryable) {
  * changed at once (notifyServersChanged); other instances' changes show within `ttlMs`. Bounded:
  * beyond `maxEntries` it starts over.
  */
-export function rememberedListings(db: Queryable, ttlMs: number, maxEntries = 100_000): (serverId: number) => Promise<RegistryListingRow | null> {
+export function rememberedListings(db: Queryable, ttlMs: number): (serverId: number) => Promise<RegistryListingRow | null> {
   const store = registrySyncStore(db);
-  const memo = new Map<number, { row: RegistryListingRow | null; mono: number }>();
+  const memo = new BoundedMap<number, { row: RegistryListingRow | null; mono: number }>();
   onTelemetryCommitted(db, (ids) => {
     for (const id of ids) memo.delete(id);
   });
@@ -117,7 +118,6 @@ export function rememberedListings(db: Queryable, ttlMs: number, maxEntries = 10
     const hit = memo.get(serverId);
     if (hit && performance.now() - hit.mono < ttlMs) return hit.row;
     const row = await store.listing(serverId);
-    if (memo.size >= maxEntries) memo.clear();
     memo.set(serverId, { row, mono: performance.now() });
     return row;
   };

@@ -1,5 +1,6 @@
 import type { Queryable } from '../db/index.js';
 import { groupByServer } from './by-server.js';
+import type { ServerRow } from './servers.js';
 
 /** The cached current score of a server (last computation) and its hourly history. */
 export interface ScoreRow {
@@ -79,12 +80,23 @@ export function scoreStore(db: Queryable) {
      * `staleBefore` (time decay and anomaly windows move scores even without new reports).
      */
     async staleServerIds(staleBefore: Date): Promise<number[]> {
+      // Only servers with evidence: a server without reports is UNRATED whatever its stored row
+      // says (ranked lists read n = 0 as unrated), and its score moves with nothing. At catalogue
+      // scale (100,000 servers, most never reported on) recomputing those every
+      // SCORE_MAX_AGE_MS was most of the work of every ranked read (issue 23). Driven from
+      // server_totals, so the cost follows the servers with evidence, not the catalogue.
       const rows = await db.query<{ id: number }>(
-        `SELECT s.id FROM servers s LEFT JOIN server_scores c ON c.server_id = s.id LEFT JOIN server_totals t ON t.server_id = s.id
-          WHERE c.server_id IS NULL OR c.computed_at < $1 OR c.evidence_reports <> coalesce(t.n, 0)`,
+        `SELECT t.server_id AS id FROM server_totals t LEFT JOIN server_scores c ON c.server_id = t.server_id
+          WHERE t.n > 0 AND (c.server_id IS NULL OR c.computed_at < $1 OR c.evidence_reports <> t.n)`,
         [staleBefore.toISOString()],
       );
       return rows.map((r) => r.id);
+    },
+
+    /** The server rows of the given ids (the score refresh's batch input). */
+    async serverRows(ids: readonly number[]): Promise<ServerRow[]> {
+      if (ids.length === 0) return [];
+      return db.query<ServerRow>('SELECT id, url, name, slug, category, registered_at FROM servers WHERE id = ANY($1::int8[]) ORDER BY id', [ids]);
     },
 
     /** Every tracked server (optionally of one category) with its cached score and totals. */
@@ -95,7 +107,7 @@ export function scoreStore(db: Queryable) {
                 t.last_at
            FROM servers s LEFT JOIN server_scores c ON c.server_id = s.id LEFT JOIN server_totals t ON t.server_id = s.id
           WHERE ($1::text IS NULL OR s.category = $1)
-          ORDER BY c.trust_score DESC NULLS LAST, coalesce(t.n, 0) DESC, s.url`,
+          ORDER BY c.trust_score DESC NULLS LAST, coalesce(t.n, 0) DESC, s.url COLLATE "C"`,
         [category],
       );
     },
