@@ -275,15 +275,22 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
     const summary = emptySummary(url);
     const seen = new Set<string>();
     let cursor: string | null = null;
+    const urlOf = (c: string | null) => {
+      const u = new URL(base.href);
+      if (c !== null) u.searchParams.set('cursor', c);
+      if (opts.updatedSince) u.searchParams.set('updated_since', opts.updatedSince);
+      return u;
+    };
+    // The next page is fetched while this one is stored (one page ahead at most).
+    let prefetched: { cursor: string; got: Promise<{ status: 404 } | { status: 200; body: string }> } | null = null;
     for (;;) {
       if (summary.pages >= CATALOGUE_LIMITS.maxPages) {
         summary.stoppedEarly = `stopped after ${CATALOGUE_LIMITS.maxPages} pages`;
         break;
       }
-      const pageUrl = new URL(base.href);
-      if (cursor !== null) pageUrl.searchParams.set('cursor', cursor);
-      if (opts.updatedSince) pageUrl.searchParams.set('updated_since', opts.updatedSince);
-      const got = await fetchPage(pageUrl);
+      const pageUrl = urlOf(cursor);
+      const got = prefetched !== null && prefetched.cursor === cursor ? await prefetched.got : await fetchPage(pageUrl);
+      prefetched = null;
       if (got.status === 404) {
         // The first page of a base URL's newest API path is missing: try the next (v0.1, then v0).
         const next = summary.pages === 0 ? candidates[candidates.indexOf(base) + 1] : undefined;
@@ -294,6 +301,12 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
         throw new CatalogueImportError(`${pageUrl.href} answered HTTP 404${candidates.length > 1 ? ` (tried ${candidates.map((c) => c.pathname).join(' and ')})` : ''}`);
       }
       const page = parse(parseJson(got.body, pageUrl.href), pageUrl.href);
+      if (page.nextCursor !== null && !seen.has(page.nextCursor) && summary.pages + 1 < CATALOGUE_LIMITS.maxPages) {
+        const ahead = { cursor: page.nextCursor, got: fetchPage(urlOf(page.nextCursor)) };
+        // Awaited on the next turn of the loop; a failure while this page is stored is not unhandled.
+        ahead.got.catch(() => {});
+        prefetched = ahead;
+      }
       await store(page, summary);
       if (page.nextCursor === null) break;
       if (seen.has(page.nextCursor)) {

@@ -174,7 +174,11 @@ export function createTrustEngine(db: Queryable) {
     const mono = performance.now();
     const earlier: Promise<void>[] = [];
     const entries: { key: string; bucket: number; at: number; mono: number; saved: Promise<void> }[] = [];
+    // Only scores with evidence are stored: a server without reports is UNRATED (ranked lists
+    // read n = 0 as unrated), and writing a row and an hourly snapshot for each of a catalogue's
+    // 100,000 unobserved servers would turn every read of one into writes (issue 23).
     const rows = [...out.values()].flatMap((c) => {
+      if (!c.totals || c.totals.n <= 0) return [];
       const bucket = hourStart(at);
       const key = `${c.trust_score}|${c.verdict}|${c.anomaly.flags.join(',')}|${c.totals?.n ?? 0}`;
       const prev = lastSaved.get(c.server.id);
