@@ -21,6 +21,15 @@ export const SCORE_MAX_AGE_MS = 5 * 60_000;
  */
 export const SCORE_CACHE_MS = 2000;
 /**
+ * A ranked list (leaderboard, stats, pages) past SCORE_CACHE_MS is still served, while one
+ * refresh runs in the background, until it is this old: at 100,000 servers reading the list takes
+ * hundreds of milliseconds, and every reader waiting for it would make each page pay it (issue
+ * 23). Only the time bound is relaxed: evidence committed by this process drops every list at
+ * once, so in one process a report followed by a read still shows it; what another instance
+ * wrote shows after at most this long.
+ */
+export const RANKED_STALE_MS = 30_000;
+/**
  * A computation whose result equals the stored one (same score, verdict, flags, report count and
  * hour) is not written again within this long: reads recompute a busy server every
  * SCORE_CACHE_MS, and rewriting an identical row each time would make reads cost writes. Far
@@ -284,7 +293,13 @@ export function createTrustEngine(db: Queryable) {
       if (hit && age >= 0 && age < SCORE_CACHE_MS && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.rows;
       // Concurrent misses share one read (at 100,000 servers one read is the bulk of a page's cost).
       const inflight = rankedPending.get(key);
-      if (inflight && inflight.gen === rankedGen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) return inflight.p;
+      if (inflight && inflight.gen === rankedGen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) {
+        // A list only past its time bound (no evidence committed here since: a commit drops every
+        // list) is served while the one refresh runs, up to RANKED_STALE_MS old.
+        if (hit && age >= 0 && age < RANKED_STALE_MS && performance.now() - hit.mono < RANKED_STALE_MS) return hit.rows;
+        return inflight.p;
+      }
+      const servedStale = hit !== undefined && age >= 0 && age < RANKED_STALE_MS && performance.now() - hit.mono < RANKED_STALE_MS;
       const gen = rankedGen;
       const p = (async () => {
         await this.refresh(at);
@@ -297,6 +312,11 @@ export function createTrustEngine(db: Queryable) {
         if (rankedPending.get(key)?.p === p) rankedPending.delete(key);
       });
       rankedPending.set(key, { gen, at: at.getTime(), p });
+      if (servedStale) {
+        // Refreshed in the background; a failure leaves the list to the next read.
+        p.catch(() => {});
+        return hit.rows;
+      }
       return p;
     },
 
