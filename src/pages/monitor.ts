@@ -72,7 +72,7 @@ export async function monitorPage(services: Services, q: ListQuery & { window?: 
     trust.getSlaTiersOf(rows),
     trust.getTrustHistoryOf(rows, MONITOR_DAYS),
     trust.getAnomalies(category),
-    trust.getTrustDelta({ window }),
+    trust.getTrustDelta({ window, newLimit: LIST_CAP }),
   ]);
   const nameLink = (url: string | undefined, name: string | undefined, slug?: string) => (slug ? html`<a href="${serverHref(slug)}">${name}</a>` : html`${name}`);
   const bySlug = new Map(rows.map((r) => [r.url, r.slug]));

@@ -80,8 +80,8 @@ export function createTrustEngine(db: Queryable) {
   const generation = new BoundedMap<number, number>();
   const pending = new Map<number, { gen: number; at: number; p: Promise<ComputedScore> }>();
   // Ranked lists (leaderboard, stats, tiers) per category, same bound; any commit drops them all.
-  const rankedMemo = new BoundedMap<string, { rows: RankedServer[]; at: number; mono: number }>();
-  const rankedPending = new Map<string, { gen: number; at: number; p: Promise<RankedServer[]> }>();
+  const rankedMemo = new BoundedMap<string, { rows: RankedIndex; at: number; mono: number }>();
+  const rankedPending = new Map<string, { gen: number; at: number; p: Promise<RankedIndex> }>();
   let rankedGen = 0;
   // Category baselines, same bound; shared by every server of the category computed meanwhile.
   // Any commit drops them all (rankedGen guards computations that straddle one).
@@ -285,8 +285,16 @@ export function createTrustEngine(db: Queryable) {
       return rows.length;
     },
 
-    /** Fresh ranked list: refreshes stale scores, then reads the cache (kept SCORE_CACHE_MS in memory). */
+    /** The ranked servers with evidence (rated), highest score first; see index. */
     async ranked(category: string | null, at: Date): Promise<RankedServer[]> {
+      return (await this.index(category, at)).rows;
+    },
+
+    /**
+     * Fresh ranked list of the servers with evidence and the count of those without per category:
+     * refreshes stale scores, then reads (kept SCORE_CACHE_MS in memory, see RANKED_STALE_MS).
+     */
+    async index(category: string | null, at: Date): Promise<RankedIndex> {
       const key = category ?? '\u0000all';
       const hit = rankedMemo.get(key);
       const age = hit ? at.getTime() - hit.at : -1;
@@ -303,7 +311,8 @@ export function createTrustEngine(db: Queryable) {
       const gen = rankedGen;
       const p = (async () => {
         await this.refresh(at);
-        const rows = await scores.ranked(category);
+        const [ranked, unrated] = await Promise.all([scores.ranked(category), scores.unratedCounts(category)]);
+        const rows: RankedIndex = { rows: ranked, unrated, unratedTotal: unrated.reduce((a, c) => a + c.servers, 0) };
         if (gen === rankedGen) {
           rankedMemo.set(key, { rows, at: at.getTime(), mono: performance.now() });
         }
@@ -337,6 +346,13 @@ export function createTrustEngine(db: Queryable) {
       return summaryOf(await current(server, at));
     },
   };
+}
+
+/** The ranked servers with evidence, and how many tracked servers have none, per category. */
+export interface RankedIndex {
+  rows: RankedServer[];
+  unrated: { category: string; servers: number }[];
+  unratedTotal: number;
 }
 
 export function serverRowOf(r: RankedServer): ServerRow {

@@ -41,6 +41,8 @@ export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
 export const DELTA_SCHEMA = 'mcp-trust-delta-v1.0';
 export const LEADERBOARD_DEFAULT_LIMIT = 20;
 export const LEADERBOARD_MAX_LIMIT = 100;
+/** New servers without evidence listed by the trust delta (all are counted in summary.new_servers). */
+export const NEW_SERVERS_LISTED = 1000;
 /** `market_validation` counts whole tables; each instance recounts at most this often. */
 export const MARKET_FIGURES_MS = 60_000;
 /** Stale scores are recomputed (and snapshotted) at least this often. */
@@ -92,9 +94,18 @@ export interface Coverage {
 const mean1 = (sum: number, n: number) => (n > 0 ? Math.round((sum / n) * 10) / 10 : undefined);
 
 /** Tracked / rated / unrated per category (most servers first, then by name) and in total. */
-export function coverageOf(rows: readonly RankedServer[]): Omit<Coverage, 'at'> {
+export function coverageOf(rows: readonly RankedServer[], unrated: readonly { category: string; servers: number }[] = []): Omit<Coverage, 'at'> {
   const cats = new Map<string, CategoryCoverage & { sum: number }>();
   const tot = { servers: 0, rated: 0, unrated: 0, interactions: 0, sum: 0 };
+  // Servers without evidence arrive as counts per category (the ranked rows are the ones with evidence).
+  for (const u of unrated) {
+    let c = cats.get(u.category);
+    if (!c) cats.set(u.category, (c = { name: u.category, servers: 0, rated: 0, unrated: 0, interactions: 0, averageTrustScore: undefined, sum: 0 }));
+    for (const x of [c, tot]) {
+      x.servers += u.servers;
+      x.unrated += u.servers;
+    }
+  }
   for (const r of rows) {
     let c = cats.get(r.category);
     if (!c) cats.set(r.category, (c = { name: r.category, servers: 0, rated: 0, unrated: 0, interactions: 0, averageTrustScore: undefined, sum: 0 }));
@@ -208,31 +219,55 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       }
     }
     const at = now();
-    const all = await engine.ranked(category, at);
+    const idx = await engine.index(category, at);
+    const all = idx.rows;
     const ix = indexOf(all);
+    const keyOf = (r: RankedServer): RankKey => ({ s: r.trust_score, n: Number(r.n), u: r.url });
     const matches: RankedServer[] = [];
     let rated = 0;
-    for (let i = 0; i < all.length; i++) {
-      const r = all[i]!;
-      const isR = isRated(r);
-      if (isR) rated++;
-      if (!every && (verdict === null ? !isR : verdict === 'UNRATED' ? isR : !isR || r.verdict !== verdict)) continue;
-      if (q !== null && !ix.text[i]!.includes(q)) continue;
-      matches.push(r);
-    }
-    const keyOf = (r: RankedServer): RankKey => ({ s: r.trust_score, n: Number(r.n), u: r.url });
+    if (verdict !== 'UNRATED') {
+      for (let i = 0; i < all.length; i++) {
+        const r = all[i]!;
+        const isR = isRated(r);
+        if (isR) rated++;
+        if (!isR || (verdict !== null && r.verdict !== verdict)) continue;
+        if (q !== null && !ix.text[i]!.includes(q)) continue;
+        matches.push(r);
+      }
+    } else rated = all.filter(isRated).length;
+    const unratedCount = idx.unratedTotal + (all.length - rated);
+    // The rated part of the list from memory; the unrated part (every = rated first, then the
+    // rest; or UNRATED alone) one page at a time from the database, in URL order.
     const start = after ? indexAfter(matches, keyOf, after) : 0;
-    const rows = matches.slice(start, start + o.limit);
+    let rows = verdict === 'UNRATED' ? [] : matches.slice(start, start + o.limit);
+    let total = verdict === 'UNRATED' ? 0 : matches.length;
+    let more = start + rows.length < matches.length;
+    if (every || verdict === 'UNRATED') {
+      const afterUrl = after && after.s === null && after.n === 0 ? after.u : null;
+      const need = o.limit - rows.length;
+      const pageOfRest = await scores.unratedPage({ category, search: q, afterUrl, limit: Math.max(1, need) });
+      total += pageOfRest.total;
+      if (need > 0) {
+        // The rated part ended on this page: the unrated follow (after the cursor's, if it named one).
+        rows = [...rows, ...pageOfRest.rows.slice(0, need)];
+        more = false;
+        if (pageOfRest.rows.length === need) {
+          // One more row decides whether a next page exists.
+          const probe = await scores.unratedPage({ category, search: q, afterUrl: rows[rows.length - 1]!.url, limit: 1 });
+          more = probe.rows.length > 0;
+        }
+      } else if (pageOfRest.total > 0) more = true;
+    }
     const last = rows[rows.length - 1];
     return {
       at,
       category,
       q,
       verdict,
-      total: matches.length,
-      unratedCount: all.length - rated,
-      rows: rows.map((row) => ({ row, rank: ix.rank.get(row.id) ?? null })),
-      nextCursor: last && start + rows.length < matches.length ? encodeCursor(keyOf(last), signature) : null,
+      total,
+      unratedCount,
+      rows: rows.map((row) => ({ row, rank: isRated(row) ? (ix.rank.get(row.id) ?? null) : null })),
+      nextCursor: last && more ? encodeCursor(keyOf(last), signature) : null,
     };
   }
 
@@ -372,14 +407,16 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
      */
     async getCoverage(category: string | null = null): Promise<Coverage> {
       const at = now();
-      return { at, ...coverageOf(await engine.ranked(category, at)) };
+      const idx = await engine.index(category, at);
+      return { at, ...coverageOf(idx.rows, idx.unrated) };
     },
 
     async getStats(_req: Partial<GetStatsRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetStatsResponseSchema>> {
       const at = now();
-      const [all, last24, m] = await Promise.all([engine.ranked(null, at), telemetry.countsSince(new Date(at.getTime() - DAY_MS)), marketFigures(at)]);
-      const cov = coverageOf(all);
-      const mix = { pass: 0, uncertain: 0, fail: 0, unrated: 0 };
+      const [idx, last24, m] = await Promise.all([engine.index(null, at), telemetry.countsSince(new Date(at.getTime() - DAY_MS)), marketFigures(at)]);
+      const all = idx.rows;
+      const cov = coverageOf(all, idx.unrated);
+      const mix = { pass: 0, uncertain: 0, fail: 0, unrated: idx.unratedTotal };
       for (const r of all) mix[(isRated(r) ? r.verdict! : 'UNRATED').toLowerCase() as keyof typeof mix]++;
       return {
         totalServersTracked: cov.totals.servers,
@@ -465,7 +502,9 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         };
       }
       const distribution: Record<SlaTier, number> = { Platinum: 0, Gold: 0, Silver: 0, Bronze: 0, Unrated: 0 };
-      for (const tier of (await tiersOf(null, at)).values()) distribution[tier]++;
+      const [tiers, idx] = await Promise.all([tiersOf(null, at), engine.index(null, at)]);
+      for (const tier of tiers.values()) distribution[tier]++;
+      distribution.Unrated += idx.unratedTotal;
       return { schema: SLA_SCHEMA, generatedAt: at.toISOString(), distribution, criteria: SLA_CRITERIA };
     },
 
@@ -495,12 +534,12 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       return tiersOf(category, now());
     },
 
-    async getTrustDelta(req: Partial<GetTrustDeltaRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustDeltaResponseSchema>> {
+    async getTrustDelta(req: Partial<GetTrustDeltaRequest> & { newLimit?: number }, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustDeltaResponseSchema>> {
       const window = req.window ?? DEFAULT_DELTA_WINDOW;
       if (!isDeltaWindow(window)) throw invalidArgument(`window must be one of ${Object.keys(DELTA_WINDOWS).join(', ')}`);
       const at = now();
       const start = new Date(at.getTime() - DELTA_WINDOWS[window] * 3_600_000);
-      const [all, prev] = await Promise.all([engine.ranked(null, at), scores.snapshotsAt(start)]);
+      const [all, prev, fresh] = await Promise.all([engine.ranked(null, at), scores.snapshotsAt(start), scores.unratedSince(start, req.newLimit ?? NEW_SERVERS_LISTED)]);
       const g = groupDeltas(
         all.map((r) => ({
           id: r.id,
@@ -513,18 +552,20 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         })),
         start,
       );
+      // New servers without evidence come from their own query (a catalogue import adds thousands).
+      const unratedNew = fresh.rows.map((r) => ({ url: r.url, name: r.name, category: r.category, trustScore: 0, registeredAt: r.registered_at.toISOString() }));
       const change = (s: (typeof g.servers_improved)[number]) => ({ url: s.url, name: s.name, trustScore: s.trust_score!, prevScore: s.prev_score!, delta: s.delta });
       return {
         schema: DELTA_SCHEMA,
         generatedAt: at.toISOString(),
         window,
         summary: {
-          newServers: g.servers_new.length,
+          newServers: g.servers_new.length + fresh.total,
           serversImproved: g.servers_improved.length,
           serversDegraded: g.servers_degraded.length,
           serversAtRisk: g.servers_at_risk.length,
         },
-        serversNew: g.servers_new.map((s) => ({ url: s.url, name: s.name, category: s.category, trustScore: s.trust_score ?? 0, registeredAt: s.registered_at.toISOString() })),
+        serversNew: [...g.servers_new.map((s) => ({ url: s.url, name: s.name, category: s.category, trustScore: s.trust_score ?? 0, registeredAt: s.registered_at.toISOString() })), ...unratedNew],
         serversImproved: g.servers_improved.map(change),
         serversDegraded: g.servers_degraded.map(change),
         serversAtRisk: g.servers_at_risk.map((s) => ({ url: s.url, name: s.name, trustScore: s.trust_score! })),
@@ -550,8 +591,13 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
      */
     async getAnomalies(category: string | null): Promise<{ url: string; name: string; slug: string; category: string; trustScore: number | null; verdict: string; flags: string[] }[]> {
       const at = now();
-      const [all, drifted] = await Promise.all([engine.ranked(category, at), serversWithDriftFlag(db, at)]);
-      return all
+      const [rated, drifted] = await Promise.all([engine.ranked(category, at), serversWithDriftFlag(db, at)]);
+      // Drifted servers without evidence are not among the ranked rows: read by id.
+      const ratedIds = new Set(rated.map((r) => r.id));
+      const extra = (await scores.serverRows([...drifted].filter((id) => !ratedIds.has(id))))
+        .filter((r) => category === null || r.category === category)
+        .map((r): RankedServer => ({ ...r, trust_score: null, verdict: null, computed_at: null, anomaly_flags: null, n: 0, successes: 0, latency_sum: 0, last_at: null }));
+      return [...rated, ...extra]
         .map((r) => {
           const rated = r.n > 0 && r.trust_score !== null;
           const flags = [...(rated ? (r.anomaly_flags ?? []) : []), ...(drifted.has(r.id) ? [DRIFT_FLAG] : [])];
