@@ -245,7 +245,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     if (every || verdict === 'UNRATED') {
       const afterUrl = after && after.s === null && after.n === 0 ? after.u : null;
       const need = o.limit - rows.length;
-      const pageOfRest = await scores.unratedPage({ category, search: q, afterUrl, limit: Math.max(1, need) });
+      const pageOfRest = await scores.unratedPage({ category, search: q, afterUrl, limit: Math.max(1, need), knownTotal: q === null ? idx.unratedTotal : undefined });
       total += pageOfRest.total;
       if (need > 0) {
         // The rated part ended on this page: the unrated follow (after the cursor's, if it named one).
@@ -253,7 +253,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         more = false;
         if (pageOfRest.rows.length === need) {
           // One more row decides whether a next page exists.
-          const probe = await scores.unratedPage({ category, search: q, afterUrl: rows[rows.length - 1]!.url, limit: 1 });
+          const probe = await scores.unratedPage({ category, search: q, afterUrl: rows[rows.length - 1]!.url, limit: 1, knownTotal: 0 });
           more = probe.rows.length > 0;
         }
       } else if (pageOfRest.total > 0) more = true;

@@ -131,7 +131,7 @@ export function scoreStore(db: Queryable) {
      * optionally of one category and containing `search` (lower case) in name, slug or URL.
      * `total` counts every match. RankedServer rows with n = 0 and no score.
      */
-    async unratedPage(o: { category: string | null; search: string | null; afterUrl: string | null; limit: number }): Promise<{ rows: RankedServer[]; total: number }> {
+    async unratedPage(o: { category: string | null; search: string | null; afterUrl: string | null; limit: number; knownTotal?: number }): Promise<{ rows: RankedServer[]; total: number }> {
       const like = o.search === null ? null : `%${o.search.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
       const where = `($1::text IS NULL OR s.category = $1) AND NOT EXISTS (SELECT 1 FROM server_totals t WHERE t.server_id = s.id AND t.n > 0)
           AND ($2::text IS NULL OR lower(s.name) LIKE $2 OR s.slug LIKE $2 OR lower(s.url) LIKE $2)`;
@@ -143,7 +143,8 @@ export function scoreStore(db: Queryable) {
             ORDER BY s.url COLLATE "C" LIMIT $4`,
           [o.category, like, o.afterUrl, o.limit],
         ),
-        db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM servers s WHERE ${where}`, [o.category, like]),
+        // Without a search the caller knows the count (unratedCounts, kept with the ranked list).
+        o.knownTotal !== undefined ? Promise.resolve([{ n: o.knownTotal }]) : db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM servers s WHERE ${where}`, [o.category, like]),
       ]);
       return { rows, total: Number(count!.n) };
     },
