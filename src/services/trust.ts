@@ -560,7 +560,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         generatedAt: at.toISOString(),
         window,
         summary: {
-          newServers: g.servers_new.length + fresh.total,
+          newServers: g.servers_new.length + Math.max(0, fresh.total - all.filter((r) => r.registered_at.getTime() > start.getTime()).length),
           serversImproved: g.servers_improved.length,
           serversDegraded: g.servers_degraded.length,
           serversAtRisk: g.servers_at_risk.length,
