@@ -7,7 +7,8 @@
 // changes during the bench moves both figures of a ratio together. Results are printed and
 // written to docs/performance.md between the BENCH markers.
 //
-// Flags: --pglite, --no-write, --no-scale (skips the 10 thousand vs 10 million stored reports
+// Flags: --only=scale100k (scripts/bench-scale100k.ts: 100,000 servers imported from a synthetic
+// registry, then lookups, pages and memory at that size; writes its own block), --pglite, --no-write, --no-scale (skips the 10 thousand vs 10 million stored reports
 // comparison, which runs on PostgreSQL only and takes about 3 of the bench's ~6 minutes), --only=report,trust,preflight,gate,leaderboard,mixed,connect,connect-json,grpc-unary,stream,stream1000,otlp,
 // --repeat=N (the hot paths N times, each on a fresh database, plus a table of median ratios),
 // --profile (CPU profile of the whole service child, summarised at the end; for one scenario
@@ -26,6 +27,7 @@ import { randomBytes } from 'node:crypto';
 import { createScratchDatabase } from '../src/db/scratch.js';
 import { CONNECTIONS, DURATION, load1, measure, startChild, stopChild, WARMUP } from './bench-harness.js';
 import { runScale, type ScaleResult } from './bench-scale.js';
+import { runScale100k, scale100kTable, SCALE100K_SERVERS } from './bench-scale100k.js';
 import { summarize } from './cpuprofile-top.js';
 
 const argv = process.argv.slice(2);
@@ -499,6 +501,17 @@ function writeBlock(marker: string, title: string, block: string) {
 async function main() {
   const started = performance.now();
   const machine = `${cpus().length} cores (${cpus()[0]?.model ?? 'unknown CPU'}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
+  // --only=scale100k: the 100,000-server import and measurements (issue 23), PostgreSQL only;
+  // not part of the default run (it takes several minutes on its own).
+  if (only?.includes('scale100k')) {
+    if (usePglite) throw new Error('--only=scale100k runs on PostgreSQL only');
+    const loadAtStart = load1();
+    const r = await runScale100k({ baseUrl: BASE_URL, serviceEnv: SERVICE_ENV, seconds: DURATION });
+    const text = `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${machine}, PostgreSQL (local), load average (1 min) ${loadAtStart} at start; the machine was shared with other sessions running test suites (loaded), per row below. 8 concurrent keep-alive clients, ${DURATION} s per scenario after a 2 s warm-up; the first ${Math.min(2000, SCALE100K_SERVERS)} servers of each catalogue got 5 reports each over HTTP.\n\n${scale100kTable(r)}`;
+    process.stdout.write(`\n${text}\nwhole bench: ${Math.round((performance.now() - started) / 1000)} s\n`);
+    if (write) writeBlock('SCALE100K', 'Latest `npm run bench -- --only=scale100k`: 100,000 servers', text);
+    if (only.length === 1) return;
+  }
   const loadAtStart = load1();
   const runs: Row[][] = [];
   let profiles: string[] = [];

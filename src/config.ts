@@ -5,6 +5,7 @@ import { PAYMENT_NETWORKS, type PaymentNetworkId } from './domain/x402.js';
 import { parseGateRoutes, parseTrustedHeaders, type GateRoute, type UpstreamHeader } from './domain/gate.js';
 import { parseToolRules, type GateToolPolicy, type ToolRule } from './domain/tool-gate.js';
 import { KEY_ENCRYPTION_SECRET_HELP, parseKeyEncryptionSecret } from './signing/secret-format.js';
+import { DEFAULT_CACHE_MAX_ENTRIES } from './store/cache-limits.js';
 
 export const INTERFACE_VERSION = '1.3.0';
 
@@ -23,6 +24,8 @@ export interface Config {
   dataDir: string;
   publicBaseUrl: string;
   allowPrivateTargets: boolean;
+  /** CACHE_MAX_ENTRIES (default 20000): entries per in-memory cache (scores, server rows, listings, ...), per process. */
+  cacheMaxEntries: number;
   /** TRUST_PROXY: false, a hop count, or a list of trusted proxy addresses/CIDRs. */
   trustProxy: boolean | number | string[];
   logLevel: string;
@@ -378,6 +381,7 @@ export function loadConfig(env: Env = process.env): Config {
     dataDir: str(env, 'DATA_DIR') ?? './data',
     publicBaseUrl: httpUrl('PUBLIC_BASE_URL', str(env, 'PUBLIC_BASE_URL') ?? `http://localhost:${port}`),
     allowPrivateTargets: bool(env, 'ALLOW_PRIVATE_TARGETS'),
+    cacheMaxEntries: int(env, 'CACHE_MAX_ENTRIES', DEFAULT_CACHE_MAX_ENTRIES, 100, 10_000_000),
     trustProxy: trustProxy(env),
     logLevel,
     bodyLimit: int(env, 'BODY_LIMIT', 64 * 1024, 1024, 16 * 1024 * 1024),

@@ -3,12 +3,16 @@ import type { Services } from '../services/index.js';
 import { fmtInt, fmtPct, fmtScore, fmtTime } from './format.js';
 import { html, type SafeHtml } from './html.js';
 import { page, verdictPill } from './layout.js';
-import { serverHref } from './monitor.js';
+import { listForm, listHref, PAGE_SIZE, serverHref, type ListQuery } from './monitor.js';
 
 const COVERAGE_WORDS = { rated: 'rated', unrated: 'tracked, no evidence yet', untracked: 'not tracked' } as const;
 
-export async function atlasReportPage(services: Services): Promise<SafeHtml> {
-  const r = await services.coverage.getCoverageReport();
+export async function atlasReportPage(services: Services, q: ListQuery = {}): Promise<SafeHtml> {
+  // The servers list: every tracked server (rated first, by score; then the unrated), searched
+  // and filtered, one page at a time.
+  const verdict = q.verdict?.trim() ? q.verdict : null;
+  const [r, list] = await Promise.all([services.coverage.getCoverageReport(), services.trust.listServers({ category: q.category, q: q.q, verdict, cursor: q.cursor, limit: PAGE_SIZE, all: verdict === null })]);
+  const listParams = { category: list.category ?? undefined, q: list.q ?? undefined, verdict: list.verdict ?? undefined };
   const t = r.totals;
   const maxServers = Math.max(1, ...r.categories.map((c) => c.servers));
   const maxChecks = Math.max(1, ...r.categories.map((c) => c.preflightChecks));
@@ -44,6 +48,16 @@ ${
 <td class="num">${fmtInt(x.checks)}</td><td>${COVERAGE_WORDS[x.coverage]}</td><td>${verdictPill(x.verdict)}</td><td class="num">${fmtScore(x.trustScore)}</td><td class="hide-sm">${fmtTime(x.lastCheckedAt)}</td></tr>`,
       )}</tbody></table></div>`
 }
+<h2 id="servers">Servers</h2>
+${listForm('/atlas/report', q, r.categories.map((c) => ({ name: c.category, servers: c.servers })), { verdictAll: 'all (rated first)' })}
+<p class="small muted"><span data-list-total="${list.total}">${fmtInt(list.total)}</span> tracked server(s)${list.category ? html` in ${list.category}` : ''}${list.verdict ? html` with verdict ${list.verdict}` : ''}${list.q ? html` matching “${list.q}”` : ''}.</p>
+<div class="table-wrap"><table class="servers"><thead><tr><th class="num">Rank</th><th>Server</th><th>Category</th><th>Coverage</th><th>Verdict</th><th class="num">Score</th><th class="num hide-sm">Interactions</th></tr></thead><tbody>${list.rows.map(({ row: s, rank }) => {
+    const v = rank !== null ? s.verdict! : 'UNRATED';
+    return html`<tr class="r-${v}" data-url="${s.url}"><td class="num">${rank ?? '–'}</td><td><a href="${serverHref(s.slug)}">${s.name}</a><br><span class="small muted">${s.url}</span></td><td>${s.category}</td><td>${COVERAGE_WORDS[rank !== null ? 'rated' : 'unrated']}</td><td>${verdictPill(v)}</td><td class="num">${rank !== null ? fmtScore(s.trust_score) : '–'}</td><td class="num hide-sm">${fmtInt(Number(s.n))}</td></tr>`;
+  })}</tbody></table></div>
+${list.rows.length === 0 ? html`<p class="muted">No tracked server matches.</p>` : ''}
+<p class="pager">${q.cursor ? html`<a href="${listHref('/atlas/report', listParams)}#servers" rel="first">First page</a> ` : ''}${list.nextCursor ? html`<a href="${listHref('/atlas/report', { ...listParams, cursor: list.nextCursor })}#servers" rel="next">Next ${PAGE_SIZE} →</a>` : ''}</p>
+
 <p class="small muted">Share of tracked servers that are rated: ${fmtPct(t.servers > 0 ? t.rated / t.servers : null)}. Pre-flight checks are demand signals only; they never change a score. JSON: <a href="/api/stats">/api/stats</a>, <a href="/api/demand">/api/demand</a>.</p>
 `;
   return page('Coverage report', 'atlas', body, r.generatedAt);

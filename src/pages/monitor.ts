@@ -24,25 +24,62 @@ function mixBar(mix: { pass?: number; uncertain?: number; fail?: number; unrated
 <p class="small">${Object.entries(m).map(([k, v]) => html`${verdictPill(k)} <b data-mix="${k}">${v}</b> &nbsp; `)}</p>`;
 }
 
-export async function monitorPage(services: Services, q: { category?: string; window?: string }): Promise<SafeHtml> {
+/** Servers per page of /monitor and /atlas/report; anomalies and deltas listed at most. */
+export const PAGE_SIZE = 50;
+export const LIST_CAP = 20;
+
+export interface ListQuery {
+  category?: string;
+  q?: string;
+  verdict?: string;
+  cursor?: string;
+}
+
+/** The filter form of a server list (search text, category, verdict), a plain GET form. */
+export function listForm(action: string, q: ListQuery, categories: { name?: string; servers?: number }[], opts: { verdictAll: string; hidden?: Record<string, string> }): SafeHtml {
+  const category = q.category?.trim().toLowerCase() ?? '';
+  const verdict = q.verdict?.trim().toUpperCase() ?? '';
+  return html`<form class="inline" method="get" action="${action}">${Object.entries(opts.hidden ?? {}).map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`)}
+  <label for="q">Search</label><input type="text" id="q" name="q" maxlength="200" placeholder="name, slug or URL" value="${q.q ?? ''}">
+  <label for="category">Category</label>
+  <select id="category" name="category"><option value="">all categories</option>${categories.map(
+    (c) => html`<option value="${c.name}" ${c.name === category ? html`selected` : ''}>${c.name} (${fmtInt(c.servers)})</option>`,
+  )}</select>
+  <label for="verdict">Verdict</label>
+  <select id="verdict" name="verdict"><option value="">${opts.verdictAll}</option>${['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'].map((v) => html`<option ${v === verdict ? html`selected` : ''}>${v}</option>`)}</select>
+  <button type="submit">Filter</button>${q.category || q.q || q.verdict ? html` <a href="${action}">clear</a>` : ''}
+</form>`;
+}
+
+/** A link to the same list with other parameters (empty ones left out). */
+export function listHref(path: string, params: Record<string, string | null | undefined>): string {
+  const u = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v) u.set(k, v);
+  const qs = u.toString();
+  return qs ? `${path}?${qs}` : path;
+}
+
+export async function monitorPage(services: Services, q: ListQuery & { window?: string }): Promise<SafeHtml> {
   const trust = services.trust;
-  const category = q.category?.trim() ? q.category.trim().toLowerCase() : null;
   const window = DELTA_WINDOWS.includes(q.window as (typeof DELTA_WINDOWS)[number]) ? q.window! : '24h';
-  const [stats, board, tiers, history, anomalies, delta] = await Promise.all([
+  // One page of the ranked list (the leaderboard, or the servers of one verdict, UNRATED
+  // included), searched and filtered; the figures beside it cover the whole index.
+  const list = await trust.listServers({ category: q.category, q: q.q, verdict: q.verdict, cursor: q.cursor, limit: PAGE_SIZE });
+  const category = list.category;
+  const rows = list.rows.map((r) => r.row);
+  const [stats, tiers, history, anomalies, delta] = await Promise.all([
     trust.getStats({}),
-    trust.getLeaderboard({ category: category ?? undefined, limit: 100 }),
-    trust.getSlaTiers(category),
-    trust.getTrustHistory(category, MONITOR_DAYS),
+    trust.getSlaTiersOf(rows),
+    trust.getTrustHistoryOf(rows, MONITOR_DAYS),
     trust.getAnomalies(category),
-    trust.getTrustDelta({ window }),
+    trust.getTrustDelta({ window, newLimit: LIST_CAP }),
   ]);
-  const servers = board.servers ?? [];
-  const slugOf = new Map(servers.map((s) => [s.url!, s.slug!]));
-  const nameLink = (url: string | undefined, name: string | undefined) => {
-    const slug = url ? slugOf.get(url) : undefined;
-    return slug ? html`<a href="${serverHref(slug)}">${name}</a>` : html`${name}`;
-  };
+  const nameLink = (url: string | undefined, name: string | undefined, slug?: string) => (slug ? html`<a href="${serverHref(slug)}">${name}</a>` : html`${name}`);
+  const bySlug = new Map(rows.map((r) => [r.url, r.slug]));
+  const link = (url: string | undefined, name: string | undefined) => nameLink(url, name, url ? bySlug.get(url) : undefined);
   const d = delta.summary;
+  const filtered = list.q !== null || list.verdict !== null;
+  const listParams = { category: category ?? undefined, q: list.q ?? undefined, verdict: list.verdict ?? undefined, window: window === '24h' ? undefined : window };
   const body = html`
 <h1>Monitor</h1>
 ${legend()}
@@ -56,39 +93,37 @@ ${legend()}
 <h2>Verdict mix</h2>
 ${mixBar(stats.verdictMix)}
 
-<h2 id="leaderboard">Leaderboard${category ? html` · ${category}` : ''}</h2>
-<form class="inline" method="get" action="/monitor">
-  <label for="category">Category</label>
-  <select id="category" name="category"><option value="">all categories</option>${(stats.categories ?? []).map(
-    (c) => html`<option value="${c.name}" ${c.name === category ? html`selected` : ''}>${c.name} (${c.servers})</option>`,
-  )}</select>
-  <button type="submit">Filter</button>${category ? html` <a href="/monitor">clear</a>` : ''}
-</form>
-<p class="small muted">${fmtInt(board.totalResults)} rated server(s)${category ? html` in ${category}` : ''}. Sparklines: trust score over the last ${MONITOR_DAYS} days (dotted lines at 60 and 40). <span data-unrated="${board.unratedCount ?? 0}">${fmtInt(board.unratedCount)} tracked server(s) without runtime evidence (UNRATED) are not ranked</span>; see <a href="/atlas/report">coverage</a>.</p>
+<h2 id="leaderboard">${list.verdict === 'UNRATED' ? 'Servers without runtime evidence' : 'Leaderboard'}${category ? html` · ${category}` : ''}${list.verdict && list.verdict !== 'UNRATED' ? html` · ${list.verdict}` : ''}${list.q ? html` · “${list.q}”` : ''}</h2>
+${listForm('/monitor', q, stats.categories ?? [], { verdictAll: 'ranked (rated)', hidden: window === '24h' ? {} : { window } })}
+<p class="small muted"><span data-list-total="${list.total}">${fmtInt(list.total)}</span> ${list.verdict === 'UNRATED' ? 'unrated' : 'rated'} server(s)${category ? html` in ${category}` : ''}${filtered ? ' match' : ''}${list.rows.length > 0 ? html`, showing ${fmtInt(list.rows.length)} from <b data-first-rank>${list.rows[0]!.rank ?? '–'}</b>` : ''}. Sparklines: trust score over the last ${MONITOR_DAYS} days (dotted lines at 60 and 40). <span data-unrated="${list.unratedCount}">${fmtInt(list.unratedCount)} tracked server(s) without runtime evidence (UNRATED) are not ranked</span>; <a href="${listHref('/monitor', { ...listParams, verdict: 'UNRATED', cursor: undefined })}">list them</a> or see <a href="/atlas/report">coverage</a>.</p>
 <div class="table-wrap"><table class="leaderboard">
 <thead><tr><th class="num">#</th><th>Server</th><th class="num">Score</th><th>Verdict</th><th>Grade</th><th>Tier</th><th class="hide-sm">Trust, ${MONITOR_DAYS} d</th><th class="num hide-sm">Success</th><th class="num hide-sm">Avg latency</th><th class="num hide-sm">Calls</th></tr></thead>
-<tbody>${servers.map(
-    (s) => html`<tr class="r-${s.verdict}" data-url="${s.url}">
-<td class="num">${s.rank}</td>
-<td><a href="${serverHref(s.slug!)}">${s.name}</a><br><span class="small muted">${s.category}</span></td>
-<td class="num" data-score>${fmtScore(s.trustScore)}</td><td>${verdictPill(s.verdict!)}</td><td>${gradeFor(s.trustScore!)}</td><td>${tiers.get(s.url!) ?? 'Unrated'}</td>
-<td class="hide-sm">${sparkline((history.get(s.url!) ?? []).map((p) => ({ t: p.at, v: p.trustScore })), `Trust score of ${s.name} over ${MONITOR_DAYS} days`)}</td>
-<td class="num hide-sm">${fmtPct(s.successRate)}</td><td class="num hide-sm">${fmtMs(s.avgLatencyMs)}</td><td class="num hide-sm">${fmtInt(s.totalInteractions)}</td></tr>`,
-  )}</tbody></table></div>
-${servers.length === 0 ? html`<p class="muted">No rated servers${category ? ' in this category' : ''} yet.</p>` : ''}
+<tbody>${list.rows.map(({ row: s, rank }) => {
+    const rated = rank !== null;
+    const v = rated ? s.verdict! : 'UNRATED';
+    const n = Number(s.n);
+    return html`<tr class="r-${v}" data-url="${s.url}">
+<td class="num">${rank ?? '–'}</td>
+<td><a href="${serverHref(s.slug)}">${s.name}</a><br><span class="small muted">${s.category}</span></td>
+<td class="num" data-score>${rated ? fmtScore(s.trust_score) : '–'}</td><td>${verdictPill(v)}</td><td>${rated ? gradeFor(s.trust_score!) : '–'}</td><td>${tiers.get(s.url) ?? 'Unrated'}</td>
+<td class="hide-sm">${rated ? sparkline((history.get(s.url) ?? []).map((p) => ({ t: p.at, v: p.trustScore })), `Trust score of ${s.name} over ${MONITOR_DAYS} days`) : ''}</td>
+<td class="num hide-sm">${fmtPct(n > 0 ? Number(s.successes) / n : null)}</td><td class="num hide-sm">${fmtMs(n > 0 ? Number(s.latency_sum) / n : null)}</td><td class="num hide-sm">${fmtInt(n)}</td></tr>`;
+  })}</tbody></table></div>
+${list.rows.length === 0 ? html`<p class="muted">No ${list.verdict === 'UNRATED' ? 'unrated' : 'rated'} servers${category ? ' in this category' : ''}${filtered ? ' match' : ' yet'}.</p>` : ''}
+<p class="pager">${q.cursor ? html`<a href="${listHref('/monitor', listParams)}#leaderboard" rel="first">First page</a> ` : ''}${list.nextCursor ? html`<a href="${listHref('/monitor', { ...listParams, cursor: list.nextCursor })}#leaderboard" rel="next">Next ${PAGE_SIZE} →</a>` : ''}</p>
 
 <h2 id="anomalies">Active anomalies</h2>
 ${
   anomalies.length === 0
     ? html`<p class="muted">No server shows an active anomaly.</p>`
-    : html`<div class="table-wrap"><table class="anomalies"><thead><tr><th>Server</th><th class="num">Score</th><th>Verdict</th><th>Flags</th></tr></thead><tbody>${anomalies.map(
+    : html`<div class="table-wrap"><table class="anomalies"><thead><tr><th>Server</th><th class="num">Score</th><th>Verdict</th><th>Flags</th></tr></thead><tbody>${anomalies.slice(0, PAGE_SIZE).map(
         (a) => html`<tr class="r-${a.verdict}"><td><a href="${serverHref(a.slug)}">${a.name}</a></td><td class="num">${fmtScore(a.trustScore)}</td><td>${verdictPill(a.verdict)}</td><td>${a.flags.map((f) => html`<span class="flag">${f}</span>`)}</td></tr>`,
-      )}</tbody></table></div>`
+      )}</tbody></table></div>${anomalies.length > PAGE_SIZE ? html`<p class="small muted" data-more="anomalies">The ${PAGE_SIZE} lowest scores of ${fmtInt(anomalies.length)} servers with an active anomaly${category ? html` in ${category}` : ''}.</p>` : ''}`
 }
 <p class="small muted">Flags: latency_spike (recent latency far above the server's own history), error_rate_spike (failures well above its usual rate), burst_5xx (a burst of 5xx answers), volume_drop (traffic fell sharply): each costs points. tool_manifest_drift: the server's tool descriptions or schemas changed in the last 7 days (<a href="/drift">see what changed</a>).</p>
 
 <h2 id="deltas">Latest trust deltas</h2>
-<form class="inline" method="get" action="/monitor">${category ? html`<input type="hidden" name="category" value="${category}">` : ''}
+<form class="inline" method="get" action="/monitor">${Object.entries({ category: category ?? '', q: list.q ?? '', verdict: list.verdict ?? '' }).map(([k, v]) => (v ? html`<input type="hidden" name="${k}" value="${v}">` : ''))}
   <label for="window">Window</label><select id="window" name="window">${DELTA_WINDOWS.map((w) => html`<option ${w === window ? html`selected` : ''}>${w}</option>`)}</select><button type="submit">Show</button>
 </form>
 <div class="cards">
@@ -98,13 +133,18 @@ ${
   <div class="card"><div class="n" data-delta="at_risk">${fmtInt(d?.serversAtRisk)}</div><div class="l">at risk (&lt; 40)</div></div>
 </div>
 <div class="grid2">
-<div><h3>Improved</h3>${deltaList(delta.serversImproved ?? [], nameLink)}</div>
-<div><h3>Degraded</h3>${deltaList(delta.serversDegraded ?? [], nameLink)}</div>
+<div><h3>Improved</h3>${deltaList(delta.serversImproved ?? [], link)}</div>
+<div><h3>Degraded</h3>${deltaList(delta.serversDegraded ?? [], link)}</div>
 </div>
-${(delta.serversNew ?? []).length > 0 ? html`<h3>New</h3><ul>${delta.serversNew!.map((s) => html`<li>${nameLink(s.url, s.name)} <span class="muted small">${s.category}, first seen ${fmtTime(s.registeredAt)}</span></li>`)}</ul>` : ''}
-${(delta.serversAtRisk ?? []).length > 0 ? html`<h3>At risk</h3><ul>${delta.serversAtRisk!.map((s) => html`<li>${nameLink(s.url, s.name)} ${verdictPill('FAIL')} ${fmtScore(s.trustScore)}</li>`)}</ul>` : ''}
+${(delta.serversNew ?? []).length > 0 ? html`<h3>New</h3><ul>${delta.serversNew!.slice(0, LIST_CAP).map((s) => html`<li>${link(s.url, s.name)} <span class="muted small">${s.category}, first seen ${fmtTime(s.registeredAt)}</span></li>`)}</ul>${more(delta.serversNew!.length)}` : ''}
+${(delta.serversAtRisk ?? []).length > 0 ? html`<h3>At risk</h3><ul>${delta.serversAtRisk!.slice(0, LIST_CAP).map((s) => html`<li>${link(s.url, s.name)} ${verdictPill('FAIL')} ${fmtScore(s.trustScore)}</li>`)}</ul>${more(delta.serversAtRisk!.length)}` : ''}
 `;
   return page('Monitor', 'monitor', body, stats.generatedAt);
+}
+
+/** "and N more" under a list cut at LIST_CAP (the JSON API has them all: /api/trust-delta). */
+function more(total: number): SafeHtml | '' {
+  return total > LIST_CAP ? html`<p class="small muted">and ${fmtInt(total - LIST_CAP)} more (<a href="/api/trust-delta">/api/trust-delta</a>).</p>` : '';
 }
 
 function deltaList(
@@ -112,7 +152,7 @@ function deltaList(
   nameLink: (url: string | undefined, name: string | undefined) => SafeHtml,
 ): SafeHtml {
   if (rows.length === 0) return html`<p class="muted small">None in this window.</p>`;
-  return html`<ul>${rows.map((r) => html`<li>${nameLink(r.url, r.name)}: ${fmtScore(r.prevScore)} → ${fmtScore(r.trustScore)} (<b>${fmtDelta(r.delta ?? 0)}</b>)</li>`)}</ul>`;
+  return html`<ul>${rows.slice(0, LIST_CAP).map((r) => html`<li>${nameLink(r.url, r.name)}: ${fmtScore(r.prevScore)} → ${fmtScore(r.trustScore)} (<b>${fmtDelta(r.delta ?? 0)}</b>)</li>`)}</ul>${more(rows.length)}`;
 }
 
 /** What the server's Server Card claims against what it said at the latest probe (a claim: no score effect). */

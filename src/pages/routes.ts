@@ -29,12 +29,18 @@ async function render(reply: FastifyReply, section: Section, build: () => Promis
 }
 
 export function pageRoutes(app: FastifyInstance, { services, config }: RouteDeps) {
-  app.get<{ Querystring: { category?: string; window?: string } }>('/monitor', { schema: { querystring: stringQuery('category', 'window') } }, (req, reply) =>
-    render(reply, 'monitor', () => monitorPage(services, req.query)),
+  app.get<{ Querystring: { category?: string; window?: string; q?: string; verdict?: string; cursor?: string } }>(
+    '/monitor',
+    { schema: { querystring: stringQuery('category', 'window', 'q', 'verdict', 'cursor') } },
+    (req, reply) => render(reply, 'monitor', () => monitorPage(services, req.query)),
   );
   app.get<{ Params: { slug: string } }>('/monitor/server/:slug', (req, reply) => render(reply, 'monitor', () => serverPage(services, config, req.params.slug)));
   app.get<{ Querystring: { server?: string } }>('/drift', { schema: { querystring: stringQuery('server') } }, (req, reply) =>
     render(reply, 'drift', () => driftPage(services, req.query)),
   );
-  app.get('/atlas/report', (_req, reply) => render(reply, 'atlas', () => atlasReportPage(services)));
+  app.get<{ Querystring: { category?: string; q?: string; verdict?: string; cursor?: string } }>(
+    '/atlas/report',
+    { schema: { querystring: stringQuery('category', 'q', 'verdict', 'cursor') } },
+    (req, reply) => render(reply, 'atlas', () => atlasReportPage(services, req.query)),
+  );
 }

@@ -7,7 +7,7 @@
 // URL, a second import only refreshes metadata.
 import { readFile, stat } from 'node:fs/promises';
 import type { Config } from '../config.js';
-import type { Db } from '../db/index.js';
+import { isUniqueViolation, type Db } from '../db/index.js';
 import { CatalogueFormatError, laterTimestamp, parseRegistryPage, type ParsedPage, type SkippedEntry } from '../domain/catalogue.js';
 import { looksLikeUrl } from '../domain/server-identity.js';
 import { createSafeFetcher, ProbeFailed, TargetRefused, type SafeFetcher } from '../probes/safe-fetch.js';
@@ -129,7 +129,38 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
       summary.withdrawn.servers += ids.length;
       if (summary.withdrawn.names.length < MAX_LISTED_SKIPS) summary.withdrawn.names.push(w.registryName);
     }
+    // The bulk path first: one transaction for the page's plain cases (new remotes under free
+    // names, re-imports of remotes that hold their registry name); a concurrent writer that took
+    // an identity meanwhile rolls it back, and the whole page goes the one-by-one way below.
+    const listing = (r: (typeof page.remotes)[number]) => ({ status: r.listing.status, message: r.listing.statusMessage, changedAt: date(r.listing.statusChangedAt), updatedAt: date(r.listing.updatedAt) });
+    let bulk = new Map<string, { id: number; added: boolean }>();
+    try {
+      bulk = await db.transaction(async (tx) => {
+        const done = await serverStore(tx).upsertCataloguedMany(
+          page.remotes.map((r) => ({ url: r.url, category: r.category, registry_name: r.registryName, title: r.title, description: r.description, repository_url: r.repositoryUrl, registry_version: r.version, transport: r.transport })),
+          at,
+        );
+        const handled = page.remotes.filter((r) => done.has(r.url));
+        await registrySyncStore(tx).setListings(handled.map((r) => ({ serverId: done.get(r.url)!.id, ...listing(r) })));
+        await observationStore(tx).scheduleMany(handled.map((r) => done.get(r.url)!.id), at);
+        return done;
+      });
+    } catch (err) {
+      if (!isUniqueViolation(err)) throw err;
+    }
+    if (bulk.size > 0) {
+      notifyServersChanged(db, [...bulk.values()].map((b) => b.id));
+      if ([...bulk.values()].some((b) => b.added)) notifyIdentityChanged(db);
+    }
     for (const r of page.remotes) {
+      const b = bulk.get(r.url);
+      if (b) {
+        if (r.listing.status === 'deprecated') summary.deprecated++;
+        if (b.added) summary.added++;
+        else summary.updated++;
+        summary.servers.push({ registryName: r.registryName, url: r.url, transport: r.transport, category: r.category, added: b.added });
+        continue;
+      }
       // Each remote in its own transaction, chosen again if a concurrent writer took its identity.
       const res = await retryOnIdentityConflict(() =>
         db.transaction(async (tx) => {
@@ -244,15 +275,22 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
     const summary = emptySummary(url);
     const seen = new Set<string>();
     let cursor: string | null = null;
+    const urlOf = (c: string | null) => {
+      const u = new URL(base.href);
+      if (c !== null) u.searchParams.set('cursor', c);
+      if (opts.updatedSince) u.searchParams.set('updated_since', opts.updatedSince);
+      return u;
+    };
+    // The next page is fetched while this one is stored (one page ahead at most).
+    let prefetched: { cursor: string; got: Promise<{ status: 404 } | { status: 200; body: string }> } | null = null;
     for (;;) {
       if (summary.pages >= CATALOGUE_LIMITS.maxPages) {
         summary.stoppedEarly = `stopped after ${CATALOGUE_LIMITS.maxPages} pages`;
         break;
       }
-      const pageUrl = new URL(base.href);
-      if (cursor !== null) pageUrl.searchParams.set('cursor', cursor);
-      if (opts.updatedSince) pageUrl.searchParams.set('updated_since', opts.updatedSince);
-      const got = await fetchPage(pageUrl);
+      const pageUrl = urlOf(cursor);
+      const got = prefetched !== null && prefetched.cursor === cursor ? await prefetched.got : await fetchPage(pageUrl);
+      prefetched = null;
       if (got.status === 404) {
         // The first page of a base URL's newest API path is missing: try the next (v0.1, then v0).
         const next = summary.pages === 0 ? candidates[candidates.indexOf(base) + 1] : undefined;
@@ -263,6 +301,12 @@ export function createCatalogueService({ db, config, now }: { db: Db; config: Pi
         throw new CatalogueImportError(`${pageUrl.href} answered HTTP 404${candidates.length > 1 ? ` (tried ${candidates.map((c) => c.pathname).join(' and ')})` : ''}`);
       }
       const page = parse(parseJson(got.body, pageUrl.href), pageUrl.href);
+      if (page.nextCursor !== null && !seen.has(page.nextCursor) && summary.pages + 1 < CATALOGUE_LIMITS.maxPages) {
+        const ahead = { cursor: page.nextCursor, got: fetchPage(urlOf(page.nextCursor)) };
+        // Awaited on the next turn of the loop; a failure while this page is stored is not unhandled.
+        ahead.got.catch(() => {});
+        prefetched = ahead;
+      }
       await store(page, summary);
       if (page.nextCursor === null) break;
       if (seen.has(page.nextCursor)) {

@@ -3,6 +3,8 @@
 // from the trust engine, the demand from the pre-flight demand table.
 import { staleReads } from '../db/index.js';
 import { demandStore } from '../store/demand.js';
+import type { RankedServer } from '../store/scores.js';
+import { serverStore } from '../store/servers.js';
 import type { ServiceDeps } from './context.js';
 import { isRated, type TrustService } from './trust.js';
 
@@ -13,6 +15,7 @@ export type TargetCoverage = 'rated' | 'unrated' | 'untracked';
 
 export function createCoverageService({ db }: ServiceDeps, trust: Pick<TrustService, 'engine' | 'getCoverage'>) {
   const demand = demandStore(staleReads(db));
+  const servers = serverStore(db);
 
   async function getCoverageReport() {
     // Tracked / rated / unrated per category come from the trust service's one count (the same
@@ -25,7 +28,11 @@ export function createCoverageService({ db }: ServiceDeps, trust: Pick<TrustServ
       demand.topTargets(null, COVERAGE_TOP_TARGETS),
       demand.totals(null),
     ]);
-    const byUrl = new Map(ranked.map((r) => [r.url, r]));
+    const byUrl = new Map<string, Pick<RankedServer, 'name' | 'slug' | 'category' | 'n' | 'trust_score' | 'verdict'>>(ranked.map((r) => [r.url, r]));
+    // Targets tracked without evidence are not among the ranked rows (issue 23): read them by URL.
+    const missing = [...new Set(top.map((t) => t.server_url).filter((u): u is string => u !== null && !byUrl.has(u)))];
+    const found = await Promise.all(missing.map((u) => servers.byUrl(u)));
+    for (const r of found) if (r) byUrl.set(r.url, { name: r.name, slug: r.slug, category: r.category, n: 0, trust_score: null, verdict: null });
     const cats = new Map<string, { category: string; servers: number; rated: number; unrated: number; interactions: number; preflightChecks: number }>();
     const cat = (name: string) => {
       let c = cats.get(name);

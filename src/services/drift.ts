@@ -11,6 +11,7 @@ import { serverStore } from '../store/servers.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { createMcpProbeService, type McpProbeService } from './mcp-probe.js';
 import { SCORE_CACHE_MS } from './trust-engine.js';
+import { BoundedMap } from '../store/cache-limits.js';
 
 // Time of each server's last detected drift, per database handle, kept for SCORE_CACHE_MS like
 // the scores it is shown with: every trust read and pre-flight needs it, and it changes only when
@@ -23,11 +24,10 @@ interface DriftMemo {
   gen: Map<number, number>;
 }
 const driftMemos = new WeakMap<Queryable, DriftMemo>();
-const DRIFT_MEMO_MAX_ENTRIES = 100_000;
 
 function driftMemo(db: Queryable): DriftMemo {
   let m = driftMemos.get(db);
-  if (!m) driftMemos.set(db, (m = { entries: new Map(), pending: new Map(), gen: new Map() }));
+  if (!m) driftMemos.set(db, (m = { entries: new BoundedMap(), pending: new Map(), gen: new BoundedMap() }));
   return m;
 }
 
@@ -42,7 +42,6 @@ function lastDriftAt(db: Queryable, serverId: number): Promise<Date | null> {
     .lastDriftAt(serverId)
     .then((at) => {
       if ((m.gen.get(serverId) ?? 0) === gen) {
-        if (m.entries.size >= DRIFT_MEMO_MAX_ENTRIES) m.entries.clear();
         m.entries.set(serverId, { at, mono: performance.now() });
       }
       return at;

@@ -31,9 +31,12 @@ import { ROLLUP_INTERVAL_MS, rollupAggregator } from '../store/rollup-aggregator
 import { startEvidenceBus } from './evidence-bus.js';
 import { TraceService } from '../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
 import { MetricsService } from '../../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
+import { setCacheLimits } from '../store/cache-limits.js';
 
 /** Every service implementation, built once per process. */
 export function createServices(deps: ServiceDeps) {
+  // Every in-memory cache is bounded by CACHE_MAX_ENTRIES (process-wide; src/store/cache-limits.ts).
+  if (deps.config.cacheMaxEntries !== undefined) setCacheLimits({ maxEntries: deps.config.cacheMaxEntries });
   // Every TrustService, ReceiptService, ComplianceService and AccessService method checks its
   // request against the buf.validate rules of proto/ first (services/contract.ts); telemetry
   // reports are checked row by row in domain/telemetry.ts (the stream keeps its other rows).

@@ -10,6 +10,7 @@ import { findServerCard } from '../probes/server-card.js';
 import { mcpFactsStore, type McpFactsRow } from '../store/mcp-facts.js';
 import type { ServiceDeps } from './context.js';
 import { SCORE_CACHE_MS } from './trust-engine.js';
+import { BoundedMap } from '../store/cache-limits.js';
 
 // The MCP probe as a service (docs/probes.md "The MCP probe", "Server Cards"): drift checks and
 // active observation read a server through it; it records what the server spoke (protocol
@@ -39,11 +40,10 @@ export interface McpTrustView {
 // Per database handle, like the drift flags: every trust read needs it, probes change it. An entry
 // lives SCORE_CACHE_MS; a probe in this process replaces it at once (the bound covers other instances).
 const memos = new WeakMap<Queryable, Map<number, { row: McpFactsRow | null; mono: number }>>();
-const MEMO_MAX_ENTRIES = 100_000;
 
 function memo(db: Queryable) {
   let m = memos.get(db);
-  if (!m) memos.set(db, (m = new Map()));
+  if (!m) memos.set(db, (m = new BoundedMap()));
   return m;
 }
 
@@ -52,7 +52,6 @@ async function factsOf(db: Queryable, serverId: number): Promise<McpFactsRow | n
   const hit = m.get(serverId);
   if (hit && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.row;
   const row = await mcpFactsStore(db).get(serverId);
-  if (m.size >= MEMO_MAX_ENTRIES) m.clear();
   m.set(serverId, { row, mono: performance.now() });
   return row;
 }

@@ -2,6 +2,7 @@ import type { Queryable } from '../db/index.js';
 import { canonicalServerUrl, InvalidServerUrl } from '../domain/server-identity.js';
 import { serverHostStore } from '../store/server-hosts.js';
 import { serverStore } from '../store/servers.js';
+import { BoundedMap } from '../store/cache-limits.js';
 
 // Which MCP server an OTLP call went to (docs/telemetry.md "The server"), from what the spans or
 // points carry, best first: a URL (`url.full` of the HTTP child span, or of the MCP span), else
@@ -9,7 +10,6 @@ import { serverStore } from '../store/servers.js';
 
 /** How long a resolution by address is reused; a new server at that address shows up after it. */
 const ADDRESS_TTL_MS = 60_000;
-const MAX_REMEMBERED = 10_000;
 
 export interface ServerHints {
   url: string | null;
@@ -57,11 +57,10 @@ export function urlForms(raw: string): { withQuery: string | null; bare: string 
 export function serverResolver(db: Queryable, now: () => number = () => performance.now()) {
   const hosts = serverHostStore(db);
   const servers = serverStore(db);
-  const byAddress = new Map<string, { url: string | null; at: number }>();
-  const trackedWithQuery = new Map<string, { tracked: boolean; at: number }>();
+  const byAddress = new BoundedMap<string, { url: string | null; at: number }>();
+  const trackedWithQuery = new BoundedMap<string, { tracked: boolean; at: number }>();
 
   function remember<V extends { at: number }>(map: Map<string, V>, key: string, value: V): void {
-    if (map.size >= MAX_REMEMBERED) map.clear();
     map.set(key, value);
   }
 

@@ -6,6 +6,7 @@ import { keySource, sourceFamily } from '../domain/scoring.js';
 import { apiKeyStore } from '../store/api-keys.js';
 import { sourceSecretStore } from '../store/source-secrets.js';
 import { clientAddressKey, type CallContext } from './context.js';
+import { BoundedMap } from '../store/cache-limits.js';
 
 /** Source of reports that carry neither a key nor a known address (in-process callers, tools). */
 export const LOCAL_SOURCE = 'local';
@@ -58,7 +59,7 @@ export function reportSourceResolver(db: Queryable) {
   const hashNetwork = networkHasher(db);
   // Registered keys are never deleted and their family never changes, so a positive lookup can be
   // remembered (bounded).
-  const known = new Map<string, string | null>();
+  const known = new BoundedMap<string, string | null>();
 
   return async function sourceOf(ctx: CallContext | undefined, now: Date): Promise<ReportSource> {
     const token = bearerToken(ctx?.requestHeader.get('authorization') ?? null);
@@ -69,7 +70,6 @@ export function reportSourceResolver(db: Queryable) {
         const row = await keys.byHash(hash);
         if (row) {
           family = row.network_family;
-          if (known.size >= 10_000) known.clear();
           known.set(hash, family);
         }
       }

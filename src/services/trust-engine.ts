@@ -8,6 +8,7 @@ import { verdictFor, type PreflightVerdict } from '../domain/verdict.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { onTelemetryCommitted, telemetryStore, type StoredTotals } from '../store/telemetry.js';
+import { BoundedMap } from '../store/cache-limits.js';
 
 /** A cached score older than this is recomputed on the next read even without new reports. */
 export const SCORE_MAX_AGE_MS = 5 * 60_000;
@@ -19,7 +20,15 @@ export const SCORE_MAX_AGE_MS = 5 * 60_000;
  * baseline, which moves with the other servers of the category.
  */
 export const SCORE_CACHE_MS = 2000;
-const SCORE_CACHE_MAX_ENTRIES = 100_000;
+/**
+ * A ranked list (leaderboard, stats, pages) past SCORE_CACHE_MS is still served, while one
+ * refresh runs in the background, until it is this old: at 100,000 servers reading the list takes
+ * hundreds of milliseconds, and every reader waiting for it would make each page pay it (issue
+ * 23). Only the time bound is relaxed: evidence committed by this process drops every list at
+ * once, so in one process a report followed by a read still shows it; what another instance
+ * wrote shows after at most this long.
+ */
+export const RANKED_STALE_MS = 30_000;
 /**
  * A computation whose result equals the stored one (same score, verdict, flags, report count and
  * hour) is not written again within this long: reads recompute a busy server every
@@ -67,20 +76,23 @@ export function createTrustEngine(db: Queryable) {
 
   // In-memory score cache (see SCORE_CACHE_MS). `generation` counts invalidations per server so a
   // computation that started before new evidence committed is never cached as current.
-  const memo = new Map<number, MemoEntry>();
-  const generation = new Map<number, number>();
+  // Every per-server and per-category cache here is a BoundedMap (CACHE_MAX_ENTRIES, oldest first).
+  // An evicted generation reads as 0 again; a computation it guards is kept at most SCORE_CACHE_MS.
+  const memo = new BoundedMap<number, MemoEntry>();
+  const generation = new BoundedMap<number, number>();
   const pending = new Map<number, { gen: number; at: number; p: Promise<ComputedScore> }>();
   // Ranked lists (leaderboard, stats, tiers) per category, same bound; any commit drops them all.
-  const rankedMemo = new Map<string, { rows: RankedServer[]; at: number; mono: number }>();
+  const rankedMemo = new BoundedMap<string, { rows: RankedIndex; at: number; mono: number }>();
+  const rankedPending = new Map<string, { gen: number; at: number; p: Promise<RankedIndex> }>();
   let rankedGen = 0;
   // Category baselines, same bound; shared by every server of the category computed meanwhile.
   // Any commit drops them all (rankedGen guards computations that straddle one).
-  const baselineMemo = new Map<string, { value: CategoryBaselineValue; at: number; mono: number }>();
+  const baselineMemo = new BoundedMap<string, { value: CategoryBaselineValue; at: number; mono: number }>();
   const baselinePending = new Map<string, { gen: number; at: number; p: Promise<CategoryBaselineValue> }>();
   // What was last written to server_scores per server (see SCORE_RESAVE_MS).
   // `saved` settles when that write committed: a computation that skips an identical write waits
   // for it, so a ranked read after it never misses a row another computation is still writing.
-  const lastSaved = new Map<number, { key: string; bucket: number; at: number; mono: number; saved: Promise<void> }>();
+  const lastSaved = new BoundedMap<number, { key: string; bucket: number; at: number; mono: number; saved: Promise<void> }>();
   onTelemetryCommitted(db, (ids) => {
     rankedMemo.clear();
     baselineMemo.clear();
@@ -103,7 +115,6 @@ export function createTrustEngine(db: Queryable) {
 
   function remember(server: ServerRow, gen: number, at: Date, summary: ScoreSummary, full: ComputedScore | null): void {
     if (genOf(server.id) !== gen) return;
-    if (memo.size >= SCORE_CACHE_MAX_ENTRIES) memo.clear();
     memo.set(server.id, { summary, full, category: server.category, at: at.getTime(), mono: performance.now() });
   }
 
@@ -174,7 +185,11 @@ export function createTrustEngine(db: Queryable) {
     const mono = performance.now();
     const earlier: Promise<void>[] = [];
     const entries: { key: string; bucket: number; at: number; mono: number; saved: Promise<void> }[] = [];
+    // Only scores with evidence are stored: a server without reports is UNRATED (ranked lists
+    // read n = 0 as unrated), and writing a row and an hourly snapshot for each of a catalogue's
+    // 100,000 unobserved servers would turn every read of one into writes (issue 23).
     const rows = [...out.values()].flatMap((c) => {
+      if (!c.totals || c.totals.n <= 0) return [];
       const bucket = hourStart(at);
       const key = `${c.trust_score}|${c.verdict}|${c.anomaly.flags.join(',')}|${c.totals?.n ?? 0}`;
       const prev = lastSaved.get(c.server.id);
@@ -182,7 +197,6 @@ export function createTrustEngine(db: Queryable) {
         earlier.push(prev.saved);
         return [];
       }
-      if (lastSaved.size >= SCORE_CACHE_MAX_ENTRIES) lastSaved.clear();
       const entry = { key, bucket, at: at.getTime(), mono, saved: Promise.resolve() };
       lastSaved.set(c.server.id, entry);
       entries.push(entry);
@@ -267,9 +281,9 @@ export function createTrustEngine(db: Queryable) {
     async refresh(at: Date): Promise<number> {
       const stale = new Set(await scores.staleServerIds(new Date(at.getTime() - SCORE_MAX_AGE_MS)));
       if (stale.size === 0) return 0;
-      const rows = (await scores.ranked(null)).filter((r) => stale.has(r.id));
+      const rows = await scores.serverRows([...stale]);
       // Batches keep each statement's arrays and result sets small on large indexes.
-      for (let i = 0; i < rows.length; i += 500) await compute(rows.slice(i, i + 500).map(serverRowOf), at);
+      for (let i = 0; i < rows.length; i += 500) await compute(rows.slice(i, i + 500), at);
       return rows.length;
     },
 
@@ -287,19 +301,51 @@ export function createTrustEngine(db: Queryable) {
       return rows.length;
     },
 
-    /** Fresh ranked list: refreshes stale scores, then reads the cache (kept SCORE_CACHE_MS in memory). */
+    /** The ranked servers with evidence (rated), highest score first; see index. */
     async ranked(category: string | null, at: Date): Promise<RankedServer[]> {
+      return (await this.index(category, at)).rows;
+    },
+
+    /**
+     * Fresh ranked list of the servers with evidence and the count of those without per category:
+     * refreshes stale scores, then reads (kept SCORE_CACHE_MS in memory, see RANKED_STALE_MS).
+     */
+    async index(category: string | null, at: Date): Promise<RankedIndex> {
       const key = category ?? '\u0000all';
       const hit = rankedMemo.get(key);
       const age = hit ? at.getTime() - hit.at : -1;
       if (hit && age >= 0 && age < SCORE_CACHE_MS && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.rows;
+      // Concurrent misses share one read (at 100,000 servers one read is the bulk of a page's cost).
+      const inflight = rankedPending.get(key);
+      if (inflight && inflight.gen === rankedGen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) {
+        // A list only past its time bound (no evidence committed here since: a commit drops every
+        // list) is served while the one refresh runs, up to RANKED_STALE_MS old.
+        if (hit && age >= 0 && age < RANKED_STALE_MS && performance.now() - hit.mono < RANKED_STALE_MS) return hit.rows;
+        return inflight.p;
+      }
+      const servedStale = hit !== undefined && age >= 0 && age < RANKED_STALE_MS && performance.now() - hit.mono < RANKED_STALE_MS;
       const gen = rankedGen;
-      // Scores this call just wrote are read back from the primary (read-your-writes); otherwise the
-      // list tolerates the staleness bound and may come from a read replica.
-      const refreshed = await this.refresh(at);
-      const rows = await (refreshed > 0 ? scores : staleScores).ranked(category);
-      if (gen === rankedGen) rankedMemo.set(key, { rows, at: at.getTime(), mono: performance.now() });
-      return rows;
+      const p = (async () => {
+        // Scores this call just wrote are read back from the primary (read-your-writes); otherwise
+        // the list tolerates the staleness bound and may come from a read replica.
+        const refreshed = await this.refresh(at);
+        const src = refreshed > 0 ? scores : staleScores;
+        const [ranked, unrated] = await Promise.all([src.ranked(category), src.unratedCounts(category)]);
+        const rows: RankedIndex = { rows: ranked, unrated, unratedTotal: unrated.reduce((a, c) => a + c.servers, 0) };
+        if (gen === rankedGen) {
+          rankedMemo.set(key, { rows, at: at.getTime(), mono: performance.now() });
+        }
+        return rows;
+      })().finally(() => {
+        if (rankedPending.get(key)?.p === p) rankedPending.delete(key);
+      });
+      rankedPending.set(key, { gen, at: at.getTime(), p });
+      if (servedStale) {
+        // Refreshed in the background; a failure leaves the list to the next read.
+        p.catch(() => {});
+        return hit.rows;
+      }
+      return p;
     },
 
     /** A server's current score and verdict, from the cache when it is fresh. */
@@ -319,6 +365,13 @@ export function createTrustEngine(db: Queryable) {
       return summaryOf(await current(server, at));
     },
   };
+}
+
+/** The ranked servers with evidence, and how many tracked servers have none, per category. */
+export interface RankedIndex {
+  rows: RankedServer[];
+  unrated: { category: string; servers: number }[];
+  unratedTotal: number;
 }
 
 export function serverRowOf(r: RankedServer): ServerRow {

@@ -31,6 +31,7 @@ import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { serversWithDriftFlag, toolManifestDriftFlags } from './drift.js';
 import { DRIFT_FLAG } from '../domain/drift.js';
+import { decodeCursor, encodeCursor, filterSignature, indexAfter, InvalidCursor, LIST_VERDICTS, MAX_SEARCH_CHARS, normaliseSearch, type RankKey } from '../domain/paging.js';
 import { periodicJob } from './jobs.js';
 import { listingMessage } from './registry-sync.js';
 import { mcpTrustView, type McpTrustView, type ServerCardCheck } from './mcp-probe.js';
@@ -40,6 +41,8 @@ const DAY_MS = 86_400_000;
 export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
 export const DELTA_SCHEMA = 'mcp-trust-delta-v1.0';
 export const LEADERBOARD_DEFAULT_LIMIT = 20;
+/** New servers without evidence listed by the trust delta (all are counted in summary.new_servers). */
+export const NEW_SERVERS_LISTED = 1000;
 /** `market_validation` counts whole tables; each instance recounts at most this often. */
 export const MARKET_FIGURES_MS = 60_000;
 /** Stale scores are recomputed (and snapshotted) at least this often. */
@@ -91,9 +94,18 @@ export interface Coverage {
 const mean1 = (sum: number, n: number) => (n > 0 ? Math.round((sum / n) * 10) / 10 : undefined);
 
 /** Tracked / rated / unrated per category (most servers first, then by name) and in total. */
-export function coverageOf(rows: readonly RankedServer[]): Omit<Coverage, 'at'> {
+export function coverageOf(rows: readonly RankedServer[], unrated: readonly { category: string; servers: number }[] = []): Omit<Coverage, 'at'> {
   const cats = new Map<string, CategoryCoverage & { sum: number }>();
   const tot = { servers: 0, rated: 0, unrated: 0, interactions: 0, sum: 0 };
+  // Servers without evidence arrive as counts per category (the ranked rows are the ones with evidence).
+  for (const u of unrated) {
+    let c = cats.get(u.category);
+    if (!c) cats.set(u.category, (c = { name: u.category, servers: 0, rated: 0, unrated: 0, interactions: 0, averageTrustScore: undefined, sum: 0 }));
+    for (const x of [c, tot]) {
+      x.servers += u.servers;
+      x.unrated += u.servers;
+    }
+  }
   for (const r of rows) {
     let c = cats.get(r.category);
     if (!c) cats.set(r.category, (c = { name: r.category, servers: 0, rated: 0, unrated: 0, interactions: 0, averageTrustScore: undefined, sum: 0 }));
@@ -167,6 +179,102 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   }
 
   const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
+
+  // Per ranked list (kept by the engine for SCORE_CACHE_MS): the leaderboard rank of each rated
+  // server and the lower-cased text a search matches, computed once per list.
+  const listIndex = new WeakMap<readonly RankedServer[], { rank: Map<number, number>; text: string[] }>();
+  function indexOf(all: readonly RankedServer[]) {
+    let ix = listIndex.get(all);
+    if (!ix) {
+      const rank = new Map<number, number>();
+      const text: string[] = [];
+      for (const r of all) {
+        if (isRated(r)) rank.set(r.id, rank.size + 1);
+        text.push(`${r.name}\u0000${r.slug}\u0000${r.url}`.toLowerCase());
+      }
+      ix = { rank, text };
+      listIndex.set(all, ix);
+    }
+    return ix;
+  }
+
+  /**
+   * One page of tracked servers, ranked (docs/pages.md, issue 23): filtered by category, a
+   * search text (name, slug or URL contains it, any case) and a verdict (null: the rated servers,
+   * i.e. the leaderboard; UNRATED: the servers without runtime evidence), after an opaque cursor
+   * (src/domain/paging.ts). `rank` is the server's place on its category's leaderboard.
+   */
+  async function listServers(o: { category?: string | null; q?: string | null; verdict?: string | null; cursor?: string | null; limit: number; all?: boolean }) {
+    const category = o.category?.trim() ? o.category.trim().toLowerCase() : null;
+    if (category !== null && category.length > 100) throw invalidArgument('category must be at most 100 characters');
+    const q = normaliseSearch(o.q);
+    if (q !== null && q.length > MAX_SEARCH_CHARS) throw invalidArgument(`q must be at most ${MAX_SEARCH_CHARS} characters`);
+    const verdict = o.verdict?.trim() ? o.verdict.trim().toUpperCase() : null;
+    if (verdict !== null && !(LIST_VERDICTS as readonly string[]).includes(verdict)) throw invalidArgument(`verdict must be one of ${LIST_VERDICTS.join(', ')}`);
+    // `all` (no verdict): every tracked server, rated first (the ranked order), unrated after.
+    const every = o.all === true && verdict === null;
+    const signature = filterSignature({ category, q, verdict: every ? '*' : verdict });
+    let after: RankKey | null = null;
+    if (o.cursor !== undefined && o.cursor !== null && o.cursor !== '') {
+      try {
+        after = decodeCursor(o.cursor, signature);
+      } catch (err) {
+        if (err instanceof InvalidCursor) throw invalidArgument(err.message);
+        throw err;
+      }
+    }
+    const at = now();
+    const idx = await engine.index(category, at);
+    const all = idx.rows;
+    const ix = indexOf(all);
+    const keyOf = (r: RankedServer): RankKey => ({ s: r.trust_score, n: Number(r.n), u: r.url });
+    const matches: RankedServer[] = [];
+    let rated = 0;
+    if (verdict !== 'UNRATED') {
+      for (let i = 0; i < all.length; i++) {
+        const r = all[i]!;
+        const isR = isRated(r);
+        if (isR) rated++;
+        if (!isR || (verdict !== null && r.verdict !== verdict)) continue;
+        if (q !== null && !ix.text[i]!.includes(q)) continue;
+        matches.push(r);
+      }
+    } else rated = all.filter(isRated).length;
+    const unratedCount = idx.unratedTotal + (all.length - rated);
+    // The rated part of the list from memory; the unrated part (every = rated first, then the
+    // rest; or UNRATED alone) one page at a time from the database, in URL order.
+    const start = after ? indexAfter(matches, keyOf, after) : 0;
+    let rows = verdict === 'UNRATED' ? [] : matches.slice(start, start + o.limit);
+    let total = verdict === 'UNRATED' ? 0 : matches.length;
+    let more = start + rows.length < matches.length;
+    if (every || verdict === 'UNRATED') {
+      const afterUrl = after && after.s === null && after.n === 0 ? after.u : null;
+      const need = o.limit - rows.length;
+      const pageOfRest = await scores.unratedPage({ category, search: q, afterUrl, limit: Math.max(1, need), knownTotal: q === null ? idx.unratedTotal : undefined });
+      total += pageOfRest.total;
+      if (need > 0) {
+        // The rated part ended on this page: the unrated follow (after the cursor's, if it named one).
+        rows = [...rows, ...pageOfRest.rows.slice(0, need)];
+        more = false;
+        if (pageOfRest.rows.length === need) {
+          // One more row decides whether a next page exists.
+          const probe = await scores.unratedPage({ category, search: q, afterUrl: rows[rows.length - 1]!.url, limit: 1, knownTotal: 0 });
+          more = probe.rows.length > 0;
+        }
+      } else if (pageOfRest.total > 0) more = true;
+    }
+    const last = rows[rows.length - 1];
+    return {
+      at,
+      category,
+      q,
+      verdict,
+      total,
+      unratedCount,
+      rows: rows.map((row) => ({ row, rank: isRated(row) ? (ix.rank.get(row.id) ?? null) : null })),
+      nextCursor: last && more ? encodeCursor(keyOf(last), signature) : null,
+    };
+  }
 
   // Keeps the hourly score history (deltas, trends) complete even when nobody reads scores. With
   // several instances on one database, one of them refreshes per period (advisory lock, jobs.ts).
@@ -266,18 +374,19 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
     async getLeaderboard(req: Partial<GetLeaderboardRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetLeaderboardResponseSchema>> {
       const limit = req.limit ?? LEADERBOARD_DEFAULT_LIMIT;
-      const category = req.category?.trim() ? req.category.trim().toLowerCase() : null;
-      const at = now();
-      const all = await engine.ranked(category, at);
-      // Ranks rated servers only; the others are counted (catalogued servers nobody observed yet).
-      const rated = all.filter(isRated);
+      // limit's range is a rule of the contract (buf.validate on GetLeaderboardRequest.limit).
+      const verdict = req.verdict?.trim() ? req.verdict.trim().toUpperCase() : null;
+      // The leaderboard ranks rated servers only: UNRATED ones are listed on /atlas/report.
+      if (verdict !== null && !['PASS', 'UNCERTAIN', 'FAIL'].includes(verdict)) throw invalidArgument('verdict must be PASS, UNCERTAIN or FAIL (unrated servers are not ranked)');
+      const page = await listServers({ category: req.category, q: req.q, verdict, cursor: req.cursor, limit });
       return {
-        category: category ?? 'all',
-        totalResults: rated.length,
-        unratedCount: all.length - rated.length,
-        generatedAt: at.toISOString(),
-        servers: rated.slice(0, limit).map((r, i) => ({
-          rank: i + 1,
+        category: page.category ?? 'all',
+        totalResults: page.total,
+        unratedCount: page.unratedCount,
+        generatedAt: page.at.toISOString(),
+        nextCursor: page.nextCursor ?? undefined,
+        servers: page.rows.map(({ row: r, rank }) => ({
+          rank: rank!,
           url: r.url,
           name: r.name,
           slug: r.slug,
@@ -292,6 +401,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       };
     },
 
+    listServers,
+
     /**
      * Coverage of the index as of now: tracked, rated and unrated servers and interactions per
      * category (most servers first) and in total. THE count behind /api/stats, the leaderboard's
@@ -299,14 +410,16 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
      */
     async getCoverage(category: string | null = null): Promise<Coverage> {
       const at = now();
-      return { at, ...coverageOf(await engine.ranked(category, at)) };
+      const idx = await engine.index(category, at);
+      return { at, ...coverageOf(idx.rows, idx.unrated) };
     },
 
     async getStats(_req: Partial<GetStatsRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetStatsResponseSchema>> {
       const at = now();
-      const [all, last24, m] = await Promise.all([engine.ranked(null, at), staleTelemetry.countsSince(new Date(at.getTime() - DAY_MS)), marketFigures(at)]);
-      const cov = coverageOf(all);
-      const mix = { pass: 0, uncertain: 0, fail: 0, unrated: 0 };
+      const [idx, last24, m] = await Promise.all([engine.index(null, at), staleTelemetry.countsSince(new Date(at.getTime() - DAY_MS)), marketFigures(at)]);
+      const all = idx.rows;
+      const cov = coverageOf(all, idx.unrated);
+      const mix = { pass: 0, uncertain: 0, fail: 0, unrated: idx.unratedTotal };
       for (const r of all) mix[(isRated(r) ? r.verdict! : 'UNRATED').toLowerCase() as keyof typeof mix]++;
       return {
         totalServersTracked: cov.totals.servers,
@@ -392,8 +505,31 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         };
       }
       const distribution: Record<SlaTier, number> = { Platinum: 0, Gold: 0, Silver: 0, Bronze: 0, Unrated: 0 };
-      for (const tier of (await tiersOf(null, at)).values()) distribution[tier]++;
+      const [tiers, idx] = await Promise.all([tiersOf(null, at), engine.index(null, at)]);
+      for (const tier of tiers.values()) distribution[tier]++;
+      distribution.Unrated += idx.unratedTotal;
       return { schema: SLA_SCHEMA, generatedAt: at.toISOString(), distribution, criteria: SLA_CRITERIA };
+    },
+
+    /** The SLA tier of the given servers (a page of a list), keyed by canonical URL. */
+    async getSlaTiersOf(rows: readonly RankedServer[]): Promise<Map<string, SlaTier>> {
+      const at = now();
+      const counts = await telemetry.countsSinceFor(
+        rows.filter(isRated).map((r) => r.id),
+        new Date(at.getTime() - 30 * DAY_MS),
+      );
+      return new Map(rows.map((r) => [r.url, isRated(r) ? slaTierFor(r.trust_score!, counts.get(r.id) ?? 0) : 'Unrated']));
+    },
+
+    /** Trust score history (hourly snapshots) of the given servers (a page of a list), keyed by canonical URL. */
+    async getTrustHistoryOf(rows: readonly RankedServer[], days: number): Promise<Map<string, { at: Date; trustScore: number }[]>> {
+      const at = now();
+      const hist = await scores.history(
+        rows.map((r) => r.id),
+        new Date(at.getTime() - days * DAY_MS),
+        at,
+      );
+      return new Map(rows.map((r) => [r.url, (hist.get(r.id) ?? []).map((p) => ({ at: p.bucket, trustScore: p.trust_score }))]));
     },
 
     /** The SLA tier of every server of a category (null: all), keyed by canonical URL. */
@@ -401,12 +537,12 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       return tiersOf(category, now());
     },
 
-    async getTrustDelta(req: Partial<GetTrustDeltaRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustDeltaResponseSchema>> {
+    async getTrustDelta(req: Partial<GetTrustDeltaRequest> & { newLimit?: number }, _ctx?: CallContext): Promise<MessageInitShape<typeof GetTrustDeltaResponseSchema>> {
       const window = req.window ?? DEFAULT_DELTA_WINDOW;
       if (!isDeltaWindow(window)) throw invalidArgument(`window must be one of ${Object.keys(DELTA_WINDOWS).join(', ')}`);
       const at = now();
       const start = new Date(at.getTime() - DELTA_WINDOWS[window] * 3_600_000);
-      const [all, prev] = await Promise.all([engine.ranked(null, at), staleScores.snapshotsAt(start)]);
+      const [all, prev, fresh] = await Promise.all([engine.ranked(null, at), staleScores.snapshotsAt(start), scores.unratedSince(start, req.newLimit ?? NEW_SERVERS_LISTED)]);
       const g = groupDeltas(
         all.map((r) => ({
           id: r.id,
@@ -419,18 +555,20 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         })),
         start,
       );
+      // New servers without evidence come from their own query (a catalogue import adds thousands).
+      const unratedNew = fresh.rows.map((r) => ({ url: r.url, name: r.name, category: r.category, trustScore: 0, registeredAt: r.registered_at.toISOString() }));
       const change = (s: (typeof g.servers_improved)[number]) => ({ url: s.url, name: s.name, trustScore: s.trust_score!, prevScore: s.prev_score!, delta: s.delta });
       return {
         schema: DELTA_SCHEMA,
         generatedAt: at.toISOString(),
         window,
         summary: {
-          newServers: g.servers_new.length,
+          newServers: g.servers_new.length + Math.max(0, fresh.total - all.filter((r) => r.registered_at.getTime() > start.getTime()).length),
           serversImproved: g.servers_improved.length,
           serversDegraded: g.servers_degraded.length,
           serversAtRisk: g.servers_at_risk.length,
         },
-        serversNew: g.servers_new.map((s) => ({ url: s.url, name: s.name, category: s.category, trustScore: s.trust_score ?? 0, registeredAt: s.registered_at.toISOString() })),
+        serversNew: [...g.servers_new.map((s) => ({ url: s.url, name: s.name, category: s.category, trustScore: s.trust_score ?? 0, registeredAt: s.registered_at.toISOString() })), ...unratedNew],
         serversImproved: g.servers_improved.map(change),
         serversDegraded: g.servers_degraded.map(change),
         serversAtRisk: g.servers_at_risk.map((s) => ({ url: s.url, name: s.name, trustScore: s.trust_score! })),
@@ -456,8 +594,13 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
      */
     async getAnomalies(category: string | null): Promise<{ url: string; name: string; slug: string; category: string; trustScore: number | null; verdict: string; flags: string[] }[]> {
       const at = now();
-      const [all, drifted] = await Promise.all([engine.ranked(category, at), serversWithDriftFlag(db, at)]);
-      return all
+      const [rated, drifted] = await Promise.all([engine.ranked(category, at), serversWithDriftFlag(db, at)]);
+      // Drifted servers without evidence are not among the ranked rows: read by id.
+      const ratedIds = new Set(rated.map((r) => r.id));
+      const extra = (await scores.serverRows([...drifted].filter((id) => !ratedIds.has(id))))
+        .filter((r) => category === null || r.category === category)
+        .map((r): RankedServer => ({ ...r, trust_score: null, verdict: null, computed_at: null, anomaly_flags: null, n: 0, successes: 0, latency_sum: 0, last_at: null }));
+      return [...rated, ...extra]
         .map((r) => {
           const rated = r.n > 0 && r.trust_score !== null;
           const flags = [...(rated ? (r.anomaly_flags ?? []) : []), ...(drifted.has(r.id) ? [DRIFT_FLAG] : [])];

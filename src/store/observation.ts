@@ -44,6 +44,12 @@ export function observationStore(db: Queryable) {
       await db.query('INSERT INTO observation_schedule (server_id, next_due_at) VALUES ($1, $2) ON CONFLICT (server_id) DO NOTHING', [serverId, dueAt]);
     },
 
+    /** schedule for many servers in one statement. */
+    async scheduleMany(serverIds: readonly number[], dueAt: Date): Promise<void> {
+      if (serverIds.length === 0) return;
+      await db.query('INSERT INTO observation_schedule (server_id, next_due_at) SELECT unnest($1::int8[]), $2::timestamptz ON CONFLICT (server_id) DO NOTHING', [serverIds, dueAt]);
+    },
+
     /**
      * Brings the schedule in line with who may be observed (docs/observation.md "What is
      * observed"): catalogue servers, and servers with evidence from at least `minSources`

@@ -1,5 +1,6 @@
 import type { Queryable } from '../db/index.js';
 import { onTelemetryCommitted } from './telemetry.js';
+import { BoundedMap } from './cache-limits.js';
 
 // The MCP Registry side of catalogued servers (docs/observation.md "Registry sync"): each
 // server's listing status, and the incremental sync's position per registry. Columns
@@ -40,6 +41,17 @@ export function registrySyncStore(db: Queryable) {
       await db.query(
         'UPDATE servers SET registry_status = $2, registry_status_message = $3, registry_status_changed_at = $4, registry_updated_at = $5 WHERE id = $1',
         [serverId, u.status, u.message, u.changedAt, u.updatedAt],
+      );
+    },
+
+    /** setListing for many servers in one statement (the bulk import path). */
+    async setListings(rows: readonly ({ serverId: number } & ListingUpdate)[]): Promise<void> {
+      if (rows.length === 0) return;
+      await db.query(
+        `UPDATE servers s SET registry_status = u.status, registry_status_message = u.message, registry_status_changed_at = u.changed, registry_updated_at = u.updated
+           FROM unnest($1::int8[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[]) AS u(id, status, message, changed, updated)
+          WHERE s.id = u.id`,
+        [rows.map((r) => r.serverId), rows.map((r) => r.status), rows.map((r) => r.message), rows.map((r) => r.changedAt?.toISOString() ?? null), rows.map((r) => r.updatedAt?.toISOString() ?? null)],
       );
     },
 
@@ -96,9 +108,9 @@ export function registrySyncStore(db: Queryable) {
  * changed at once (notifyServersChanged); other instances' changes show within `ttlMs`. Bounded:
  * beyond `maxEntries` it starts over.
  */
-export function rememberedListings(db: Queryable, ttlMs: number, maxEntries = 100_000): (serverId: number) => Promise<RegistryListingRow | null> {
+export function rememberedListings(db: Queryable, ttlMs: number): (serverId: number) => Promise<RegistryListingRow | null> {
   const store = registrySyncStore(db);
-  const memo = new Map<number, { row: RegistryListingRow | null; mono: number }>();
+  const memo = new BoundedMap<number, { row: RegistryListingRow | null; mono: number }>();
   onTelemetryCommitted(db, (ids) => {
     for (const id of ids) memo.delete(id);
   });
@@ -106,7 +118,6 @@ export function rememberedListings(db: Queryable, ttlMs: number, maxEntries = 10
     const hit = memo.get(serverId);
     if (hit && performance.now() - hit.mono < ttlMs) return hit.row;
     const row = await store.listing(serverId);
-    if (memo.size >= maxEntries) memo.clear();
     memo.set(serverId, { row, mono: performance.now() });
     return row;
   };

@@ -1,6 +1,7 @@
 import type { Queryable } from '../db/index.js';
 import { settleRollups } from './rollup-aggregator.js';
 import { groupByServer } from './by-server.js';
+import type { ServerRow } from './servers.js';
 
 /** The cached current score of a server (last computation) and its hourly history. */
 export interface ScoreRow {
@@ -81,26 +82,89 @@ export function scoreStore(db: Queryable) {
      */
     async staleServerIds(staleBefore: Date): Promise<number[]> {
       await settleRollups(db);
+      // Only servers with evidence: a server without reports is UNRATED whatever its stored row
+      // says (ranked lists read n = 0 as unrated), and its score moves with nothing. At catalogue
+      // scale (100,000 servers, most never reported on) recomputing those every
+      // SCORE_MAX_AGE_MS was most of the work of every ranked read (issue 23). Driven from
+      // server_totals, so the cost follows the servers with evidence, not the catalogue.
       const rows = await db.query<{ id: number }>(
-        `SELECT s.id FROM servers s LEFT JOIN server_scores c ON c.server_id = s.id LEFT JOIN server_totals t ON t.server_id = s.id
-          WHERE c.server_id IS NULL OR c.computed_at < $1 OR c.evidence_reports <> coalesce(t.n, 0)`,
+        `SELECT t.server_id AS id FROM server_totals t LEFT JOIN server_scores c ON c.server_id = t.server_id
+          WHERE t.n > 0 AND (c.server_id IS NULL OR c.computed_at < $1 OR c.evidence_reports <> t.n)`,
         [staleBefore.toISOString()],
       );
       return rows.map((r) => r.id);
     },
 
-    /** Every tracked server (optionally of one category) with its cached score and totals. */
+    /** The server rows of the given ids (the score refresh's batch input). */
+    async serverRows(ids: readonly number[]): Promise<ServerRow[]> {
+      if (ids.length === 0) return [];
+      return db.query<ServerRow>('SELECT id, url, name, slug, category, registered_at FROM servers WHERE id = ANY($1::int8[]) ORDER BY id', [ids]);
+    },
+
+    /**
+     * Every tracked server WITH EVIDENCE (optionally of one category) with its cached score and
+     * totals, ranked. Servers without evidence (a catalogue's unobserved majority) are counted by
+     * unratedCounts and paged by unratedPage instead of being read whole (issue 23).
+     */
     async ranked(category: string | null): Promise<RankedServer[]> {
       await settleRollups(db);
       return db.query<RankedServer>(
         `SELECT s.id, s.url, s.name, s.slug, s.category, s.registered_at, c.trust_score, c.verdict, c.computed_at, c.anomaly_flags,
-                coalesce(t.n, 0)::int8 AS n, coalesce(t.successes, 0)::int8 AS successes, coalesce(t.latency_sum, 0)::float8 AS latency_sum,
-                t.last_at
-           FROM servers s LEFT JOIN server_scores c ON c.server_id = s.id LEFT JOIN server_totals t ON t.server_id = s.id
-          WHERE ($1::text IS NULL OR s.category = $1)
-          ORDER BY c.trust_score DESC NULLS LAST, coalesce(t.n, 0) DESC, s.url`,
+                t.n::int8 AS n, t.successes::int8 AS successes, t.latency_sum::float8 AS latency_sum, t.last_at
+           FROM server_totals t JOIN servers s ON s.id = t.server_id LEFT JOIN server_scores c ON c.server_id = t.server_id
+          WHERE t.n > 0 AND ($1::text IS NULL OR s.category = $1)
+          ORDER BY c.trust_score DESC NULLS LAST, t.n DESC, s.url COLLATE "C"`,
         [category],
       );
+    },
+
+    /** Tracked servers without evidence per category (optionally one), with the newest registration time. */
+    async unratedCounts(category: string | null): Promise<{ category: string; servers: number }[]> {
+      const rows = await db.query<{ category: string; servers: number }>(
+        `SELECT s.category, count(*)::int8 AS servers FROM servers s
+          WHERE ($1::text IS NULL OR s.category = $1) AND NOT EXISTS (SELECT 1 FROM server_totals t WHERE t.server_id = s.id AND t.n > 0)
+          GROUP BY s.category`,
+        [category],
+      );
+      return rows.map((r) => ({ category: r.category, servers: Number(r.servers) }));
+    },
+
+    /**
+     * One page of the servers without evidence, in URL order (code units), after `afterUrl`;
+     * optionally of one category and containing `search` (lower case) in name, slug or URL.
+     * `total` counts every match. RankedServer rows with n = 0 and no score.
+     */
+    async unratedPage(o: { category: string | null; search: string | null; afterUrl: string | null; limit: number; knownTotal?: number }): Promise<{ rows: RankedServer[]; total: number }> {
+      const like = o.search === null ? null : `%${o.search.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+      const where = `($1::text IS NULL OR s.category = $1) AND NOT EXISTS (SELECT 1 FROM server_totals t WHERE t.server_id = s.id AND t.n > 0)
+          AND ($2::text IS NULL OR lower(s.name) LIKE $2 OR s.slug LIKE $2 OR lower(s.url) LIKE $2)`;
+      const [rows, [count]] = await Promise.all([
+        db.query<RankedServer>(
+          `SELECT s.id, s.url, s.name, s.slug, s.category, s.registered_at, NULL::float8 AS trust_score, NULL::text AS verdict, NULL::timestamptz AS computed_at,
+                  NULL::text[] AS anomaly_flags, 0::int8 AS n, 0::int8 AS successes, 0::float8 AS latency_sum, NULL::timestamptz AS last_at
+             FROM servers s WHERE ${where} AND ($3::text IS NULL OR s.url COLLATE "C" > $3::text COLLATE "C")
+            ORDER BY s.url COLLATE "C" LIMIT $4`,
+          [o.category, like, o.afterUrl, o.limit],
+        ),
+        // Without a search the caller knows the count (unratedCounts, kept with the ranked list).
+        o.knownTotal !== undefined ? Promise.resolve([{ n: o.knownTotal }]) : db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM servers s WHERE ${where}`, [o.category, like]),
+      ]);
+      return { rows, total: Number(count!.n) };
+    },
+
+    /** Servers without evidence registered after `since` (the trust delta's new servers): up to `limit` newest; `total` counts every server registered since, with evidence or not. */
+    async unratedSince(since: Date, limit: number): Promise<{ rows: Pick<RankedServer, 'id' | 'url' | 'name' | 'category' | 'registered_at'>[]; total: number }> {
+      const where = `s.registered_at > $1 AND NOT EXISTS (SELECT 1 FROM server_totals t WHERE t.server_id = s.id AND t.n > 0)`;
+      const [rows, [count]] = await Promise.all([
+        db.query<Pick<RankedServer, 'id' | 'url' | 'name' | 'category' | 'registered_at'>>(
+          `SELECT s.id, s.url, s.name, s.category, s.registered_at FROM servers s WHERE ${where} ORDER BY s.registered_at DESC, s.id DESC LIMIT $2`,
+          [since.toISOString(), limit],
+        ),
+        // Every server registered since (an index range count); the caller subtracts the ones with
+        // evidence it holds in memory, cheaper than the anti-join over a fresh catalogue import.
+        db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM servers s WHERE s.registered_at > $1`, [since.toISOString()]),
+      ]);
+      return { rows, total: Number(count!.n) };
     },
 
     /** Hourly score snapshots of the given servers with from <= bucket <= to, oldest first. */

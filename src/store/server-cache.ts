@@ -1,9 +1,8 @@
 import type { Queryable } from '../db/index.js';
 import { withoutQuery } from '../domain/server-identity.js';
 import { serverStore, type ServerRow } from './servers.js';
+import { BoundedMap } from './cache-limits.js';
 
-/** Most server rows kept in memory; beyond that the cache starts over (bounded memory). */
-const MAX_ENTRIES = 50_000;
 
 /**
  * Server rows for ingestion, kept in memory: a server row never changes except its category,
@@ -12,7 +11,8 @@ const MAX_ENTRIES = 50_000;
  */
 export function serverCache(db: Queryable) {
   const servers = serverStore(db);
-  const byUrl = new Map<string, ServerRow>();
+  // Bounded by CACHE_MAX_ENTRIES (src/store/cache-limits.ts): the oldest rows go first.
+  const byUrl = new BoundedMap<string, ServerRow>();
   const inflight = new Map<string, Promise<ServerRow>>();
 
   /** Runs `fn` once for concurrent callers of the same key. */
@@ -26,7 +26,6 @@ export function serverCache(db: Queryable) {
   }
 
   function remember(key: string, row: ServerRow): ServerRow {
-    if (byUrl.size >= MAX_ENTRIES) byUrl.clear();
     byUrl.set(key, row);
     return row;
   }
@@ -76,8 +75,8 @@ export function notifyIdentityChanged(db: Queryable): void {
  * tracked a moment later is found at once), forgotten at once on notifyIdentityChanged(db).
  * Bounded: beyond `maxEntries` it starts over.
  */
-export function rememberedHits(db: Queryable, lookup: (key: string) => Promise<ServerRow | null>, ttlMs: number, maxEntries = 100_000): (key: string) => Promise<ServerRow | null> {
-  const hits = new Map<string, { row: ServerRow; mono: number }>();
+export function rememberedHits(db: Queryable, lookup: (key: string) => Promise<ServerRow | null>, ttlMs: number): (key: string) => Promise<ServerRow | null> {
+  const hits = new BoundedMap<string, { row: ServerRow; mono: number }>();
   let listeners = identityListeners.get(db);
   if (!listeners) identityListeners.set(db, (listeners = new Set()));
   listeners.add(() => hits.clear());
@@ -86,7 +85,6 @@ export function rememberedHits(db: Queryable, lookup: (key: string) => Promise<S
     if (hit && performance.now() - hit.mono < ttlMs) return hit.row;
     const row = await lookup(key);
     if (row) {
-      if (hits.size >= maxEntries) hits.clear();
       hits.set(key, { row, mono: performance.now() });
     }
     return row;

@@ -257,6 +257,93 @@ export function serverStore(db: Queryable) {
       return { id, added, bound, displaced, conflict };
     },
 
+    /**
+     * The bulk form of upsertCatalogued for one registry page (call inside a transaction): in a
+     * handful of statements it tracks every remote whose URL is new and whose registry name is
+     * free as a name and as a handle (the common case of a first import), and refreshes every
+     * remote already tracked whose registry name is bound to itself (the common case of a
+     * re-import). It returns what it did per URL; the remotes it leaves out (taken names,
+     * squatters, conflicts, repeats within the page) go through upsertCatalogued one by one.
+     * A concurrent writer taking a chosen identity meanwhile makes the insert fail with a unique
+     * violation: the caller rolls back and takes the one-by-one path for the whole page.
+     */
+    async upsertCataloguedMany(items: readonly ({ url: string; category: string } & CatalogueFields)[], now: Date): Promise<Map<string, { id: number; added: boolean }>> {
+      const out = new Map<string, { id: number; added: boolean }>();
+      if (items.length === 0) return out;
+      const handles = items.map((i) => serverHandle(i.registry_name));
+      const lowerNames = items.map((i) => i.registry_name.toLowerCase());
+      const [taken] = await db.query<{ existing: { id: number; url: string }[] | null; holders: { handle: string; server_id: number }[] | null; names: string[] }>(
+        `SELECT (SELECT json_agg(json_build_object('id', id, 'url', url)) FROM servers WHERE url = ANY($1::text[])) AS existing,
+                (SELECT json_agg(json_build_object('handle', handle, 'server_id', server_id)) FROM server_handles WHERE handle = ANY($2::text[])) AS holders,
+                ARRAY(SELECT lower(name) FROM servers WHERE lower(name) = ANY($3::text[])) AS names`,
+        [items.map((i) => i.url), handles, lowerNames],
+      );
+      const existing = new Map((taken!.existing ?? []).map((e) => [e.url, Number(e.id)]));
+      const holders = new Map((taken!.holders ?? []).map((h) => [h.handle, Number(h.server_id)]));
+      const names = new Set(taken!.names);
+      const count = (xs: string[]) => xs.reduce((m, x) => m.set(x, (m.get(x) ?? 0) + 1), new Map<string, number>());
+      const urlCount = count(items.map((i) => i.url));
+      const handleCount = count(handles);
+      const nameCount = count(lowerNames);
+      const fresh: number[] = [];
+      const refresh: { i: number; id: number }[] = [];
+      items.forEach((it, i) => {
+        const h = handles[i]!;
+        if (h === '' || urlCount.get(it.url)! > 1 || handleCount.get(h)! > 1 || nameCount.get(lowerNames[i]!)! > 1) return;
+        const id = existing.get(it.url);
+        if (id === undefined) {
+          if (!holders.has(h) && !names.has(lowerNames[i]!)) fresh.push(i);
+        } else if (holders.get(h) === id) refresh.push({ i, id });
+      });
+      if (fresh.length > 0) {
+        const f = fresh.map((i) => items[i]!);
+        // The slug trigger binds each slug as a handle; the registry name is that handle.
+        const rows = await db.query<{ id: number; url: string }>(
+          `INSERT INTO servers (url, name, slug, category, registered_at, registry_name, title, description, repository_url, registry_version, transport, catalogued_at)
+           SELECT u.url, u.name, u.slug, u.category, $10::timestamptz, u.name, u.title, u.description, u.repo, u.version, u.transport, $10::timestamptz
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[]) AS u(url, name, slug, category, title, description, repo, version, transport)
+           RETURNING id, url`,
+          [
+            f.map((x) => x.url),
+            f.map((x) => x.registry_name),
+            fresh.map((i) => handles[i]!),
+            f.map((x) => x.category),
+            f.map((x) => x.title),
+            f.map((x) => x.description),
+            f.map((x) => x.repository_url),
+            f.map((x) => x.registry_version),
+            f.map((x) => x.transport),
+            now,
+          ],
+        );
+        await db.query("UPDATE server_handles SET kind = 'registry' WHERE handle = ANY($1::text[]) AND kind <> 'registry'", [fresh.map((i) => handles[i]!)]);
+        for (const r of rows) out.set(r.url, { id: Number(r.id), added: true });
+      }
+      if (refresh.length > 0) {
+        const f = refresh.map(({ i }) => items[i]!);
+        await db.query(
+          `UPDATE servers s SET registry_name = u.name, title = u.title, description = u.description, repository_url = u.repo, registry_version = u.version,
+                  transport = u.transport, catalogued_at = $9::timestamptz, category = CASE WHEN u.category = 'general' THEN s.category ELSE u.category END
+             FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) AS u(id, name, title, description, repo, version, transport, category)
+            WHERE s.id = u.id`,
+          [
+            refresh.map((r) => r.id),
+            f.map((x) => x.registry_name),
+            f.map((x) => x.title),
+            f.map((x) => x.description),
+            f.map((x) => x.repository_url),
+            f.map((x) => x.registry_version),
+            f.map((x) => x.transport),
+            f.map((x) => x.category),
+            now,
+          ],
+        );
+        await db.query("UPDATE server_handles SET kind = 'registry' WHERE handle = ANY($1::text[]) AND kind <> 'registry'", [refresh.map(({ i }) => handles[i]!)]);
+        refresh.forEach(({ id }, k) => out.set(f[k]!.url, { id, added: false }));
+      }
+      return out;
+    },
+
     /** Catalogue metadata of a server (null members when it was never imported). */
     async catalogue(id: number): Promise<CatalogueRow | null> {
       const rows = await db.query<CatalogueRow>(

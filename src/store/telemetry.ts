@@ -397,6 +397,16 @@ export function telemetryStore(db: Queryable) {
       return new Map(rows.map((r) => [r.server_id, r.n]));
     },
 
+    /** countsSince for the given servers only (a page of a list). */
+    async countsSinceFor(serverIds: readonly number[], from: Date): Promise<Map<number, number>> {
+      if (serverIds.length === 0) return new Map();
+      const rows = await db.query<{ server_id: number; n: number }>(
+        'SELECT server_id, sum(n)::int8 AS n FROM telemetry_hourly WHERE server_id = ANY($1::int8[]) AND bucket >= $2 GROUP BY server_id',
+        [serverIds, from.toISOString()],
+      );
+      return new Map(rows.map((r) => [r.server_id, r.n]));
+    },
+
     /** Distinct UTC days with at least one report. */
     async daysObserved(serverId: number): Promise<number> {
       await settleRollups(db);

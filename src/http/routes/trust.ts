@@ -38,11 +38,14 @@ export function trustRoutes(app: FastifyInstance, { services }: RouteDeps) {
     reply.type('application/json; charset=utf-8').send(restJsonText(GetTrustResponseSchema, await trust.getTrust({ url: req.query.url }))),
   );
 
-  app.get<{ Querystring: { category?: string; limit?: string } }>(
+  app.get<{ Querystring: { category?: string; limit?: string; cursor?: string; q?: string; verdict?: string } }>(
     '/api/leaderboard',
     { schema: { querystring: restQuerySchema(GetLeaderboardRequestSchema) } },
     async (req) =>
-      restJson(GetLeaderboardResponseSchema, await trust.getLeaderboard({ category: req.query.category, limit: parseLimit(req.query.limit) })),
+      restJson(
+        GetLeaderboardResponseSchema,
+        await trust.getLeaderboard({ category: req.query.category, limit: parseLimit(req.query.limit), cursor: req.query.cursor, q: req.query.q, verdict: req.query.verdict }),
+      ),
   );
 
   app.get('/api/stats', async () => restJson(GetStatsResponseSchema, await trust.getStats({})));
