@@ -7,11 +7,14 @@
 // a page never repeats or skips a server because others moved in between (a server whose score
 // changed moves to its new place). A cursor is bound to its filter; another filter refuses it.
 
+import { GetLeaderboardRequestSchema } from '../../gen/observatory/v1/trust_pb.js';
+import { contractField, maxLength } from './contract-rules.js';
+
 export const MAX_CURSOR_CHARS = 512;
 export const LIST_VERDICTS = ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'] as const;
 export type ListVerdict = (typeof LIST_VERDICTS)[number];
-/** Longest search text accepted. */
-export const MAX_SEARCH_CHARS = 200;
+/** Longest search text: the max_len rule of GetLeaderboardRequest.q in proto/. */
+export const MAX_SEARCH_CHARS = maxLength(contractField(GetLeaderboardRequestSchema, 'q'))!;
 
 export class InvalidCursor extends Error {}
 

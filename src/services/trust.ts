@@ -31,11 +31,14 @@ import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { serversWithDriftFlag, toolManifestDriftFlags } from './drift.js';
 import { DRIFT_FLAG } from '../domain/drift.js';
-import { decodeCursor, encodeCursor, filterSignature, indexAfter, InvalidCursor, LIST_VERDICTS, MAX_SEARCH_CHARS, normaliseSearch, type RankKey } from '../domain/paging.js';
+import { decodeCursor, encodeCursor, filterSignature, indexAfter, InvalidCursor, LIST_VERDICTS, normaliseSearch, type RankKey } from '../domain/paging.js';
 import { periodicJob } from './jobs.js';
 import { listingMessage } from './registry-sync.js';
 import { mcpTrustView, type McpTrustView, type ServerCardCheck } from './mcp-probe.js';
 import { createTrustEngine, SCORE_CACHE_MS, type ComputedScore, type ScoreSummary } from './trust-engine.js';
+import { ruleViolations } from '../domain/contract-rules.js';
+import { contractViolation } from './contract.js';
+import { GetLeaderboardRequestSchema } from '../../gen/observatory/v1/trust_pb.js';
 
 const DAY_MS = 86_400_000;
 export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
@@ -206,9 +209,10 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
    */
   async function listServers(o: { category?: string | null; q?: string | null; verdict?: string | null; cursor?: string | null; limit: number; all?: boolean }) {
     const category = o.category?.trim() ? o.category.trim().toLowerCase() : null;
-    if (category !== null && category.length > 100) throw invalidArgument('category must be at most 100 characters');
+    // The pages call this directly: the same rules of the contract as the leaderboard's request.
+    const violations = ruleViolations(GetLeaderboardRequestSchema, { category: o.category ?? undefined, q: o.q ?? undefined });
+    if (violations.length) throw contractViolation(violations);
     const q = normaliseSearch(o.q);
-    if (q !== null && q.length > MAX_SEARCH_CHARS) throw invalidArgument(`q must be at most ${MAX_SEARCH_CHARS} characters`);
     const verdict = o.verdict?.trim() ? o.verdict.trim().toUpperCase() : null;
     if (verdict !== null && !(LIST_VERDICTS as readonly string[]).includes(verdict)) throw invalidArgument(`verdict must be one of ${LIST_VERDICTS.join(', ')}`);
     // `all` (no verdict): every tracked server, rated first (the ranked order), unrated after.
