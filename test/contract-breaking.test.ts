@@ -37,8 +37,9 @@ describe('the released contract', () => {
       const file = path.join(dir, 'proto/observatory/v1/telemetry.proto');
       const original = await readFile(file, 'utf8');
       const edits: [string, (s: string) => string, RegExp][] = [
-        ['removed field', (s) => s.replace(/^\s*optional string tool_name = \d+;.*$/m, ''), /tool_name/],
-        ['renumbered field', (s) => s.replace(/optional double latency_ms = (\d+);/, "optional double latency_ms = 99;"), /latency_ms|99/],
+        // Field declarations may carry options over several lines (buf.validate rules).
+        ['removed field', (s) => s.replace(/^\s*optional string tool_name = \d+(\s*\[[\s\S]*?\])?;.*$/m, ''), /tool_name/],
+        ['renumbered field', (s) => s.replace(/optional double latency_ms = (\d+)/, 'optional double latency_ms = 99'), /latency_ms|99/],
         ['changed go_package', (s) => s.replace(/option go_package = "[^"]+";/, 'option go_package = "example.com/other;other";'), /go_package/],
       ];
       for (const [name, edit, mentions] of edits) {

@@ -34,15 +34,16 @@ export interface PythonStubs {
 }
 
 /**
- * The proto files a Python client needs: every observatory.v1 file, and gRPC health and
- * reflection. The grpc/ tree is compiled under the import prefix obs_grpc/ so that the generated
+ * The proto files a Python client needs: every observatory.v1 file with what it imports, and gRPC
+ * health and reflection. The grpc/ tree is compiled under the import prefix obs_grpc/ so that the generated
  * package does not shadow grpcio's own `grpc` package.
  */
 async function protoFiles(): Promise<{ args: string[]; files: string[] }> {
   const observatory = (await readdir(path.join(PROTO_ROOT, 'observatory/v1'))).filter((f) => f.endsWith('.proto')).map((f) => `observatory/v1/${f}`);
   return {
     args: [`--proto_path=${PROTO_ROOT}`, `--proto_path=obs_grpc=${path.join(PROTO_ROOT, 'grpc')}`],
-    files: [...observatory, 'obs_grpc/health/v1/health.proto', 'obs_grpc/reflection/v1/reflection.proto'],
+    // observatory.v1 imports the buf.validate rules and the google.api.http annotations (docs/contract.md).
+    files: [...observatory, 'buf/validate/validate.proto', 'google/api/annotations.proto', 'google/api/http.proto', 'obs_grpc/health/v1/health.proto', 'obs_grpc/reflection/v1/reflection.proto'],
   };
 }
 
