@@ -1,25 +1,23 @@
 // The human pages in a real browser: Debian's Chromium driven by playwright-core. Loads each page
 // over the demo data set, checks what a person sees against the JSON API, follows a leaderboard
 // link to a server view, and saves screenshots to test-artifacts/ (gitignored).
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadDemoData } from '../src/demo/load-demo.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { haveChromium, launchChromium, reportChromium } from './support/browser.js';
 import { startMcpTarget } from './support/mcp-target.js';
 
-const CHROMIUM = '/usr/bin/chromium';
-const haveChromium = existsSync(CHROMIUM);
-if (!haveChromium) console.log(`pages.browser.test: SKIPPED, ${CHROMIUM} is not installed (apt-get install chromium)`);
+reportChromium('pages.browser.test');
 
 const ARTIFACTS = path.resolve('test-artifacts');
 const NOW = new Date('2026-06-15T12:00:00Z');
 
 let t: TestApp;
 let ctx: BrowserContext;
-let userDataDir: string;
+let browser: Awaited<ReturnType<typeof launchChromium>> | undefined;
 let target: Awaited<ReturnType<typeof startMcpTarget>>;
 
 async function open(p: Page, url: string) {
@@ -42,22 +40,12 @@ describe.skipIf(!haveChromium)('pages in Chromium', () => {
     expect((await postJson(`${t.base}/api/report`, { server_url: target.url, success: true, latency_ms: 12, tool_name: 'get_forecast' })).status).toBe(200);
     await loadDemoData(t.obs.db, { servers: 10, days: 5, now: NOW });
     expect((await fetch(`${t.base}/v1/preflight?target=${encodeURIComponent('https://weather-now.demo.example/mcp')}`)).status).toBe(200);
-    userDataDir = mkdtempSync(path.join(tmpdir(), 'obs-chromium-'));
-    ctx = await chromium.launchPersistentContext(userDataDir, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-      viewport: { width: 1280, height: 900 },
-      javaScriptEnabled: false,
-    });
-    // Playwright's 30 s default waits time out on a loaded machine before anything is wrong.
-    ctx.setDefaultTimeout(120_000);
-    ctx.setDefaultNavigationTimeout(120_000);
+    browser = await launchChromium();
+    ctx = browser.ctx;
   }, 300_000);
 
   afterAll(async () => {
-    await ctx?.close();
-    if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
+    await browser?.close();
     await t?.close();
     await target?.close();
   });

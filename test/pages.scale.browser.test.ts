@@ -5,16 +5,14 @@
 // that way; every figure is checked against the JSON API (leaderboard cursors included).
 // No timing assertions: the import-speed and latency figures are the bench's
 // (`npm run bench -- --only=scale100k`, docs/performance.md).
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { haveChromium, launchChromium, reportChromium } from './support/browser.js';
 
-const CHROMIUM = '/usr/bin/chromium';
-const haveChromium = existsSync(CHROMIUM);
-if (!haveChromium) console.log(`pages.scale.browser.test: SKIPPED, ${CHROMIUM} is not installed (apt-get install chromium)`);
+reportChromium('pages.scale.browser.test');
 
 const ARTIFACTS = path.resolve('test-artifacts');
 const SERVERS = 100_000;
@@ -24,7 +22,7 @@ const urlOf = (i: number) => `https://srv-${i}.scale.example/mcp`;
 
 let t: TestApp;
 let ctx: BrowserContext;
-let userDataDir: string;
+let browser: Awaited<ReturnType<typeof launchChromium>> | undefined;
 
 async function open(p: Page, url: string) {
   const res = await p.goto(t.base + url, { waitUntil: 'load' });
@@ -55,21 +53,12 @@ describe.skipIf(!haveChromium)(`pages in Chromium at ${SERVERS.toLocaleString('e
         expect(res.status).toBe(200);
       }
     }
-    userDataDir = mkdtempSync(path.join(tmpdir(), 'obs-chromium-'));
-    ctx = await chromium.launchPersistentContext(userDataDir, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-      viewport: { width: 1280, height: 900 },
-      javaScriptEnabled: false,
-    });
-    ctx.setDefaultTimeout(120_000);
-    ctx.setDefaultNavigationTimeout(120_000);
+    browser = await launchChromium();
+    ctx = browser.ctx;
   }, 300_000);
 
   afterAll(async () => {
-    await ctx?.close();
-    if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
+    await browser?.close();
     await t?.close();
   });
 

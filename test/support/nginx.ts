@@ -8,8 +8,8 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { z } from 'zod';
 
-// A real nginx (Debian's package) and a real MCP server (official SDK) for gate tests: the same
-// set-up as test/gateway.nginx.test.ts, shared here for the tests that add to it.
+// A real nginx (Debian's package) and a real MCP server (official SDK) for the gate tests
+// (test/gateway.nginx.test.ts, test/bundle.nginx.test.ts): one set-up, shared.
 
 export function findNginx(): string | null {
   for (const p of ['nginx', '/usr/sbin/nginx']) {
