@@ -37,7 +37,7 @@ describe.skipIf(!nginxBin)(`nginx auth_request to a gate answering from a bundle
     gate = await createBundleGate(config, { logger: false });
     const gateBase = `http://127.0.0.1:${new URL(await gate.listen()).port}`;
     expect(gate.mirror.status().state).toBe('fresh');
-    nginx = await startNginx(nginxBin!, (dir, port) => nginxGateConf(dir, port, gateBase, upstream, ['x-trust-verdict', 'x-trust-score', 'x-trust-bundle', 'x-trust-bundle-age']));
+    nginx = await startNginx(nginxBin!, (dir, port) => nginxGateConf(dir, port, gateBase, upstream, { passHeaders: ['x-trust-verdict', 'x-trust-score', 'x-trust-bundle', 'x-trust-bundle-age'] }));
   }, NGINX_START_MS + 120_000);
 
   afterAll(async () => {

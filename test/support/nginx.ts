@@ -57,27 +57,38 @@ export async function startMcpServer(): Promise<{ server: Server; port: number }
   return { server, port: (server.address() as { port: number }).port };
 }
 
+/** What a gate configuration adds beyond the three standard locations. */
+export interface GateConfOptions {
+  /** Gate answer headers copied to the client's response. */
+  passHeaders: string[];
+  /** Gate answer headers also sent on to the upstream MCP server. */
+  forwardHeaders?: string[];
+  /** More locations, each with its own upstream: `mcpServer` is the URL the gate judges. */
+  extraLocations?: { prefix: string; mcpServer: string; upstream: string }[];
+}
+
 /**
  * nginx with auth_request to `gate`/v1/gate in front of `upstream`: /pass/ and /fail/ name their
- * upstream MCP server in X-Mcp-Server, /anon/ only the URL the client called. `passHeaders` are
- * gate answer headers copied to the client's response.
+ * upstream MCP server in X-Mcp-Server (subrequests share the parent's variables), /anon/ only the
+ * URL the client called, so the gate judges the gateway URL itself.
  */
-export function nginxGateConf(dir: string, port: number, gate: string, upstream: string, passHeaders: string[]): string {
-  const copy = passHeaders
-    .map((h) => {
-      const v = `$gate_${h.replace(/-/g, '_')}`;
-      return `auth_request_set ${v} $upstream_http_${h.replace(/-/g, '_')};\n      add_header ${h} ${v} always;`;
-    })
-    .join('\n      ');
-  const location = (prefix: string, mcpServer: string) => `
+export function nginxGateConf(dir: string, port: number, gate: string, upstream: string, o: GateConfOptions): string {
+  const varName = (h: string) => h.toLowerCase().replace(/-/g, '_');
+  const gateVar = (h: string) => `$gate_${varName(h)}`;
+  const copy = [
+    ...o.passHeaders.map((h) => `auth_request_set ${gateVar(h)} $upstream_http_${varName(h)};\n      add_header ${h} ${gateVar(h)} always;`),
+    ...(o.forwardHeaders ?? []).map((h) => `proxy_set_header ${h} ${gateVar(h)};`),
+  ].join('\n      ');
+  const location = (prefix: string, mcpServer: string, to = upstream) => `
     location ${prefix} {
       set $mcp_server "${mcpServer}";
       auth_request /_trust_gate;
       ${copy}
       proxy_http_version 1.1;
       proxy_buffering off;
-      proxy_pass ${upstream};
+      proxy_pass ${to};
     }`;
+  const extra = (o.extraLocations ?? []).map((l) => location(l.prefix, l.mcpServer, l.upstream)).join('\n    ');
   return `
 worker_processes 1;
 pid ${dir}/nginx.pid;
@@ -95,11 +106,14 @@ http {
     ${location('/pass/', `${upstream}/pass/mcp`)}
     ${location('/fail/', `${upstream}/fail/mcp`)}
     ${location('/anon/', '')}
+    ${extra}
     location = /_trust_gate {
       internal;
       proxy_pass ${gate}/v1/gate;
       proxy_pass_request_body off;
       proxy_set_header Content-Length "";
+      # Every upstream header is set here, so none a client sent reaches the gate (an empty
+      # value drops the header, the client's copy included).
       proxy_set_header X-Mcp-Server $mcp_server;
       proxy_set_header X-Original-URL $scheme://$http_host$request_uri;
       proxy_set_header X-Forwarded-Proto $scheme;
