@@ -133,6 +133,16 @@ const rate = (s: number, n: number) => (n > 0 ? Math.round((s / n) * 10000) / 10
 const ms = (sum: number, n: number) => (n > 0 ? Math.round((sum / n) * 10) / 10 : undefined);
 
 /** TrustService: THE implementation of the trust reads (REST, Connect, MCP and A2A call it). */
+/** A page request of listServers (pages) and the leaderboard. */
+interface ListOptions {
+  category?: string | null;
+  q?: string | null;
+  verdict?: string | null;
+  cursor?: string | null;
+  limit: number;
+  all?: boolean;
+}
+
 export function createTrustService({ db, config, now }: ServiceDeps) {
   const servers = serverStore(db);
   const telemetry = telemetryStore(db);
@@ -207,11 +217,16 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
    * i.e. the leaderboard; UNRATED: the servers without runtime evidence), after an opaque cursor
    * (src/domain/paging.ts). `rank` is the server's place on its category's leaderboard.
    */
-  async function listServers(o: { category?: string | null; q?: string | null; verdict?: string | null; cursor?: string | null; limit: number; all?: boolean }) {
-    const category = o.category?.trim() ? o.category.trim().toLowerCase() : null;
-    // The pages call this directly: the same rules of the contract as the leaderboard's request.
+  async function listServers(o: ListOptions) {
+    // The pages call this directly: the same rules of the contract as the leaderboard's request
+    // (getLeaderboard's request was checked by enforceContract and calls listPage itself).
     const violations = ruleViolations(GetLeaderboardRequestSchema, { category: o.category ?? undefined, q: o.q ?? undefined });
     if (violations.length) throw contractViolation(violations);
+    return listPage(o);
+  }
+
+  async function listPage(o: ListOptions) {
+    const category = o.category?.trim() ? o.category.trim().toLowerCase() : null;
     const q = normaliseSearch(o.q);
     const verdict = o.verdict?.trim() ? o.verdict.trim().toUpperCase() : null;
     if (verdict !== null && !(LIST_VERDICTS as readonly string[]).includes(verdict)) throw invalidArgument(`verdict must be one of ${LIST_VERDICTS.join(', ')}`);
@@ -382,7 +397,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       const verdict = req.verdict?.trim() ? req.verdict.trim().toUpperCase() : null;
       // The leaderboard ranks rated servers only: UNRATED ones are listed on /atlas/report.
       if (verdict !== null && !['PASS', 'UNCERTAIN', 'FAIL'].includes(verdict)) throw invalidArgument('verdict must be PASS, UNCERTAIN or FAIL (unrated servers are not ranked)');
-      const page = await listServers({ category: req.category, q: req.q, verdict, cursor: req.cursor, limit });
+      const page = await listPage({ category: req.category, q: req.q, verdict, cursor: req.cursor, limit });
       return {
         category: page.category ?? 'all',
         totalResults: page.total,
