@@ -76,7 +76,7 @@ async function main() {
   Buffer.from(json).toString('base64url');
   const encodeMs = performance.now() - qa;
 
-  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', NODE_ENV: 'production', KEY_ENCRYPTION_KEY: randomBytes(32).toString('base64'), BUNDLE_CACHE_SECONDS: '3600' });
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', NODE_ENV: 'production', KEY_ENCRYPTION_KEY: randomBytes(32).toString('base64'), BUNDLE_CACHE_SECONDS: '3600', RATE_LIMIT_BUNDLE_PER_MINUTE: '0' });
   const obs = await createObservatory(config, { db, logger: false });
   const address = await obs.listen();
   const base = `http://127.0.0.1:${new URL(address).port}`;

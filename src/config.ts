@@ -64,6 +64,8 @@ export interface Config {
   rateLimitMcpPreflightPerMinute: number;
   /** A2A skill invocations (message/send) per client address per minute, per instance; 0 = unlimited. */
   rateLimitA2aSkillsPerMinute: number;
+  /** GET /v1/bundle per client network per minute (each may filter, sign and compress the whole catalogue). */
+  rateLimitBundlePerMinute: number;
   /**
    * Raw telemetry older than this many days is deleted (whole monthly partitions); 0 keeps it
    * forever. Scores never read raw telemetry; compliance exports (event logs) do.
@@ -417,6 +419,7 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitGatePerMinute: int(env, 'RATE_LIMIT_GATE_PER_MINUTE', 6000, 0, 10_000_000),
     rateLimitMcpPreflightPerMinute: int(env, 'RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE', 300, 0, 1_000_000),
     rateLimitA2aSkillsPerMinute: int(env, 'RATE_LIMIT_A2A_SKILLS_PER_MINUTE', 300, 0, 1_000_000),
+    rateLimitBundlePerMinute: int(env, 'RATE_LIMIT_BUNDLE_PER_MINUTE', 60, 0, 1_000_000),
     telemetryRetentionDays: retentionDays(env),
     newServersPerSourcePerHour: int(env, 'NEW_SERVERS_PER_SOURCE_PER_HOUR', 100, 0, 1_000_000),
     observe: {

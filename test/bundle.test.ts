@@ -20,7 +20,8 @@ const MOVER = 'https://mover.bundle.example.com/mcp';
 let t: TestApp;
 beforeAll(async () => {
   // BUNDLE_CACHE_SECONDS=0: every request reads the cached scores again (new reports show at once).
-  t = await startTestApp({ BUNDLE_CACHE_SECONDS: '0' });
+  // The bundle's rate limit is tested in test/rate-limit.test.ts; here it would cut the file short.
+  t = await startTestApp({ BUNDLE_CACHE_SECONDS: '0', RATE_LIMIT_BUNDLE_PER_MINUTE: '0' });
   for (let i = 0; i < 20; i++) {
     await postJson(`${t.base}/api/report`, { server_url: PASS, success: true, latency_ms: 40 });
     await postJson(`${t.base}/api/report`, { server_url: FAIL, success: false, latency_ms: 4000, http_status: 500 });

@@ -50,13 +50,15 @@ describe('rate limit configuration', () => {
       gate: c.rateLimitGatePerMinute,
       mcp: c.rateLimitMcpPreflightPerMinute,
       a2a: c.rateLimitA2aSkillsPerMinute,
-    }).toEqual({ probes: 30, preflight: 600, gate: 6000, mcp: 300, a2a: 300 });
+      bundle: c.rateLimitBundlePerMinute,
+    }).toEqual({ probes: 30, preflight: 600, gate: 6000, mcp: 300, a2a: 300, bundle: 60 });
   });
   it.each([
     ['RATE_LIMIT_GATE_PER_MINUTE', '-1'],
     ['RATE_LIMIT_GATE_PER_MINUTE', 'lots'],
     ['RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE', '1.5'],
     ['RATE_LIMIT_A2A_SKILLS_PER_MINUTE', '-3'],
+    ['RATE_LIMIT_BUNDLE_PER_MINUTE', 'x'],
   ])('refuses %s=%s with an error naming the variable', (name, value) => {
     expectConfigRefusal(name, value);
   });
@@ -118,6 +120,7 @@ beforeAll(async () => {
     RATE_LIMIT_GATE_PER_MINUTE: '3',
     RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE: '2',
     RATE_LIMIT_A2A_SKILLS_PER_MINUTE: '2',
+    RATE_LIMIT_BUNDLE_PER_MINUTE: '3',
   });
   await postJson(`${t.base}/api/report`, { server_url: 'https://rl.example.com/mcp', success: true, latency_ms: 40 });
 }, 120_000);
@@ -189,6 +192,7 @@ describe(`one bucket per route, however the URL is spelled (${backend})`, () => 
     '/v1/preflight': { path: '/v1/preflight', query: '?target=https://rl.example.com/mcp' },
     '/v1/gate': { path: '/v1/gate', headers: { 'x-mcp-server': 'https://rl.example.com/mcp' } },
     '/v1/gate/*': { path: '/v1/gate/weather/mcp', headers: { 'x-mcp-server': 'https://rl.example.com/mcp' }, method: 'POST' },
+    '/v1/bundle': { path: '/v1/bundle' },
   };
 
   it('covers every limited route', () => {

@@ -27,6 +27,8 @@ export const REST_RATE_LIMITS: ReadonlyMap<string, RateLimitName> = new Map<stri
   ['/v1/preflight', 'preflight'],
   ['/v1/gate', 'gate'],
   ['/v1/gate/*', 'gate'],
+  // Each may filter, sign and compress the whole catalogue (tens of MB at 100,000 servers).
+  ['/v1/bundle', 'bundle'],
 ]);
 
 /** Connect/gRPC/gRPC-Web methods and their limit (the same buckets as their REST twins). */

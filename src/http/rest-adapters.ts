@@ -90,7 +90,11 @@ export const REST_ADAPTERS: readonly AdapterOp[] = [
       q('since', 'bundle_id of an earlier bundle of the same filters: answer a signed delta', { type: 'string', pattern: '^[0-9a-f]{16}$' }),
     ],
     ok: okJson('format, bundle_id, issuer, issued_at, expires_at, server_count, delta, jws, jwks'),
-    errors: { 400: 'unknown category or verdict, malformed since, or since of other filters', 404: 'since names a bundle no longer kept' },
+    errors: {
+      400: 'unknown category or verdict, malformed since, or since of other filters',
+      404: 'since names a bundle no longer kept',
+      429: 'rate limited (RATE_LIMIT_BUNDLE_PER_MINUTE per client address): Retry-After says when to retry',
+    },
   },
   {
     method: 'get',
