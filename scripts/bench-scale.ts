@@ -75,14 +75,16 @@ export async function runScale(opts: { baseUrl: string; serviceEnv: Record<strin
       // The leaderboard's first call refreshes every stale score (the rollups changed underneath).
       await fetch(`${base}/api/leaderboard`).then((r) => r.arrayBuffer());
       step(`${label}: GET /api/trust`);
+      let seq = 0;
       const t = await measure({
         url: base,
         requests: [
           {
             method: 'GET',
-            setupRequest: (req, ctx: object) => {
-              const c = ctx as { i?: number };
-              const i = (c.i = (c.i ?? 0) + 1);
+            // The counter lives here: autocannon's per-request context starts empty for every
+            // request, so a counter kept there never passed 1 (every request hit one server).
+            setupRequest: (req) => {
+              const i = ++seq;
               return { ...req, path: `/api/trust?url=${encodeURIComponent(urlOf(i % opts.servers))}` };
             },
           },
