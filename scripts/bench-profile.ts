@@ -1,4 +1,4 @@
-// `npx tsx scripts/bench-profile.ts <report|trust|preflight|leaderboard|connect> [seconds]`:
+// `npx tsx scripts/bench-profile.ts <report|trust|preflight|leaderboard|gate|connect|connect-json> [seconds]`:
 // a CPU profile of the service's main thread while ONE scenario of `npm run bench` runs against
 // it (autocannon in a child process, 50 connections), nothing else. The service runs in this
 // process on a scratch PostgreSQL database (DATABASE_URL or the local default), profiled with
@@ -34,7 +34,7 @@ function autocannon(args: string[]): Promise<string> {
 
 const scratch = await createScratchDatabase(process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres', 'obs_profile');
 // Production settings (no development-only transaction guard; keys sealed under a secret of this run).
-const config = loadConfig({ PORT: '18184', HOST: '127.0.0.1', LOG_LEVEL: 'warn', DATABASE_URL: scratch.url, RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0', OBSERVE_ENABLED: '0', NODE_ENV: 'production', KEY_ENCRYPTION_KEY: randomBytes(32).toString('base64') });
+const config = loadConfig({ PORT: '18194', HOST: '127.0.0.1', LOG_LEVEL: 'warn', DATABASE_URL: scratch.url, RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0', RATE_LIMIT_GATE_PER_MINUTE: '0', NEW_SERVERS_PER_SOURCE_PER_HOUR: '0', OBSERVE_ENABLED: '0', NODE_ENV: 'production', KEY_ENCRYPTION_KEY: randomBytes(32).toString('base64') });
 const obs = await createObservatory(config, { logger: false });
 try {
   const base = await obs.listen();
@@ -55,6 +55,8 @@ try {
     trust: [`${base}/api/trust?url=${encodeURIComponent(serverUrl(3))}`],
     preflight: [`${base}/v1/preflight?target=${encodeURIComponent(serverUrl(3))}`],
     leaderboard: [`${base}/api/leaderboard`],
+    gate: ['-H', `x-mcp-server=${serverUrl(3)}`, `${base}/v1/gate`],
+    'connect-json': ['-m', 'POST', '-H', 'content-type=application/json', '-b', JSON.stringify({ serverUrl: serverUrl(3), success: true, latencyMs: 42 }), `${base}/observatory.v1.TelemetryService/Report`],
     connect: [
       '-m',
       'POST',
@@ -72,12 +74,18 @@ try {
   await session.post('Profiler.enable');
   await session.post('Profiler.setSamplingInterval', { interval: 200 });
   await session.post('Profiler.start');
+  const cpu0 = process.cpuUsage();
   const out = await autocannon(['-d', String(seconds), ...args[scenario]!]);
+  const cpu = process.cpuUsage(cpu0);
   const { profile } = await session.post('Profiler.stop');
   session.disconnect();
   mkdirSync('bench-profiles', { recursive: true });
   const file = `bench-profiles/${scenario}-${Date.now()}.cpuprofile`;
   writeFileSync(file, JSON.stringify(profile));
+  // CPU time of this process (the service; autocannon runs in a child) per request: unlike
+  // requests/s it hardly moves with what else the machine runs. Includes the profiler's sampling.
+  const served = Number(/(\d+)k? requests in/.exec(out)?.[1] ?? NaN) * (/\dk requests in/.test(out) ? 1000 : 1);
+  console.log(`service CPU: ${Math.round((cpu.user + cpu.system) / 1000)} ms user+system for ~${served} requests = ${((cpu.user + cpu.system) / served).toFixed(1)} µs per request (profiler on)`);
   console.log(out.split('\n').filter((l) => /Req\/Sec|Latency|requests in|non 2xx/i.test(l) || /^│ (Latency|Req)/.test(l)).join('\n'));
   console.log(summarize(file, 40));
 } finally {

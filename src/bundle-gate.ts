@@ -1,13 +1,13 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyServerFactory } from 'fastify';
 import type http from 'node:http';
 import { randomUUID } from 'node:crypto';
-import { fastifyConnectPlugin } from '@connectrpc/connect-fastify';
 import { INTERFACE_VERSION, type Config } from './config.js';
 import { Authorization } from '../gen/envoy/service/auth/v3/external_auth_pb.js';
 import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { createDualProtocolServer } from './http/listener.js';
 import { problemFromError, sendProblem, trackRoutes } from './http/problem.js';
 import { PROBLEMS } from './errors.js';
+import { connectPlugin } from './http/connect-adapter.js';
 import { installRateLimits } from './http/rate-limit.js';
 import { gateRoutes } from './http/routes/gate.js';
 import { answerClientError } from './http/socket-answers.js';
@@ -92,7 +92,7 @@ export async function createBundleGate(config: Config, opts: { logger?: boolean;
     ['/v1/gate', 'gate'],
     ['/v1/gate/*', 'gate'],
   ]));
-  await app.register(fastifyConnectPlugin, {
+  await app.register(connectPlugin, {
     routes: (router) => {
       router.service(Authorization, { check: gate.check });
       parseErrorsAreInvalidArgument(router);

@@ -1,13 +1,13 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyServerFactory } from 'fastify';
 import type http from 'node:http';
 import cors from '@fastify/cors';
-import { fastifyConnectPlugin } from '@connectrpc/connect-fastify';
 import { cors as connectCors } from '@connectrpc/connect';
 import { randomUUID } from 'node:crypto';
 import { INTERFACE_VERSION, type Config } from './config.js';
 import { openDatabase, type Db } from './db/index.js';
 import { createDualProtocolServer, type DualProtocolServer } from './http/listener.js';
 import { createMetrics } from './http/metrics.js';
+import { connectPlugin } from './http/connect-adapter.js';
 import { installProblemHandlers, sendProblem, trackRoutes } from './http/problem.js';
 import { answerClientError } from './http/socket-answers.js';
 import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
@@ -180,7 +180,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   metrics.install(app);
   metrics.watchConnections(() => (app.server as DualProtocolServer).connectionStats());
 
-  await app.register(fastifyConnectPlugin, {
+  await app.register(connectPlugin, {
     routes: (router) => {
       connectRoutes(services)(router);
       // gRPC health checking and server reflection over what the router serves (docs/grpc.md).

@@ -1,0 +1,196 @@
+// The Connect plugin for fastify: @connectrpc/connect's router and protocol handlers, mounted on
+// fastify routes by a thinner adapter than @connectrpc/connect-fastify (issue 22, item 4).
+//
+// What the stock adapter (connect-fastify over connect-node's universalRequestFromNodeRequest /
+// universalResponseToNodeResponse) costs per unary call, from `npm run bench:profile --
+// connect-json` (docs/performance.md "Connect and gRPC unary"):
+// - an AbortController per request that is aborted when the response closes, also after a normal
+//   finish; abort() without a reason builds a DOMException (stack trace included): about 6% of the
+//   main thread alone, plus the linked controller and listener churn it triggers in the handler;
+// - the request body read through the stream's async iterator (listeners, promises) even for a
+//   unary message whose length the Content-Length header states;
+// - the response written head, chunk and end as separate chunked writes: two or three socket
+//   writes for one small unary answer.
+// This adapter keeps every protocol decision in the library (router, handlers, interceptors,
+// codecs, compression, limits, errors) and changes only how bytes move between node:http and the
+// universal handler:
+// - the signal aborts only when the call really ends early (the client went away before the answer
+//   was finished, a request error, an HTTP/2 reset), with a ConnectError saying so;
+// - a body with a Content-Length of at most readMaxBytes is read with plain 'data' events into one
+//   chunk; anything else (chunked, larger: the handler answers resource_exhausted) streams as before;
+// - a Connect unary answer (application/json or application/proto, no trailers) is written with a
+//   Content-Length in one end(); streaming, gRPC and gRPC-Web answers go through connect-node's
+//   universalResponseToNodeResponse unchanged.
+import type http from 'node:http';
+import type http2 from 'node:http2';
+import { Code, ConnectError, createConnectRouter, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from '@connectrpc/connect';
+import type { UniversalServerRequest, UniversalServerResponse } from '@connectrpc/connect/protocol';
+import * as protoConnect from '@connectrpc/connect/protocol-connect';
+import * as protoGrpc from '@connectrpc/connect/protocol-grpc';
+import * as protoGrpcWeb from '@connectrpc/connect/protocol-grpc-web';
+import { compressionBrotli, compressionGzip, universalResponseToNodeResponse } from '@connectrpc/connect-node';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+
+export interface ConnectPluginOptions extends ConnectRouterOptions {
+  routes: (router: ConnectRouter) => void;
+  contextValues?: (req: FastifyRequest) => ContextValues;
+}
+
+type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
+type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
+
+/** Fastify plugin: every procedure of `opts.routes` on its Connect/gRPC/gRPC-Web path. */
+export function connectPlugin(instance: FastifyInstance, opts: ConnectPluginOptions, done: (err?: Error) => void): void {
+  const readMaxBytes = opts.readMaxBytes ?? 0xffffffff;
+  const router = createConnectRouter({ ...opts, acceptCompression: opts.acceptCompression ?? [compressionGzip, compressionBrotli] });
+  opts.routes(router);
+  // The body is the adapter's to read (the handlers take it as bytes): fastify parses nothing
+  // for the content types Connect serves, in this plugin's scope only.
+  const noop = (_req: unknown, _payload: unknown, next: (err: Error | null, body?: unknown) => void) => next(null, undefined);
+  instance.addContentTypeParser(
+    [protoConnect.contentTypeUnaryJson, protoConnect.contentTypeStreamJson, protoGrpcWeb.contentTypeProto, protoGrpcWeb.contentTypeJson, protoGrpc.contentTypeProto, protoGrpc.contentTypeJson],
+    noop,
+  );
+  instance.addContentTypeParser(protoGrpc.contentTypeRegExp, noop);
+  instance.addContentTypeParser(protoGrpcWeb.contentTypeRegExp, noop);
+  instance.addContentTypeParser(protoConnect.contentTypeRegExp, noop);
+  for (const uHandler of router.handlers) {
+    instance.all(uHandler.requestPath, async (req, reply) => {
+      try {
+        const uRes = await uHandler(await universalRequest(req.raw, reply.raw, readMaxBytes, opts.contextValues?.(req)));
+        // fastify keeps the headers set in hooks (request id, interface version) on the reply and
+        // moves them to the raw response in reply.send, which this plugin does not use.
+        for (const [key, value] of Object.entries(reply.getHeaders())) if (value !== undefined) reply.raw.setHeader(key, value);
+        if (isUnaryConnectAnswer(uRes)) await writeUnary(uRes, reply.raw);
+        else await universalResponseToNodeResponse(uRes, reply.raw);
+      } catch (e) {
+        // The client went away: nothing to answer. Anything else is a bug of this adapter or of
+        // node:http (the handlers turn their own errors into protocol errors).
+        if (ConnectError.from(e).code === Code.Aborted || ConnectError.from(e).code === Code.Canceled) return;
+        instance.log.error({ err: e }, `handler for rpc ${uHandler.method.name} of ${uHandler.service.typeName} failed`);
+      }
+    });
+  }
+  done();
+}
+
+async function universalRequest(req: NodeRequest, res: NodeResponse, readMaxBytes: number, contextValues: ContextValues | undefined): Promise<UniversalServerRequest> {
+  const controller = new AbortController();
+  const wentAway = (detail: string) => () => {
+    if (!controller.signal.aborted && !res.writableFinished) controller.abort(new ConnectError(`the client closed the call before its answer was written (${detail})`, Code.Canceled));
+  };
+  if ('stream' in req) {
+    req.once('close', () => {
+      const rst = req.stream.rstCode;
+      // NGHTTP2_NO_ERROR (0) on a stream that finished is a normal end.
+      if (rst !== undefined && rst !== 0 && !controller.signal.aborted) controller.abort(new ConnectError(`the client reset the stream (HTTP/2 error code ${rst})`, Code.Canceled));
+      else wentAway('stream closed')();
+    });
+  } else {
+    req.once('error', (e: Error) => {
+      if (!controller.signal.aborted) controller.abort(new ConnectError(`the request failed: ${e.message}`, Code.Canceled));
+    });
+    (res as http.ServerResponse).once('close', wentAway('connection closed'));
+  }
+  const authority = 'authority' in req ? req.authority : req.headers.host;
+  if (authority === undefined) throw new ConnectError('unable to determine request authority from Node.js server request', Code.Internal);
+  const encrypted = 'encrypted' in req.socket && (req.socket as { encrypted?: boolean }).encrypted;
+  const header = new Headers();
+  for (const [k, v] of Object.entries(req.headers)) {
+    if (k.startsWith(':') || v === undefined) continue;
+    if (typeof v === 'string') header.append(k, v);
+    else for (const e of v) header.append(k, e);
+  }
+  return {
+    httpVersion: req.httpVersion,
+    method: req.method ?? '',
+    url: new URL(req.url ?? '', `${encrypted ? 'https' : 'http'}://${authority}`).toString(),
+    header,
+    body: await bodyOf(req, readMaxBytes),
+    signal: controller.signal,
+    contextValues,
+  };
+}
+
+/**
+ * A body whose Content-Length is stated and within readMaxBytes, read whole (node's parser never
+ * delivers more than the stated length); otherwise the request stream itself, which the handler
+ * reads up to readMaxBytes and refuses beyond.
+ */
+function bodyOf(req: NodeRequest, readMaxBytes: number): Promise<AsyncIterable<Uint8Array>> | AsyncIterable<Uint8Array> {
+  const stated = req.headers['content-length'];
+  const length = stated === undefined ? NaN : Number(stated);
+  if (!Number.isSafeInteger(length) || length < 0 || length > readMaxBytes || req.readableEnded) return req as AsyncIterable<Uint8Array>;
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const onData = (c: Buffer) => chunks.push(c);
+    const onEnd = () => {
+      cleanup();
+      const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+      resolve(oneChunk(body));
+    };
+    const onError = (e: Error) => {
+      cleanup();
+      reject(new ConnectError(`the request body could not be read: ${e.message}`, Code.Canceled));
+    };
+    const onClose = () => {
+      if (req.readableEnded) return;
+      cleanup();
+      reject(new ConnectError('the client closed the call while sending its request', Code.Canceled));
+    };
+    const cleanup = () => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('close', onClose);
+    };
+    req.on('data', onData);
+    req.once('end', onEnd);
+    req.once('error', onError);
+    req.once('close', onClose);
+  });
+}
+
+function oneChunk(body: Uint8Array): AsyncIterable<Uint8Array> {
+  return {
+    [Symbol.asyncIterator]() {
+      let done = false;
+      return {
+        next: () => {
+          if (done) return Promise.resolve({ done: true, value: undefined });
+          done = true;
+          return Promise.resolve({ done: false, value: body });
+        },
+      };
+    },
+  };
+}
+
+/** A Connect unary answer (success or error): one message, no trailers (they travel as headers). */
+function isUnaryConnectAnswer(uRes: UniversalServerResponse): boolean {
+  if (uRes.trailer !== undefined) return false;
+  const type = uRes.header?.get('content-type') ?? '';
+  return /^application\/(json|proto)(\s*;|$)/i.test(type);
+}
+
+/** Writes a unary answer with a Content-Length in one end() (the body is one message). */
+async function writeUnary(uRes: UniversalServerResponse, res: NodeResponse): Promise<void> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  if (uRes.body !== undefined) {
+    for await (const c of uRes.body) {
+      chunks.push(c);
+      size += c.byteLength;
+    }
+  }
+  const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+  res.statusCode = uRes.status;
+  uRes.header?.forEach((value, key) => res.setHeader(key, value));
+  res.setHeader('content-length', size);
+  await new Promise<void>((resolve, reject) => {
+    res.once('error', reject);
+    (res as http.ServerResponse).end(body, () => resolve());
+    // A client gone before the end is written never calls back: the close settles it.
+    (res as http.ServerResponse).once('close', () => resolve());
+  });
+}

@@ -1,0 +1,147 @@
+// The thin Connect adapter (src/http/connect-adapter.ts): what it changes about moving bytes
+// between node:http and connect's handlers, tested on a real socket with the official clients.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import http from 'node:http';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { Code, ConnectError, createClient } from '@connectrpc/connect';
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
+import { toBinary, create } from '@bufbuild/protobuf';
+import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus as Status } from '../gen/grpc/health/v1/health_pb.js';
+import { connectPlugin } from '../src/http/connect-adapter.js';
+import { createDualProtocolServer } from '../src/http/listener.js';
+import { loadConfig } from '../src/config.js';
+
+let app: FastifyInstance;
+let base: string;
+/** The signals of the calls the handlers saw, in arrival order, with what they said when the handler returned. */
+const calls: { method: string; signal: AbortSignal; service: string }[] = [];
+const READ_MAX = 4096;
+
+beforeAll(async () => {
+  const httpConfig = loadConfig({}).http;
+  app = Fastify({ serverFactory: ((handler: Parameters<typeof createDualProtocolServer>[0]) => createDualProtocolServer(handler, httpConfig)) as never });
+  await app.register(connectPlugin, {
+    readMaxBytes: READ_MAX,
+    routes: (router) =>
+      router.service(Health, {
+        async check(req, ctx) {
+          calls.push({ method: 'check', signal: ctx.signal, service: req.service });
+          return { status: Status.SERVING };
+        },
+        async *watch(req, ctx) {
+          calls.push({ method: 'watch', signal: ctx.signal, service: req.service });
+          yield { status: Status.SERVING };
+          // Held open until the client goes away.
+          await new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve(), { once: true }));
+        },
+      }),
+  });
+  base = (await app.listen({ port: 0, host: '127.0.0.1' })).replace('localhost', '127.0.0.1');
+});
+afterAll(async () => {
+  await app?.close();
+});
+
+const last = () => calls[calls.length - 1]!;
+const until = async (cond: () => boolean) => {
+  for (let i = 0; i < 500 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
+  return cond();
+};
+
+function rawPost(path: string, headers: Record<string, string | number>, body?: Buffer): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${base}${path}`, { method: 'POST', headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+describe('thin Connect adapter', () => {
+  it('answers every protocol through the library handlers', async () => {
+    for (const transport of [
+      createConnectTransport({ baseUrl: base, httpVersion: '1.1' }),
+      createConnectTransport({ baseUrl: base, httpVersion: '1.1', useBinaryFormat: true }),
+      createConnectTransport({ baseUrl: base, httpVersion: '1.1', useHttpGet: true }),
+      createConnectTransport({ baseUrl: base, httpVersion: '2' }),
+      createGrpcTransport({ baseUrl: base }),
+      createGrpcWebTransport({ baseUrl: base, httpVersion: '1.1' }),
+    ]) {
+      const res = await createClient(Health, transport).check({ service: 'x' });
+      expect(res.status).toBe(Status.SERVING);
+      expect(last().service).toBe('x');
+    }
+  });
+
+  it('writes a unary answer (success or error) with a Content-Length, not chunked', async () => {
+    const res = await rawPost('/grpc.health.v1.Health/Check', { 'content-type': 'application/json' }, Buffer.from('{"service":"len"}'));
+    expect(res.status).toBe(200);
+    expect(res.headers['transfer-encoding']).toBeUndefined();
+    expect(Number(res.headers['content-length'])).toBe(res.body.length);
+    expect(JSON.parse(res.body.toString())).toEqual({ status: 'SERVING' });
+    expect(last().service).toBe('len');
+    // A Connect error answer is unary too.
+    const bad = await rawPost('/grpc.health.v1.Health/Check', { 'content-type': 'application/json' }, Buffer.from('{"service":'));
+    expect(bad.status).toBe(400);
+    expect(bad.headers['transfer-encoding']).toBeUndefined();
+    expect(JSON.parse(bad.body.toString())).toMatchObject({ code: 'invalid_argument' });
+  });
+
+  it('reads a chunked body (no Content-Length) and a binary one', async () => {
+    const body = Buffer.from(toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: 'chunked' })));
+    const res = await new Promise<{ status: number; body: Buffer }>((resolve, reject) => {
+      const req = http.request(`${base}/grpc.health.v1.Health/Check`, { method: 'POST', headers: { 'content-type': 'application/proto', 'transfer-encoding': 'chunked' } }, (r) => {
+        const chunks: Buffer[] = [];
+        r.on('data', (c: Buffer) => chunks.push(c));
+        r.on('end', () => resolve({ status: r.statusCode!, body: Buffer.concat(chunks) }));
+      });
+      req.on('error', reject);
+      req.write(body.subarray(0, 3));
+      setTimeout(() => req.end(body.subarray(3)), 20);
+    });
+    expect(res.status).toBe(200);
+    expect(last().service).toBe('chunked');
+  });
+
+  it('refuses a body over readMaxBytes with resource_exhausted, stated or chunked', async () => {
+    const big = Buffer.from(JSON.stringify({ service: 'x'.repeat(READ_MAX * 2) }));
+    const stated = await rawPost('/grpc.health.v1.Health/Check', { 'content-type': 'application/json', 'content-length': big.length }, big);
+    expect(JSON.parse(stated.body.toString())).toMatchObject({ code: 'resource_exhausted' });
+    const chunked = await rawPost('/grpc.health.v1.Health/Check', { 'content-type': 'application/json', 'transfer-encoding': 'chunked' }, big);
+    expect(JSON.parse(chunked.body.toString())).toMatchObject({ code: 'resource_exhausted' });
+  });
+
+  it('aborts the handler when the client goes away mid-call (Connect over HTTP/1.1 and gRPC over HTTP/2)', async () => {
+    for (const transport of [createConnectTransport({ baseUrl: base, httpVersion: '1.1' }), createGrpcTransport({ baseUrl: base })]) {
+      const client = createClient(Health, transport);
+      const ac = new AbortController();
+      const it = client.watch({ service: 'watch' }, { signal: ac.signal })[Symbol.asyncIterator]();
+      expect((await it.next()).value?.status).toBe(Status.SERVING);
+      const call = last();
+      expect(call.method).toBe('watch');
+      expect(call.signal.aborted).toBe(false);
+      ac.abort();
+      await it.next().catch(() => {});
+      expect(await until(() => call.signal.aborted)).toBe(true);
+      expect(ConnectError.from(call.signal.reason).code).toBe(Code.Canceled);
+    }
+  });
+
+  it('survives a client that closes before sending the body it announced', async () => {
+    await new Promise<void>((resolve) => {
+      const req = http.request(`${base}/grpc.health.v1.Health/Check`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': 100 } });
+      req.on('error', () => resolve());
+      req.write('{"service":');
+      setTimeout(() => {
+        req.destroy();
+        resolve();
+      }, 30);
+    });
+    // Still serving.
+    const res = await createClient(Health, createConnectTransport({ baseUrl: base, httpVersion: '1.1' })).check({ service: 'after' });
+    expect(res.status).toBe(Status.SERVING);
+  });
+});
