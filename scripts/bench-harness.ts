@@ -2,6 +2,7 @@
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 
 export const DURATION = Number(process.env.BENCH_SECONDS ?? 10);
@@ -45,10 +46,72 @@ export function stopChild(child: ChildProcess): Promise<void> {
 
 export const load1 = () => Math.round(loadavg()[0]! * 10) / 10;
 
-export async function measure(opts: autocannon.Options, warmup = WARMUP): Promise<autocannon.Result & { load: number }> {
+/** Clock ticks per second of /proc/<pid>/stat's utime and stime (USER_HZ: 100 on Linux). */
+const USER_HZ = 100;
+
+/** CPU time (user + system, ms) a process has used so far; NaN where /proc cannot tell. */
+export function processCpuMs(pid: number | undefined): number {
+  if (pid === undefined) return NaN;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may hold spaces) start after its closing parenthesis.
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(f[11]) + Number(f[12])) * 1000) / USER_HZ;
+  } catch {
+    return NaN;
+  }
+}
+
+/**
+ * CPU time (ms) used so far by the local PostgreSQL server for this bench: the backends connected
+ * to `database` (cpuWatch.database) and the server's own background processes (WAL writer,
+ * checkpointer, autovacuum...), not the backends of other databases on the same server.
+ */
+export function postgresCpuMs(database = cpuWatch.database): number {
+  let sum = 0;
+  let any = false;
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      if (!stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')).startsWith('postgres')) continue;
+      const cmd = readFileSync(`/proc/${d}/cmdline`, 'utf8');
+      const backend = /\d+\.\d+\.\d+\.\d+\(\d+\)|\[local\]/.test(cmd);
+      if (backend && (database === undefined || !cmd.includes(` ${database} `))) continue;
+      sum += processCpuMs(Number(d));
+      any = true;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return any ? sum : NaN;
+}
+
+/** Processes whose CPU time each measurement records (set by the bench once its children run). */
+export const cpuWatch: { service?: number; ceiling?: number; database?: string } = {};
+
+export interface CpuUse {
+  /** CPU ms used during the measured run (warm-up excluded) by the service, the ceiling and PostgreSQL. */
+  service: number;
+  ceiling: number;
+  postgres: number;
+  /** Wall ms of the measured run. */
+  wallMs: number;
+}
+
+export function cpuWindow(): () => CpuUse {
+  const t0 = performance.now();
+  const s0 = processCpuMs(cpuWatch.service);
+  const c0 = processCpuMs(cpuWatch.ceiling);
+  const p0 = postgresCpuMs();
+  return () => ({ service: processCpuMs(cpuWatch.service) - s0, ceiling: processCpuMs(cpuWatch.ceiling) - c0, postgres: postgresCpuMs() - p0, wallMs: performance.now() - t0 });
+}
+
+export async function measure(opts: autocannon.Options, warmup = WARMUP): Promise<autocannon.Result & { load: number; cpu: CpuUse }> {
   if (warmup > 0) await autocannon({ connections: CONNECTIONS, ...opts, duration: warmup });
   const load = load1();
+  const done = cpuWindow();
   const r = await autocannon({ connections: CONNECTIONS, duration: DURATION, ...opts });
-  return Object.assign(r, { load });
+  return Object.assign(r, { load, cpu: done() });
 }
 

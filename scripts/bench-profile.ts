@@ -1,6 +1,6 @@
-// `npx tsx scripts/bench-profile.ts <report|trust|preflight|leaderboard|gate|connect|connect-json> [seconds]`:
+// `npx tsx scripts/bench-profile.ts <report|trust|preflight|leaderboard|gate|connect|connect-json|grpc> [seconds]`:
 // a CPU profile of the service's main thread while ONE scenario of `npm run bench` runs against
-// it (autocannon in a child process, 50 connections), nothing else. The service runs in this
+// it (autocannon in a child process, 50 connections; gRPC: h2load, 50 streams on one connection), nothing else. The service runs in this
 // process on a scratch PostgreSQL database (DATABASE_URL or the local default), profiled with
 // node:inspector from the end of the warm-up to the end of the load; the profile is written to
 // bench-profiles/ and summarised (scripts/cpuprofile-top.ts).
@@ -22,9 +22,13 @@ const seconds = Number(process.argv[3] ?? 10);
 const SERVERS = 200;
 const serverUrl = (i: number) => `https://bench-${i}.example.com/mcp`;
 
-function autocannon(args: string[]): Promise<string> {
+/** Drives the service for `seconds`: autocannon (HTTP/1.1), or h2load for scenarios starting with 'h2load' (gRPC over HTTP/2). */
+function drive(seconds: number, args: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['node_modules/autocannon/autocannon.js', '-c', '50', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child =
+      args[0] === 'h2load'
+        ? spawn('h2load', ['-c', '1', '-m', '50', '-D', String(seconds), ...args.slice(1)], { stdio: ['ignore', 'pipe', 'pipe'] })
+        : spawn(process.execPath, ['node_modules/autocannon/autocannon.js', '-c', '50', '-d', String(seconds), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
@@ -49,12 +53,18 @@ try {
   // A binary body cannot travel as a command-line argument: autocannon reads it from a file.
   const bodyFile = join(mkdtempSync(join(tmpdir(), 'obs-profile-')), 'report.bin');
   writeFileSync(bodyFile, toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: serverUrl(1), success: true, latencyMs: 42 })));
+  const msg = toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: serverUrl(1), success: true, latencyMs: 42 }));
+  const grpcFile = join(bodyFile, '..', 'report.grpc');
+  const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), msg]);
+  frame.writeUInt32BE(msg.length, 1);
+  writeFileSync(grpcFile, frame);
   // autocannon's [<id>] placeholder does not exist; rotate with a few fixed URLs instead.
   const args: Record<string, string[]> = {
     report: ['-m', 'POST', '-H', 'content-type=application/json', '-b', JSON.stringify({ server_url: serverUrl(3), success: true, latency_ms: 42, tool_name: 'search' }), `${base}/api/report`],
     trust: [`${base}/api/trust?url=${encodeURIComponent(serverUrl(3))}`],
     preflight: [`${base}/v1/preflight?target=${encodeURIComponent(serverUrl(3))}`],
     leaderboard: [`${base}/api/leaderboard`],
+    grpc: ['h2load', '-H', 'content-type: application/grpc', '-H', 'te: trailers', '--data', grpcFile, `${base}/observatory.v1.TelemetryService/Report`],
     gate: ['-H', `x-mcp-server=${serverUrl(3)}`, `${base}/v1/gate`],
     'connect-json': ['-m', 'POST', '-H', 'content-type=application/json', '-b', JSON.stringify({ serverUrl: serverUrl(3), success: true, latencyMs: 42 }), `${base}/observatory.v1.TelemetryService/Report`],
     connect: [
@@ -68,14 +78,14 @@ try {
     ],
   };
   if (!args[scenario]) throw new Error(`unknown scenario ${scenario}; one of ${Object.keys(args).join(', ')}`);
-  await autocannon(['-d', '3', ...args[scenario]!]); // warm-up (JIT, pools)
+  await drive(3, args[scenario]!); // warm-up (JIT, pools)
   const session = new Session();
   session.connect();
   await session.post('Profiler.enable');
   await session.post('Profiler.setSamplingInterval', { interval: 200 });
   await session.post('Profiler.start');
   const cpu0 = process.cpuUsage();
-  const out = await autocannon(['-d', String(seconds), ...args[scenario]!]);
+  const out = await drive(seconds, args[scenario]!);
   const cpu = process.cpuUsage(cpu0);
   const { profile } = await session.post('Profiler.stop');
   session.disconnect();
@@ -84,9 +94,9 @@ try {
   writeFileSync(file, JSON.stringify(profile));
   // CPU time of this process (the service; autocannon runs in a child) per request: unlike
   // requests/s it hardly moves with what else the machine runs. Includes the profiler's sampling.
-  const served = Number(/(\d+)k? requests in/.exec(out)?.[1] ?? NaN) * (/\dk requests in/.test(out) ? 1000 : 1);
+  const served = Number((/(\d+)k? requests in/.exec(out) ?? /requests: \d+ total, \d+ started, (\d+) done/.exec(out))?.[1] ?? NaN) * (/\dk requests in/.test(out) ? 1000 : 1);
   console.log(`service CPU: ${Math.round((cpu.user + cpu.system) / 1000)} ms user+system for ~${served} requests = ${((cpu.user + cpu.system) / served).toFixed(1)} µs per request (profiler on)`);
-  console.log(out.split('\n').filter((l) => /Req\/Sec|Latency|requests in|non 2xx/i.test(l) || /^│ (Latency|Req)/.test(l)).join('\n'));
+  console.log(out.split('\n').filter((l) => /Req\/Sec|Latency|requests in|non 2xx|finished in|requests: |status codes/i.test(l) || /^│ (Latency|Req)/.test(l)).join('\n'));
   console.log(summarize(file, 40));
 } finally {
   await obs.close();

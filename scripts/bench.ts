@@ -25,7 +25,9 @@ import { ExportTraceServiceRequestSchema } from '../gen/opentelemetry/proto/coll
 import { Span_SpanKind } from '../gen/opentelemetry/proto/trace/v1/trace_pb.js';
 import { randomBytes } from 'node:crypto';
 import { createScratchDatabase } from '../src/db/scratch.js';
-import { CONNECTIONS, DURATION, load1, measure, startChild, stopChild, WARMUP } from './bench-harness.js';
+import { CONNECTIONS, cpuWatch, cpuWindow, DURATION, load1, measure, startChild, stopChild, WARMUP, type CpuUse } from './bench-harness.js';
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { runScale, type ScaleResult } from './bench-scale.js';
 import { runScale100k, scale100kTable, SCALE100K_SERVERS } from './bench-scale100k.js';
 import { summarize } from './cpuprofile-top.js';
@@ -65,10 +67,23 @@ export interface Row {
   errors: number;
   /** 1-minute load average when the scenario started. */
   load: number;
+  /**
+   * CPU time per request (µs) of the measured process (the service, or the ceiling on ceiling
+   * rows) and of PostgreSQL, and the share of one core the measured process used: unlike
+   * requests/s these hardly move with what else the machine runs.
+   */
+  cpu?: { us: number; pgUs: number; busy: number };
 }
 
-function row(name: string, r: autocannon.Result & { load: number }, ceiling?: { name: string; r: autocannon.Result }): Row {
+function cpuOf(use: CpuUse | undefined, requests: number, proc: 'service' | 'ceiling'): Row['cpu'] {
+  if (!use || !(requests > 0)) return undefined;
+  // PGlite runs inside the service process: its work is in the service column.
+  return { us: (use[proc] * 1000) / requests, pgUs: usePglite ? NaN : (use.postgres * 1000) / requests, busy: use[proc] / use.wallMs };
+}
+
+function row(name: string, r: autocannon.Result & { load: number; cpu?: CpuUse }, ceiling?: { name: string; r: autocannon.Result }, proc: 'service' | 'ceiling' = 'service'): Row {
   return {
+    cpu: cpuOf(r.cpu, r.requests.total, proc),
     name,
     rps: Math.round(r.requests.average),
     mean: r.latency.mean,
@@ -110,7 +125,7 @@ function rotating(path: (i: number) => string) {
  * Drives an RPC client (HTTP/2 gRPC, which autocannon cannot speak) with CONNECTIONS concurrent
  * callers for DURATION seconds after a WARMUP: calls/s and latency per call.
  */
-async function driveRpc(call: (i: number) => Promise<unknown>, concurrency = CONNECTIONS): Promise<{ rps: number; calls: number; seconds: number; mean: number; p50: number; p99: number; errors: number; load: number }> {
+async function driveRpc(call: (i: number) => Promise<unknown>, concurrency = CONNECTIONS): Promise<{ rps: number; calls: number; seconds: number; mean: number; p50: number; p99: number; errors: number; load: number; cpu: CpuUse }> {
   const run = async (seconds: number, record: boolean) => {
     const lat: number[] = [];
     let errors = 0;
@@ -134,11 +149,13 @@ async function driveRpc(call: (i: number) => Promise<unknown>, concurrency = CON
   await run(WARMUP, false);
   const load = load1();
   const t0 = performance.now();
+  const done = cpuWindow();
   const { lat, errors } = await run(DURATION, true);
+  const cpu = done();
   const secs = (performance.now() - t0) / 1000;
   lat.sort((a, b) => a - b);
   const pct = (q: number) => lat[Math.min(lat.length - 1, Math.floor(q * lat.length))] ?? NaN;
-  return { rps: Math.round(lat.length / secs), calls: lat.length, seconds: secs, mean: lat.reduce((a, b) => a + b, 0) / Math.max(1, lat.length), p50: pct(0.5), p99: pct(0.99), errors, load };
+  return { rps: Math.round(lat.length / secs), calls: lat.length, seconds: secs, mean: lat.reduce((a, b) => a + b, 0) / Math.max(1, lat.length), p50: pct(0.5), p99: pct(0.99), errors, load, cpu };
 }
 
 const reportReq = {
@@ -178,6 +195,37 @@ function otlpBodies(): Buffer[] {
   });
 }
 
+/** nghttp2's HTTP/2 load generator, where installed (Debian: nghttp2-client). */
+const H2LOAD = ['/usr/bin/h2load', '/usr/local/bin/h2load'].find((p) => existsSync(p)) ?? null;
+
+/** Unary gRPC calls driven by h2load for DURATION s after a warm-up: calls/s, mean latency, and failures. */
+async function h2loadGrpcUnary(url: string, server: string): Promise<{ rps: number; mean: number; done: number; errors: number; load: number; cpu: CpuUse }> {
+  const msg = Buffer.from(toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: server, success: true, latencyMs: 42 })));
+  // gRPC length-prefixed message: flag byte (uncompressed), 4-byte big-endian length, message.
+  const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), msg]);
+  frame.writeUInt32BE(msg.length, 1);
+  const file = join(mkdtempSync(join(tmpdir(), 'obs-h2load-')), 'report.grpc');
+  writeFileSync(file, frame);
+  const args = ['-c', '1', '-m', String(CONNECTIONS), '-H', 'content-type: application/grpc', '-H', 'te: trailers', '-d', file];
+  const run = (seconds: number) =>
+    new Promise<string>((resolve, reject) =>
+      execFile(H2LOAD!, [...args, '-D', String(seconds), url], { maxBuffer: 1 << 20 }, (err, stdout) => (err ? reject(new Error(`h2load: ${err.message}\n${stdout}`)) : resolve(stdout))),
+    );
+  await run(WARMUP);
+  const load = load1();
+  const done = cpuWindow();
+  const out = await run(DURATION);
+  const cpu = done();
+  rmSync(file, { force: true });
+  const num = (re: RegExp) => Number(re.exec(out)?.[1] ?? NaN);
+  const rps = num(/finished in [\d.]+s, ([\d.]+) req\/s/);
+  const finished = num(/requests: \d+ total, \d+ started, (\d+) done/);
+  const succeeded = num(/(\d+) succeeded/);
+  const meanText = /time for request:\s+\S+\s+\S+\s+(\S+)/.exec(out)?.[1] ?? '';
+  const mean = meanText.endsWith('ms') ? Number(meanText.slice(0, -2)) : meanText.endsWith('us') ? Number(meanText.slice(0, -2)) / 1000 : meanText.endsWith('s') ? Number(meanText.slice(0, -1)) * 1000 : NaN;
+  return { rps, mean, done: finished, errors: finished - succeeded, load, cpu };
+}
+
 async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
   const db = usePglite ? null : await createScratchDatabase(BASE_URL, 'obs_bench');
   const dataDir = usePglite ? mkdtempSync(join(tmpdir(), 'obs-bench-')) : null;
@@ -193,6 +241,9 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
   }
   const svc = await startChild('src/main.ts', svcEnv, profile ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : []);
   const ceil = await startChild('scripts/bench-ceiling.ts', { PORT: String(CEIL_PORT) });
+  cpuWatch.service = svc.pid;
+  cpuWatch.database = db ? new URL(db.url).pathname.slice(1) : undefined;
+  cpuWatch.ceiling = ceil.pid;
   const S = `http://127.0.0.1:${SVC_PORT}`;
   const C = `http://127.0.0.1:${CEIL_PORT}`;
   const rows: Row[] = [];
@@ -200,13 +251,13 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
   const ceilPost = async () => {
     step('ceiling: bare POST');
     const r = await measure({ url: `${C}/api/report`, requests: [reportReq] }, 1);
-    rows.push(row('ceiling: bare POST (same schema)', r));
+    rows.push(row('ceiling: bare POST (same schema)', r, undefined, 'ceiling'));
     return { name: 'bare POST', r };
   };
   const ceilGet = async () => {
     step('ceiling: bare GET');
     const r = await measure({ url: `${C}/fixed` }, 1);
-    rows.push(row('ceiling: bare GET (fixed JSON)', r));
+    rows.push(row('ceiling: bare GET (fixed JSON)', r, undefined, 'ceiling'));
     return { name: 'bare GET', r };
   };
   try {
@@ -331,6 +382,34 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
             p99: r.p99,
             errors: r.errors,
             load: r.load,
+            cpu: cpuOf(r.cpu, r.calls, 'service'),
+            ceiling: { name: lastPost.name, rps: Math.round(lastPost.r.requests.average) },
+            ratio: r.rps / lastPost.r.requests.average,
+          },
+          0.25,
+        ),
+      );
+    }
+    if (wanted('grpc-unary') && H2LOAD !== null) {
+      lastPost ??= await ceilPost();
+      step('gRPC Report (unary, HTTP/2, h2load)');
+      // The same calls from nghttp2's h2load (C): the connect-node client above spends more CPU
+      // per call than the service, in the same process that measures, so its figure is the
+      // client's. h2load counts HTTP statuses and cannot read gRPC trailers, so the very message
+      // it sends is first sent once through the official client, which checks grpc-status.
+      await createClient(TelemetryService, createGrpcTransport({ baseUrl: S })).report({ serverUrl: serverUrl(5), success: true, latencyMs: 42 });
+      const r = await h2loadGrpcUnary(`${S}/observatory.v1.TelemetryService/Report`, serverUrl(5));
+      rows.push(
+        target(
+          {
+            name: `gRPC Report (unary, HTTP/2, h2load: 1 connection x ${CONNECTIONS} concurrent streams)`,
+            rps: Math.round(r.rps),
+            mean: r.mean,
+            p50: NaN,
+            p99: NaN,
+            errors: r.errors,
+            load: r.load,
+            cpu: cpuOf(r.cpu, r.done, 'service'),
             ceiling: { name: lastPost.name, rps: Math.round(lastPost.r.requests.average) },
             ratio: r.rps / lastPost.r.requests.average,
           },
@@ -446,10 +525,13 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
 const fmt = (x: number) => (Number.isNaN(x) ? '-' : String(Math.round(x * 10) / 10));
 
 function hotTable(rows: Row[]): string {
-  const header = '| Scenario | req/s | mean ms | p50 ms | p99 ms | vs adjacent ceiling | target | load 1m | non-2xx/errors |\n|---|---:|---:|---:|---:|---:|---|---:|---:|';
+  const header =
+    '| Scenario | req/s | mean ms | p50 ms | p99 ms | vs adjacent ceiling | target | CPU µs/req: process / PostgreSQL | process busy | load 1m | non-2xx/errors |\n|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|';
+  const cpu = (r: Row) => (r.cpu ? `${fmt(r.cpu.us)} / ${fmt(r.cpu.pgUs)}` : '-');
+  const busy = (r: Row) => (r.cpu ? `${Math.round(r.cpu.busy * 100)}%` : '-');
   const lines = rows.map(
     (r) =>
-      `| ${r.name} | ${r.rps} | ${fmt(r.mean)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${r.ratio === undefined ? '-' : `${(r.ratio * 100).toFixed(0)}% of ${r.ceiling!.name} (${r.ceiling!.rps}/s)`} | ${r.target ? `${r.target}: ${r.met ? 'met' : '**not met**'}` : '-'} | ${r.load} | ${r.errors} |`,
+      `| ${r.name} | ${r.rps} | ${fmt(r.mean)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${r.ratio === undefined ? '-' : `${(r.ratio * 100).toFixed(0)}% of ${r.ceiling!.name} (${r.ceiling!.rps}/s)`} | ${r.target ? `${r.target}: ${r.met ? 'met' : '**not met**'}` : '-'} | ${cpu(r)} | ${busy(r)} | ${r.load} | ${r.errors} |`,
   );
   return `${header}\n${lines.join('\n')}\n`;
 }
