@@ -79,7 +79,10 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   const store = receiptBatcher(db, { onBatch: deps.observe?.receiptBatch });
   const demandRows = demandBuffer(db, deps.onBackgroundError);
   // Receipts being shared (RECEIPT_SHARE_MS), by claim: `ready` settles once the receipt is signed and stored.
-  const shared = new Map<string, { at: number; mono: number; checkedAt: Date; ready: Promise<IssuedReceipt> }>();
+  // `answer` is the answer built for the first caller, handed to every later caller of the claim
+  // whose registry listing and Server Card (not part of the claim) are the same objects; answers
+  // are shared, callers must not mutate them (the REST adapter serialises each one once).
+  const shared = new Map<string, { at: number; mono: number; checkedAt: Date; ready: Promise<IssuedReceipt>; answer?: { listing: RegistryListingRow | null; serverCard: ServerCardCheck | null; value: PreflightResult } }>();
   // Resolved targets (hits only) for SCORE_CACHE_MS: a server row only ever changes its category.
   const resolve = rememberedHits(db, (target) => servers.resolve(target), SCORE_CACHE_MS);
   // What the MCP Registry says about the server (registry sync), remembered like the scores.
@@ -184,8 +187,9 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     if (opts.recordDemand !== false) {
       demandRows.add({ checked_at: at, target: serverUrl ?? target, server_url: serverUrl, name: server?.name ?? null, verdict, kind, receipt_id: receipt.receiptId });
     }
-
-    return {
+    const known = entry.answer;
+    if (known && known.listing === listing && known.serverCard === serverCard) return known.value;
+    const value: PreflightResult = {
       target,
       serverUrl: serverUrl ?? undefined,
       verdict,
@@ -201,6 +205,8 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       registry: listingMessage(listing),
       serverCard: serverCard ?? undefined,
     };
+    entry.answer = { listing, serverCard, value };
+    return value;
   }
 
   const mixOf = (c: VerdictCounts) => ({ pass: c.pass, uncertain: c.uncertain, fail: c.fail, unrated: c.unrated });

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { GetDemandResponseSchema, PreflightRequestSchema, PreflightResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
 import type { RouteDeps } from '../routes.js';
 import { restQuerySchema } from '../contract-schema.js';
-import { restJson } from '../rest-json.js';
+import { restJson, restJsonText } from '../rest-json.js';
 
 export function preflightRoutes(app: FastifyInstance, { services }: RouteDeps) {
   app.get<{ Querystring: { target?: string } }>(
@@ -10,9 +10,11 @@ export function preflightRoutes(app: FastifyInstance, { services }: RouteDeps) {
     { schema: { querystring: restQuerySchema(PreflightRequestSchema) } },
     async (req, reply) => {
       const res = await services.preflight.preflight({ target: req.query.target });
-      // Every answer is a fresh signed statement; never served from a cache.
+      // Every answer is a signed statement of this moment (shared by the checks of the same claim
+      // within RECEIPT_SHARE_MS, docs/performance.md); never to be kept by an HTTP cache. A
+      // shared answer is serialised once (restJsonText).
       reply.header('cache-control', 'no-store');
-      return restJson(PreflightResponseSchema, res);
+      return reply.type('application/json; charset=utf-8').send(restJsonText(PreflightResponseSchema, res));
     },
   );
   app.get('/api/demand', async () => restJson(GetDemandResponseSchema, await services.preflight.getDemand({})));
