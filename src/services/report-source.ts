@@ -29,8 +29,24 @@ export function networkHasher(db: Queryable) {
     cached = [{ day, secret }, ...cached].slice(0, 2);
     return secret;
   }
-  return async (address: string, day: string): Promise<string> =>
-    createHmac('sha256', await secretFor(day)).update(clientNetwork(address)).digest('hex').slice(0, 32);
+  // One HMAC per network and day, not per report (a reporter sends many): in memory only,
+  // bounded like every cache, and like the secrets kept for the last two days only (a hash of a
+  // day whose secret is gone is not kept either).
+  let hashes: { day: string; byNetwork: BoundedMap<string, string> }[] = [];
+  return async (address: string, day: string): Promise<string> => {
+    const network = clientNetwork(address);
+    let days = hashes.find((h) => h.day === day);
+    if (!days) {
+      days = { day, byNetwork: new BoundedMap<string, string>() };
+      hashes = [days, ...hashes].sort((a, b) => (a.day < b.day ? 1 : -1)).slice(0, 2);
+    }
+    let hash = days.byNetwork.get(network);
+    if (hash === undefined) {
+      hash = createHmac('sha256', await secretFor(day)).update(network).digest('hex').slice(0, 32);
+      days.byNetwork.set(network, hash);
+    }
+    return hash;
+  };
 }
 
 /** Who sent a report, as the scoring and the per-source limits see it. */
