@@ -62,6 +62,8 @@ export interface Row {
   /** The adjacent ceiling run this row is compared with. */
   ceiling?: { name: string; rps: number };
   ratio?: number;
+  /** For GET rows: the ceiling answering a body of the same size as the service's answer. */
+  sameSize?: { name: string; rps: number; ratio: number };
   target?: string;
   met?: boolean;
   errors: number;
@@ -254,6 +256,16 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
     rows.push(row('ceiling: bare POST (same schema)', r, undefined, 'ceiling'));
     return { name: 'bare POST', r };
   };
+  /** The ceiling with an answer as large as the service's answer to `path` (body bytes). */
+  const ceilSized = async (path: string, headers: Record<string, string> = {}) => {
+    const bytes = (await (await fetch(`${S}${path}`, { headers })).arrayBuffer()).byteLength;
+    step(`ceiling: bare GET, ${bytes}-byte answer`);
+    const r = await measure({ url: `${C}/sized/${bytes}` }, 1);
+    const name = `bare GET, same answer size (${bytes} bytes)`;
+    rows.push(row(`ceiling: ${name}`, r, undefined, 'ceiling'));
+    return { name, r };
+  };
+  const withSameSize = (r: Row, c: { name: string; r: autocannon.Result }): Row => ({ ...r, sameSize: { name: c.name, rps: Math.round(c.r.requests.average), ratio: r.rps / c.r.requests.average } });
   const ceilGet = async () => {
     step('ceiling: bare GET');
     const r = await measure({ url: `${C}/fixed` }, 1);
@@ -287,12 +299,14 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
     if (wanted('trust')) {
       const cg = await ceilGet();
       step('GET /api/trust');
-      rows.push(target(row('GET /api/trust', await measure({ url: S, requests: rotating((i) => `/api/trust?url=${encodeURIComponent(serverUrl(i))}`) }), cg), 0.6, 10));
+      const trustRow = target(row('GET /api/trust', await measure({ url: S, requests: rotating((i) => `/api/trust?url=${encodeURIComponent(serverUrl(i))}`) }), cg), 0.6, 10);
+      rows.push(withSameSize(trustRow, await ceilSized(`/api/trust?url=${encodeURIComponent(serverUrl(1))}`)));
     }
     if (wanted('preflight')) {
       const cg = await ceilGet();
       step('GET /v1/preflight');
-      rows.push(target(row('GET /v1/preflight', await measure({ url: S, requests: rotating((i) => `/v1/preflight?target=${encodeURIComponent(serverUrl(i))}`) }), cg), 0.4));
+      const preRow = target(row('GET /v1/preflight', await measure({ url: S, requests: rotating((i) => `/v1/preflight?target=${encodeURIComponent(serverUrl(i))}`) }), cg), 0.4);
+      rows.push(withSameSize(preRow, await ceilSized(`/v1/preflight?target=${encodeURIComponent(serverUrl(1))}`)));
     }
     if (wanted('leaderboard')) {
       const cg = await ceilGet();
@@ -327,7 +341,7 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
       );
       step('GET /v1/gate (one upstream)');
       const one = await measure({ url: `${S}/v1/gate`, headers: { 'x-mcp-server': serverUrl(1) } });
-      rows.push(target(row('GET /v1/gate (one upstream, cached verdict)', one, cg), 0.5, 5));
+      rows.push(withSameSize(target(row('GET /v1/gate (one upstream, cached verdict)', one, cg), 0.5, 5), await ceilSized('/v1/gate', { 'x-mcp-server': serverUrl(1) })));
     }
     if (wanted('mixed')) {
       const cp = await ceilPost();
@@ -531,7 +545,7 @@ function hotTable(rows: Row[]): string {
   const busy = (r: Row) => (r.cpu ? `${Math.round(r.cpu.busy * 100)}%` : '-');
   const lines = rows.map(
     (r) =>
-      `| ${r.name} | ${r.rps} | ${fmt(r.mean)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${r.ratio === undefined ? '-' : `${(r.ratio * 100).toFixed(0)}% of ${r.ceiling!.name} (${r.ceiling!.rps}/s)`} | ${r.target ? `${r.target}: ${r.met ? 'met' : '**not met**'}` : '-'} | ${cpu(r)} | ${busy(r)} | ${r.load} | ${r.errors} |`,
+      `| ${r.name} | ${r.rps} | ${fmt(r.mean)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${r.ratio === undefined ? '-' : `${(r.ratio * 100).toFixed(0)}% of ${r.ceiling!.name} (${r.ceiling!.rps}/s)`}${r.sameSize ? `; ${(r.sameSize.ratio * 100).toFixed(0)}% of ${r.sameSize.name} (${r.sameSize.rps}/s)` : ''} | ${r.target ? `${r.target}: ${r.met ? 'met' : '**not met**'}` : '-'} | ${cpu(r)} | ${busy(r)} | ${r.load} | ${r.errors} |`,
   );
   return `${header}\n${lines.join('\n')}\n`;
 }
