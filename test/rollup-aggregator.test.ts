@@ -7,7 +7,7 @@ import type { Db } from '../src/db/index.js';
 import { openPglite } from '../src/db/pglite.js';
 import { migrate } from '../src/db/migrate.js';
 import { openPostgres } from '../src/db/postgres.js';
-import { rollupAggregator } from '../src/store/rollup-aggregator.js';
+import { rollupAggregator, rollupsAppended, settleRollups } from '../src/store/rollup-aggregator.js';
 import { serverStore } from '../src/store/servers.js';
 import { telemetryStore, type IngestRow } from '../src/store/telemetry.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
@@ -100,6 +100,27 @@ describe(`rollup aggregator (${backend})`, () => {
     await rollupAggregator(tdb.db).pass();
     await rollupAggregator(tdb.db).pass();
     expect((await compare(tdb.db)).stored).toEqual(stored);
+  }, 120_000);
+
+  it('a read of some servers waits only for the passes covering their own appends (any server after a notification of unknown rows)', async () => {
+    const [a, b] = await seedServers(tdb.db, 2);
+    const store = telemetryStore(tdb.db);
+    await rollupAggregator(tdb.db).pass();
+    const folded = async () => Number((await tdb.db.query<{ n: string }>("SELECT folded_rows::text AS n FROM rollup_watermark WHERE name = 'rollups'"))[0]!.n);
+    const before = await folded();
+    await store.append(rows([a!], 3, 'only-a'));
+    // B had no append since the last pass: nothing to wait for, no pass runs.
+    await settleRollups(tdb.db, [b!.id]);
+    expect(await folded()).toBe(before);
+    // A's read waits for (runs) the pass that covers A's rows.
+    await settleRollups(tdb.db, [a!.id]);
+    expect(await folded()).toBe(before + 3);
+    expect(Number((await store.totals([a!.id])).get(a!.id)?.n)).toBe(3);
+    // Rows of unknown servers (another instance's notification): every read waits for a pass.
+    await store.append(rows([a!], 2, 'a-again'));
+    rollupsAppended(tdb.db);
+    await settleRollups(tdb.db, [b!.id]);
+    expect(await folded()).toBe(before + 5);
   }, 120_000);
 
   it('a process killed between the fold and the watermark update leaves nothing folded; the next pass folds each row once', async () => {

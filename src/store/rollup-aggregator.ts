@@ -25,6 +25,7 @@
 // interval plus one pass, even when the instance that took it died right after answering.
 import type { Db, Queryable } from '../db/index.js';
 import { oneStatement } from './one-statement.js';
+import { BoundedMap } from './cache-limits.js';
 import { notifyServersChanged, rollupStatements, type RawRow } from './telemetry.js';
 
 /** Period of the background pass on every serving instance. */
@@ -47,10 +48,14 @@ export interface AggregatorHooks {
 }
 
 interface Aggregator {
-  /** This process committed an append on this database. */
-  appended(): void;
-  /** Resolves once a complete pass that began after every append this process committed so far has committed. */
-  settle(): Promise<void>;
+  /** This process committed an append on this database (of the given servers' rows; none given: any server's). */
+  appended(serverIds?: Iterable<number>): void;
+  /**
+   * Resolves once a complete pass that began after every append this process committed so far
+   * has committed; with `serverIds`, only after the appends of those servers' rows (a read of
+   * a few servers does not wait for passes covering everyone else's reports).
+   */
+  settle(serverIds?: readonly number[]): Promise<void>;
   /** Runs one pass now (after any pass in flight). */
   pass(): Promise<PassResult>;
   /** Starts the background pass (every intervalMs); errors go to onError. */
@@ -72,15 +77,19 @@ export function rollupAggregator(db: Db, hooks: AggregatorHooks = {}): Aggregato
   return a;
 }
 
-/** Called by telemetryStore after an append committed. */
-export function rollupsAppended(q: Queryable): void {
-  if (isDb(q)) rollupAggregator(q).appended();
+/** Called by telemetryStore after an append committed (with the servers whose rows it held, when known). */
+export function rollupsAppended(q: Queryable, serverIds?: Iterable<number>): void {
+  if (isDb(q)) rollupAggregator(q).appended(serverIds);
 }
 
-/** Waits until the rollups include every append this process committed through `q` (no-op when none is pending). */
-export async function settleRollups(q: Queryable): Promise<void> {
+/**
+ * Waits until the rollups include every append this process committed through `q` (no-op when
+ * none is pending); with `serverIds`, every append of those servers' rows. Reads of a few servers
+ * pass their ids, reads over categories or everything do not.
+ */
+export async function settleRollups(q: Queryable, serverIds?: readonly number[]): Promise<void> {
   const a = registry.get(q);
-  if (a) await a.settle();
+  if (a) await a.settle(serverIds);
 }
 
 const toBig = (v: unknown) => BigInt(String(v));
@@ -88,6 +97,11 @@ const toBig = (v: unknown) => BigInt(String(v));
 function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
   let appendSeq = 0;
   let coveredSeq = 0;
+  // The sequence number of each server's latest append (bounded). A server evicted from it, or
+  // never in it, last appended at or before `forgottenUpTo` (entries are in append order), which
+  // is what a read of it then waits for: never less than the truth.
+  const lastAppend = new BoundedMap<number, number>();
+  let forgottenUpTo = 0;
   let inflight: Promise<PassResult> | null = null;
   let queued: Promise<PassResult> | null = null;
   let timer: NodeJS.Timeout | null = null;
@@ -187,11 +201,27 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
   }
 
   return {
-    appended() {
+    appended(serverIds) {
       appendSeq++;
+      if (serverIds === undefined) {
+        // Rows of unknown servers (another instance's, from a notification): every read waits.
+        forgottenUpTo = appendSeq;
+        return;
+      }
+      for (const id of serverIds) {
+        if (lastAppend.size >= lastAppend.limit && !lastAppend.has(id)) {
+          const oldest = lastAppend.entries().next();
+          if (!oldest.done) forgottenUpTo = Math.max(forgottenUpTo, oldest.value[1]);
+        }
+        lastAppend.set(id, appendSeq);
+      }
     },
-    async settle() {
-      const target = appendSeq;
+    async settle(serverIds) {
+      let target = appendSeq;
+      if (serverIds !== undefined) {
+        target = forgottenUpTo;
+        for (const id of serverIds) target = Math.max(target, lastAppend.get(id) ?? 0);
+      }
       while (coveredSeq < target) await requestPass();
     },
     pass: requestPass,

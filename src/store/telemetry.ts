@@ -290,7 +290,10 @@ export function telemetryStore(db: Queryable) {
     async append(rows: readonly IngestRow[]): Promise<void> {
       if (rows.length === 0) return;
       await append(db, rows);
-      rollupsAppended(db);
+      rollupsAppended(
+        db,
+        rows.map((r) => r.serverId),
+      );
       notifyCommitted(db, rows);
     },
 
