@@ -312,7 +312,7 @@ export function telemetryStore(db: Queryable) {
     },
 
     async totals(serverIds: readonly number[]): Promise<Map<number, StoredTotals>> {
-      await settleRollups(db);
+      await settleRollups(db, serverIds);
       if (serverIds.length === 0) return new Map();
       const rows = await db.query<StoredTotals>(
         `SELECT server_id, n, successes, latency_sum, n_5xx, hist, first_at, last_at FROM server_totals WHERE server_id = ANY($1::int8[])`,
@@ -322,7 +322,7 @@ export function telemetryStore(db: Queryable) {
     },
 
     async evidence(serverIds: readonly number[]): Promise<Map<number, SourceAccumulator[]>> {
-      await settleRollups(db);
+      await settleRollups(db, serverIds);
       if (serverIds.length === 0) return new Map();
       const rows = await db.query<SourceAccumulator & { server_id: number }>(
         `SELECT server_id, source, weight, successes, latency_sum, reports, updated_at FROM trust_evidence WHERE server_id = ANY($1::int8[])`,
@@ -333,7 +333,7 @@ export function telemetryStore(db: Queryable) {
 
     /** Per-source evidence of one tool of a server (tool_evidence; empty when none). */
     async toolEvidence(serverId: number, toolName: string): Promise<SourceAccumulator[]> {
-      await settleRollups(db);
+      await settleRollups(db, [serverId]);
       const rows = await db.query<SourceAccumulator>(
         `SELECT source, weight, successes, latency_sum, reports, updated_at FROM tool_evidence WHERE server_id = $1 AND tool_name = $2 ORDER BY source`,
         [serverId, toolName],
@@ -343,7 +343,7 @@ export function telemetryStore(db: Queryable) {
 
     /** Hourly rollups (all sources summed) of the given servers with from <= bucket <= to. */
     async hourly(serverIds: readonly number[], from: Date, to: Date): Promise<Map<number, HourRollup[]>> {
-      await settleRollups(db);
+      await settleRollups(db, serverIds);
       if (serverIds.length === 0) return new Map();
       const rows = await db.query<HourRollup & { server_id: number }>(
         `SELECT server_id, bucket, sum(n)::int8 AS n, sum(successes)::int8 AS successes, sum(latency_sum)::float8 AS latency_sum,
@@ -357,7 +357,7 @@ export function telemetryStore(db: Queryable) {
 
     /** Hourly rollups per source of the given servers with from <= bucket <= to (source-robust anomaly tests). */
     async hourlyBySource(serverIds: readonly number[], from: Date, to: Date): Promise<Map<number, SourceHourRollup[]>> {
-      await settleRollups(db);
+      await settleRollups(db, serverIds);
       if (serverIds.length === 0) return new Map();
       const rows = await db.query<SourceHourRollup & { server_id: number }>(
         `SELECT server_id, bucket, source, n, successes, latency_sum, n_5xx
@@ -381,7 +381,7 @@ export function telemetryStore(db: Queryable) {
 
     /** Sums over one server's rollups with from <= bucket < to (null bounds are open). */
     async windowSums(serverId: number, from: Date | null, to: Date | null): Promise<{ n: number; successes: number; latency_sum: number }> {
-      await settleRollups(db);
+      await settleRollups(db, [serverId]);
       const rows = await db.query<{ n: number; successes: number; latency_sum: number }>(
         `SELECT coalesce(sum(n), 0)::int8 AS n, coalesce(sum(successes), 0)::int8 AS successes, coalesce(sum(latency_sum), 0)::float8 AS latency_sum
            FROM telemetry_hourly WHERE server_id = $1 AND ($2::timestamptz IS NULL OR bucket >= $2) AND ($3::timestamptz IS NULL OR bucket < $3)`,
@@ -412,7 +412,7 @@ export function telemetryStore(db: Queryable) {
 
     /** Distinct UTC days with at least one report. */
     async daysObserved(serverId: number): Promise<number> {
-      await settleRollups(db);
+      await settleRollups(db, [serverId]);
       const rows = await db.query<{ d: number }>(
         `SELECT count(DISTINCT date_trunc('day', bucket AT TIME ZONE 'UTC'))::int8 AS d FROM telemetry_hourly WHERE server_id = $1`,
         [serverId],
