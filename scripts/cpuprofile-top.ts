@@ -32,7 +32,34 @@ export function summarize(file: string, top = 25): string {
     pkg.set(group, (pkg.get(group) ?? 0) + t);
   }
   const pct = (t: number) => `${((t / total) * 100).toFixed(1).padStart(5)}%`;
-  const lines = [`${file}: ${(total / 1e6).toFixed(1)} s sampled`, '', 'self time by package / area:'];
+  // Inclusive: samples with a frame of our code (src/) anywhere on the stack, i.e. the time spent
+  // in our code and in whatever it called (node, pg, jose...), next to the rest (node's HTTP
+  // machinery, fastify, the libraries' own callbacks, idle).
+  const parent = new Map<number, number>();
+  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const oursOnStack = new Map<number, boolean>();
+  const isOurs = (id: number): boolean => {
+    const known = oursOnStack.get(id);
+    if (known !== undefined) return known;
+    const n = byId.get(id)!;
+    const url = n.callFrame.url.replace(/^file:\/\//, '').replace(process.cwd() + '/', '');
+    const up = parent.get(id);
+    const v = url.startsWith('src/') || (up !== undefined && isOurs(up));
+    oursOnStack.set(id, v);
+    return v;
+  };
+  let inclusive = 0;
+  let idle = 0;
+  for (const [id, t] of self) {
+    if (byId.get(id)!.callFrame.functionName === '(idle)') idle += t;
+    else if (isOurs(id)) inclusive += t;
+  }
+  const lines = [
+    `${file}: ${(total / 1e6).toFixed(1)} s sampled`,
+    `our code on the stack (inclusive of what it calls): ${pct(inclusive).trim()} of samples, ${((inclusive / Math.max(1, total - idle)) * 100).toFixed(1)}% of the busy ones`,
+    '',
+    'self time by package / area:',
+  ];
   for (const [k, t] of [...pkg].sort((a, b) => b[1] - a[1]).slice(0, 15)) lines.push(`${pct(t)}  ${k}`);
   lines.push('', `top ${top} functions by self time:`);
   for (const [k, t] of [...fn].sort((a, b) => b[1] - a[1]).slice(0, top)) lines.push(`${pct(t)}  ${k}`);
