@@ -53,6 +53,22 @@ function lastDriftAt(db: Queryable, serverId: number): Promise<Date | null> {
   return p;
 }
 
+/** The remembered time of a server's last detected drift (`at` null: none), when read less than SCORE_CACHE_MS ago. */
+export function cachedDriftAt(db: Queryable, serverId: number): { at: Date | null } | undefined {
+  const hit = driftMemo(db).entries.get(serverId);
+  return hit && performance.now() - hit.mono < SCORE_CACHE_MS ? hit : undefined;
+}
+
+/** Taken before reading a drift time elsewhere (server-facts.ts): rememberDriftAt keeps the read only if no drift was recorded meanwhile. */
+export function driftReadToken(db: Queryable, serverId: number): number {
+  return driftMemo(db).gen.get(serverId) ?? 0;
+}
+
+export function rememberDriftAt(db: Queryable, serverId: number, token: number, at: Date | null): void {
+  const m = driftMemo(db);
+  if ((m.gen.get(serverId) ?? 0) === token) m.entries.set(serverId, { at, mono: performance.now() });
+}
+
 /** Drops the cached drift time of a server after this process recorded a baseline for it. */
 export function forgetDrift(db: Queryable, serverId: number): void {
   const m = driftMemo(db);

@@ -8,7 +8,7 @@ import { demandBuffer, demandStore, type VerdictCounts } from '../store/demand.j
 import { receiptBatcher } from '../store/receipt-batcher.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
-import { rememberedListings, type RegistryListingRow } from '../store/registry-sync.js';
+import type { RegistryListingRow } from '../store/registry-sync.js';
 import { listingMessage } from './registry-sync.js';
 import { SCORE_CACHE_MS } from './trust-engine.js';
 import type { CallContext, ServiceDeps } from './context.js';
@@ -82,8 +82,6 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   const shared = new Map<string, { at: number; mono: number; checkedAt: Date; ready: Promise<IssuedReceipt> }>();
   // Resolved targets (hits only) for SCORE_CACHE_MS: a server row only ever changes its category.
   const resolve = rememberedHits(db, (target) => servers.resolve(target), SCORE_CACHE_MS);
-  // What the MCP Registry says about the server (registry sync), remembered like the scores.
-  const registryListing = rememberedListings(db, SCORE_CACHE_MS);
 
   /**
    * The lookup half of a pre-flight: what the observatory knows about `target` right now. The
@@ -110,9 +108,10 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     let listing: RegistryListingRow | null = null;
     let serverCard: ServerCardCheck | null = null;
     if (server) {
-      listing = await registryListing(server.id);
-      // The trust service's cheap, cached score (never recomputed here: one source per figure).
+      // The trust service's cheap, cached score (never recomputed here: one source per figure),
+      // with the server's listing read beside it.
       const score = await trust.scoreFor(server);
+      listing = score.listing;
       totalInteractions = score.total_interactions;
       anomalyFlags = [...score.anomaly_flags];
       serverCard = score.server_card;
