@@ -1,9 +1,10 @@
 // Issue 23: what one cache miss of a lookup costs in statements. At catalogue scale nearly every
 // lookup is of a server nobody read in the last SCORE_CACHE_MS (most of them without evidence),
-// so the miss is the common case: the score's inputs are one statement (totals, evidence, hourly
-// rollups and stored score, src/store/score-inputs.ts), the drift flag, MCP facts and registry
-// listing another (src/services/server-facts.ts), a computed score's writes a third. Before this
-// a miss of an unrated server took 7 statements on /api/trust and 10 on /v1/preflight.
+// so the miss is the common case: the server row by URL comes with its drift flag, MCP facts and
+// registry listing (src/services/server-facts.ts), the score's inputs are one statement (totals,
+// evidence, hourly rollups and stored score, src/store/score-inputs.ts), a computed score's writes
+// one more. Before this a miss of an unrated server took 7 statements on /api/trust and 10 on
+// /v1/preflight.
 // Counted, not timed: every statement the service sends through its database handle while one
 // request is answered (the rollup aggregator's and periodic jobs' own statements excluded).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -71,20 +72,20 @@ afterAll(async () => {
 });
 
 describe(`one lookup that misses every cache (${backend})`, () => {
-  it('GET /api/trust of a server without evidence: the server row, its score inputs, its side facts', async () => {
+  it('GET /api/trust of a server without evidence: the server row with its side facts, then its score inputs', async () => {
     const sql = await statementsOf(trust(20));
-    expect(sql, sql.join('\n')).toHaveLength(3);
+    expect(sql, sql.join('\n')).toHaveLength(2);
   });
 
   it('GET /api/trust of a rated server: the same reads and one write of its computed score', async () => {
     const sql = await statementsOf(trust(1));
-    expect(sql, sql.join('\n')).toHaveLength(4);
+    expect(sql, sql.join('\n')).toHaveLength(3);
     expect(sql.filter((s) => s.includes('INSERT INTO server_scores'))).toHaveLength(1);
   });
 
   it('GET /v1/preflight of a server without evidence: the same reads and its receipt', async () => {
     const sql = await statementsOf(preflight(21));
-    expect(sql, sql.join('\n')).toHaveLength(4);
+    expect(sql, sql.join('\n')).toHaveLength(3);
     expect(sql.filter((s) => s.includes('INSERT'))).toEqual([expect.stringContaining('INSERT INTO receipts')]);
   });
 
@@ -93,14 +94,14 @@ describe(`one lookup that misses every cache (${backend})`, () => {
     expect((await fetch(`${t.base}${trust(3)}`)).status).toBe(200);
     await new Promise((r) => setTimeout(r, 2100));
     const sql = await statementsOf(preflight(3));
-    expect(sql, sql.join('\n')).toHaveLength(4);
+    expect(sql, sql.join('\n')).toHaveLength(3);
     expect(sql.filter((s) => s.includes('INSERT'))).toEqual([expect.stringContaining('INSERT INTO receipts')]);
   });
 
   it('a second read within the cache bound sends nothing; a report in this process shows at once', async () => {
     // The category baseline again (the previous test waited past its bound).
     expect((await fetch(`${t.base}${trust(37)}`)).status).toBe(200);
-    expect(await statementsOf(trust(22))).toHaveLength(3);
+    expect(await statementsOf(trust(22))).toHaveLength(2);
     expect(await statementsOf(trust(22))).toHaveLength(0);
     const before = await json(fetch(`${t.base}${trust(22)}`));
     expect(before.verdict).toBe('UNRATED');

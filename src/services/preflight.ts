@@ -6,10 +6,11 @@ import { invalidArgument } from '../errors.js';
 import type { IssuedReceipt, ReceiptKind } from '../signing/receipts.js';
 import { demandBuffer, demandStore, type VerdictCounts } from '../store/demand.js';
 import { receiptBatcher } from '../store/receipt-batcher.js';
-import { serverStore, type ServerRow } from '../store/servers.js';
+import type { ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
 import type { RegistryListingRow } from '../store/registry-sync.js';
 import { listingMessage } from './registry-sync.js';
+import { resolveWithFacts } from './server-facts.js';
 import { SCORE_CACHE_MS } from './trust-engine.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import type { ServerCardCheck } from './mcp-probe.js';
@@ -74,14 +75,14 @@ const VERDICTS: readonly string[] = ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'];
  */
 export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustService, 'scoreFor'>) {
   const { db, now, receipts } = deps;
-  const servers = serverStore(db);
   const demand = demandStore(db);
   const store = receiptBatcher(db, { onBatch: deps.observe?.receiptBatch });
   const demandRows = demandBuffer(db, deps.onBackgroundError);
   // Receipts being shared (RECEIPT_SHARE_MS), by claim: `ready` settles once the receipt is signed and stored.
   const shared = new Map<string, { at: number; mono: number; checkedAt: Date; ready: Promise<IssuedReceipt> }>();
   // Resolved targets (hits only) for SCORE_CACHE_MS: a server row only ever changes its category.
-  const resolve = rememberedHits(db, (target) => servers.resolve(target), SCORE_CACHE_MS);
+  // A miss by URL reads the server's side facts in the same statement (server-facts.ts).
+  const resolve = rememberedHits(db, (target) => resolveWithFacts(db, target), SCORE_CACHE_MS);
 
   /**
    * The lookup half of a pre-flight: what the observatory knows about `target` right now. The

@@ -30,7 +30,7 @@ import type { RegistryListingRow } from '../store/registry-sync.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { serversWithDriftFlag } from './drift.js';
-import { serverFacts } from './server-facts.js';
+import { lookupUrlWithFacts, serverFacts } from './server-facts.js';
 import { DRIFT_FLAG } from '../domain/drift.js';
 import { decodeCursor, encodeCursor, filterSignature, indexAfter, InvalidCursor, LIST_VERDICTS, normaliseSearch, type RankKey } from '../domain/paging.js';
 import { periodicJob } from './jobs.js';
@@ -168,7 +168,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   // GetTrust hot path: server rows by URL (hits only, SCORE_CACHE_MS like the scores) and the
   // response built once per computation and MCP view. Responses are shared: callers must not mutate them.
   const trustResponses = new WeakMap<ComputedScore, { mcp: McpTrustView | null; res: MessageInitShape<typeof GetTrustResponseSchema> }>();
-  const trackedByUrl = rememberedHits(db, (url) => servers.lookupUrl(url), SCORE_CACHE_MS);
+  // A miss reads the server's side facts in the same statement (server-facts.ts).
+  const trackedByUrl = rememberedHits(db, (url) => lookupUrlWithFacts(db, url), SCORE_CACHE_MS);
 
   async function tiersOf(category: string | null, at: Date): Promise<Map<string, SlaTier>> {
     const [all, counts] = await Promise.all([engine.ranked(category, at), staleTelemetry.countsSince(new Date(at.getTime() - 30 * DAY_MS))]);
