@@ -111,4 +111,16 @@ describe(`one lookup that misses every cache (${backend})`, () => {
     const pf = await json(fetch(`${t.base}${preflight(22)}`));
     expect(pf.total_interactions ?? pf.totalInteractions).toBe(1);
   });
+
+  it("a category baseline's server count (one count of every category, shared) follows a new server reported in this process at once", async () => {
+    const a = 'https://fresh-a.example.net/mcp';
+    const b = 'https://fresh-b.example.net/mcp';
+    expect((await postJson(`${t.base}/api/report`, { server_url: a, success: true, latency_ms: 30 })).status).toBe(200);
+    const first = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(a)}`));
+    expect((await postJson(`${t.base}/api/report`, { server_url: b, success: true, latency_ms: 30 })).status).toBe(200);
+    const other = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(b)}`));
+    const again = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(a)}`));
+    expect(other.server.category).toBe(first.server.category);
+    expect(again.category_baseline.server_count).toBe(first.category_baseline.server_count + 1);
+  });
 });

@@ -127,10 +127,24 @@ export function createTrustEngine(db: Queryable) {
     computed_at: s.computed_at,
   });
 
+  // Tracked servers per category (every baseline states its category's), same bound as the
+  // baselines and dropped with them; concurrent callers share one count.
+  let countsMemo: { p: Promise<Map<string, number>>; at: number; mono: number; gen: number } | null = null;
+  function categoryCounts(at: Date): Promise<Map<string, number>> {
+    const c = countsMemo;
+    if (c && c.gen === rankedGen && Math.abs(at.getTime() - c.at) < SCORE_CACHE_MS && performance.now() - c.mono < SCORE_CACHE_MS) return c.p;
+    const entry = { p: serverStore(db).countsByCategory(), at: at.getTime(), mono: performance.now(), gen: rankedGen };
+    countsMemo = entry;
+    entry.p.catch(() => {
+      if (countsMemo === entry) countsMemo = null;
+    });
+    return entry.p;
+  }
+
   async function computeBaseline(category: string, at: Date): Promise<CategoryBaselineValue> {
-    const [{ servers, serverCount }, evidence] = await Promise.all([telemetry.categoryTotals(category), telemetry.categoryEvidence(category)]);
+    const [servers, evidence, counts] = await Promise.all([telemetry.categoryTotals(category), telemetry.categoryEvidence(category), categoryCounts(at)]);
     const figures = servers.map((t) => robustServerFigures(evidence.get(t.server_id) ?? [], t.hist, at));
-    return robustCategoryBaseline(category, figures, serverCount);
+    return robustCategoryBaseline(category, figures, counts.get(category) ?? 0);
   }
 
   /** One category's baseline as of `at`: from memory when computed less than SCORE_CACHE_MS ago, shared by concurrent callers. */

@@ -417,18 +417,15 @@ export function telemetryStore(db: Queryable) {
       return rows[0]!.d;
     },
 
-    /** Totals of every server of a category (for its baseline) and the category's server count. */
-    async categoryTotals(category: string): Promise<{ servers: StoredTotals[]; serverCount: number }> {
+    /** Totals of every server of a category with evidence (for its baseline; its server count is serverStore.countsByCategory). */
+    async categoryTotals(category: string): Promise<StoredTotals[]> {
       await settleRollups(db);
-      const [rows, count] = await Promise.all([
-        db.query<StoredTotals>(
-          `SELECT t.server_id, t.n, t.successes, t.latency_sum, t.n_5xx, t.hist, t.first_at, t.last_at
-             FROM server_totals t JOIN servers s ON s.id = t.server_id WHERE s.category = $1`,
-          [category],
-        ),
-        db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM servers WHERE category = $1', [category]),
-      ]);
-      return { servers: rows.map((r) => ({ ...r, hist: r.hist.map(Number) })), serverCount: count[0]!.n };
+      const rows = await db.query<StoredTotals>(
+        `SELECT t.server_id, t.n, t.successes, t.latency_sum, t.n_5xx, t.hist, t.first_at, t.last_at
+           FROM server_totals t JOIN servers s ON s.id = t.server_id WHERE s.category = $1`,
+        [category],
+      );
+      return rows.map((r) => ({ ...r, hist: r.hist.map(Number) }));
     },
 
     /** Index-wide report count (sum of the per-server totals). */
