@@ -7,9 +7,9 @@ import { computeTrustScore, type Breakdown } from '../domain/scoring.js';
 import { verdictFor, type PreflightVerdict } from '../domain/verdict.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
-import { onTelemetryCommitted, telemetryStore, type StoredTotals } from '../store/telemetry.js';
+import { onTelemetryCommitted, type StoredTotals } from '../store/telemetry.js';
 import { BoundedMap } from '../store/cache-limits.js';
-import { scoreInputs, type ScoreInputs } from '../store/score-inputs.js';
+import { categoryMembers, scoreInputs, type ScoreInputs } from '../store/score-inputs.js';
 
 /** A cached score older than this is recomputed on the next read even without new reports. */
 export const SCORE_MAX_AGE_MS = 5 * 60_000;
@@ -70,7 +70,6 @@ interface MemoEntry {
 }
 
 export function createTrustEngine(db: Queryable) {
-  const telemetry = telemetryStore(db);
   const scores = scoreStore(db);
   // Ranked lists tolerate the staleness bound: a read replica when configured (DATABASE_READ_URL).
   const staleScores = scoreStore(staleReads(db));
@@ -141,10 +140,35 @@ export function createTrustEngine(db: Queryable) {
     return entry.p;
   }
 
-  async function computeBaseline(category: string, at: Date): Promise<CategoryBaselineValue> {
-    const [servers, evidence, counts] = await Promise.all([telemetry.categoryTotals(category), telemetry.categoryEvidence(category), categoryCounts(at)]);
-    const figures = servers.map((t) => robustServerFigures(evidence.get(t.server_id) ?? [], t.hist, at));
-    return robustCategoryBaseline(category, figures, counts.get(category) ?? 0);
+  // Baselines asked for in the same event-loop turn (every category's expires together) read
+  // their members in one statement (categoryMembers) and share one count of every category.
+  let baseBatch: { category: string; at: Date; resolve: (v: CategoryBaselineValue) => void; reject: (err: unknown) => void }[] = [];
+  let baseScheduled = false;
+  function computeBaseline(category: string, at: Date): Promise<CategoryBaselineValue> {
+    return new Promise((resolve, reject) => {
+      baseBatch.push({ category, at, resolve, reject });
+      if (baseScheduled) return;
+      baseScheduled = true;
+      setImmediate(() => {
+        baseScheduled = false;
+        const items = baseBatch;
+        baseBatch = [];
+        const latest = new Date(Math.max(...items.map((i) => i.at.getTime())));
+        Promise.all([categoryMembers(db, [...new Set(items.map((i) => i.category))]), categoryCounts(latest)]).then(
+          ([members, counts]) => {
+            for (const i of items) {
+              try {
+                const figures = (members.get(i.category) ?? []).map((m) => robustServerFigures(m.evidence, m.totals.hist, i.at));
+                i.resolve(robustCategoryBaseline(i.category, figures, counts.get(i.category) ?? 0));
+              } catch (err) {
+                i.reject(err);
+              }
+            }
+          },
+          (err: unknown) => items.forEach((i) => i.reject(err)),
+        );
+      });
+    });
   }
 
   /** One category's baseline as of `at`: from memory when computed less than SCORE_CACHE_MS ago, shared by concurrent callers. */

@@ -113,3 +113,64 @@ export async function scoreInputs(db: Queryable, serverIds: readonly number[], f
   }
   return out;
 }
+
+/** A server with evidence of a category, as its category's baseline reads it. */
+export interface CategoryMember {
+  totals: StoredTotals;
+  evidence: SourceAccumulator[];
+}
+
+interface MemberRow extends StoredTotals {
+  category: string;
+  e_source: string[] | null;
+  e_weight: number[] | null;
+  e_successes: number[] | null;
+  e_latency: number[] | null;
+  e_reports: number[] | null;
+  e_at: Date[] | null;
+}
+
+/**
+ * The servers with evidence of the given categories, with their totals and per-source evidence,
+ * in ONE statement (was two per category): every category's baseline expires together, so the
+ * misses that follow ask for most of them in the same event-loop turn (issue 23).
+ */
+export async function categoryMembers(db: Queryable, categories: readonly string[]): Promise<Map<string, CategoryMember[]>> {
+  await settleRollups(db);
+  const out = new Map<string, CategoryMember[]>(categories.map((c) => [c, []]));
+  if (categories.length === 0) return out;
+  const rows = await db.query<MemberRow>(
+    `SELECT s.category, t.server_id, t.n, t.successes, t.latency_sum, t.n_5xx, t.hist, t.first_at, t.last_at,
+            e.e_source, e.e_weight, e.e_successes, e.e_latency, e.e_reports, e.e_at
+       FROM server_totals t JOIN servers s ON s.id = t.server_id
+       CROSS JOIN LATERAL (
+         SELECT array_agg(x.source ORDER BY x.source) AS e_source, array_agg(x.weight::float8 ORDER BY x.source) AS e_weight,
+                array_agg(x.successes::float8 ORDER BY x.source) AS e_successes, array_agg(x.latency_sum::float8 ORDER BY x.source) AS e_latency,
+                array_agg(x.reports::float8 ORDER BY x.source) AS e_reports, array_agg(x.updated_at ORDER BY x.source) AS e_at
+           FROM trust_evidence x WHERE x.server_id = t.server_id) e
+      WHERE s.category = ANY($1::text[])`,
+    [categories],
+  );
+  for (const r of rows) {
+    const evidence: SourceAccumulator[] = (r.e_source ?? []).map((source, i) => ({
+      source,
+      weight: Number(r.e_weight![i]),
+      successes: Number(r.e_successes![i]),
+      latency_sum: Number(r.e_latency![i]),
+      reports: Number(r.e_reports![i]),
+      updated_at: new Date(r.e_at![i]!),
+    }));
+    const totals: StoredTotals = {
+      server_id: r.server_id,
+      n: r.n,
+      successes: r.successes,
+      latency_sum: r.latency_sum,
+      n_5xx: r.n_5xx,
+      hist: r.hist.map(Number),
+      first_at: r.first_at,
+      last_at: r.last_at,
+    };
+    out.get(r.category)?.push({ totals, evidence });
+  }
+  return out;
+}
