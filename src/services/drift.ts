@@ -22,12 +22,14 @@ interface DriftMemo {
   entries: Map<number, { at: Date | null; mono: number }>;
   pending: Map<number, Promise<Date | null>>;
   gen: Map<number, number>;
+  /** Counts forgetDrift calls (see driftReadToken). */
+  epoch: number;
 }
 const driftMemos = new WeakMap<Queryable, DriftMemo>();
 
 function driftMemo(db: Queryable): DriftMemo {
   let m = driftMemos.get(db);
-  if (!m) driftMemos.set(db, (m = { entries: new BoundedMap(), pending: new Map(), gen: new BoundedMap() }));
+  if (!m) driftMemos.set(db, (m = { entries: new BoundedMap(), pending: new Map(), gen: new BoundedMap(), epoch: 0 }));
   return m;
 }
 
@@ -53,12 +55,33 @@ function lastDriftAt(db: Queryable, serverId: number): Promise<Date | null> {
   return p;
 }
 
+/** The remembered time of a server's last detected drift (`at` null: none), when read less than SCORE_CACHE_MS ago. */
+export function cachedDriftAt(db: Queryable, serverId: number): { at: Date | null } | undefined {
+  const hit = driftMemo(db).entries.get(serverId);
+  return hit && performance.now() - hit.mono < SCORE_CACHE_MS ? hit : undefined;
+}
+
+/**
+ * Taken before reading drift times elsewhere (server-facts.ts): rememberDriftAt keeps such a read
+ * only if this process recorded no drift meanwhile (of any server: the read may not know its
+ * server's id yet, and drift checks are rare).
+ */
+export function driftReadToken(db: Queryable): number {
+  return driftMemo(db).epoch;
+}
+
+export function rememberDriftAt(db: Queryable, serverId: number, token: number, at: Date | null): void {
+  const m = driftMemo(db);
+  if (m.epoch === token) m.entries.set(serverId, { at, mono: performance.now() });
+}
+
 /** Drops the cached drift time of a server after this process recorded a baseline for it. */
 export function forgetDrift(db: Queryable, serverId: number): void {
   const m = driftMemo(db);
   m.entries.delete(serverId);
   m.pending.delete(serverId);
   m.gen.set(serverId, (m.gen.get(serverId) ?? 0) + 1);
+  m.epoch++;
 }
 
 /**

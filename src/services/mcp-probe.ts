@@ -56,6 +56,25 @@ async function factsOf(db: Queryable, serverId: number): Promise<McpFactsRow | n
   return row;
 }
 
+/** The remembered MCP facts of a server (`row` null: never probed), when read less than SCORE_CACHE_MS ago. */
+export function cachedMcpFacts(db: Queryable, serverId: number): { row: McpFactsRow | null } | undefined {
+  const hit = memo(db).get(serverId);
+  return hit && performance.now() - hit.mono < SCORE_CACHE_MS ? hit : undefined;
+}
+
+/** Remembers facts read at `readStart` (performance.now()), unless a newer read or a probe of this process is remembered. */
+export function rememberMcpFacts(db: Queryable, serverId: number, row: McpFactsRow | null, readStart: number): void {
+  const m = memo(db);
+  const hit = m.get(serverId);
+  if (hit && hit.mono > readStart) return;
+  m.set(serverId, { row, mono: readStart });
+}
+
+/** The MCP trust view of facts (see mcpTrustView); null without facts. */
+export function mcpViewOf(f: McpFactsRow | null, now: Date): McpTrustView | null {
+  return f ? viewOf(f, now) : null;
+}
+
 const views = new WeakMap<McpFactsRow, McpTrustView>();
 
 /** The server card check as the API shows it (ServerCardCheck); null when no card was found. */

@@ -6,10 +6,11 @@ import { invalidArgument } from '../errors.js';
 import type { IssuedReceipt, ReceiptKind } from '../signing/receipts.js';
 import { demandBuffer, demandStore, type VerdictCounts } from '../store/demand.js';
 import { receiptBatcher } from '../store/receipt-batcher.js';
-import { serverStore, type ServerRow } from '../store/servers.js';
+import type { ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
-import { rememberedListings, type RegistryListingRow } from '../store/registry-sync.js';
+import type { RegistryListingRow } from '../store/registry-sync.js';
 import { listingMessage } from './registry-sync.js';
+import { resolveWithFacts } from './server-facts.js';
 import { SCORE_CACHE_MS } from './trust-engine.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import type { ServerCardCheck } from './mcp-probe.js';
@@ -74,7 +75,6 @@ const VERDICTS: readonly string[] = ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'];
  */
 export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustService, 'scoreFor'>) {
   const { db, now, receipts } = deps;
-  const servers = serverStore(db);
   const demand = demandStore(db);
   const store = receiptBatcher(db, { onBatch: deps.observe?.receiptBatch });
   const demandRows = demandBuffer(db, deps.onBackgroundError);
@@ -84,9 +84,8 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   // are shared, callers must not mutate them (the REST adapter serialises each one once).
   const shared = new Map<string, { at: number; mono: number; checkedAt: Date; ready: Promise<IssuedReceipt>; answer?: { listing: RegistryListingRow | null; serverCard: ServerCardCheck | null; value: PreflightResult } }>();
   // Resolved targets (hits only) for SCORE_CACHE_MS: a server row only ever changes its category.
-  const resolve = rememberedHits(db, (target) => servers.resolve(target), SCORE_CACHE_MS);
-  // What the MCP Registry says about the server (registry sync), remembered like the scores.
-  const registryListing = rememberedListings(db, SCORE_CACHE_MS);
+  // A miss by URL reads the server's side facts in the same statement (server-facts.ts).
+  const resolve = rememberedHits(db, (target) => resolveWithFacts(db, target), SCORE_CACHE_MS);
 
   /**
    * The lookup half of a pre-flight: what the observatory knows about `target` right now. The
@@ -113,9 +112,10 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     let listing: RegistryListingRow | null = null;
     let serverCard: ServerCardCheck | null = null;
     if (server) {
-      listing = await registryListing(server.id);
-      // The trust service's cheap, cached score (never recomputed here: one source per figure).
+      // The trust service's cheap, cached score (never recomputed here: one source per figure),
+      // with the server's listing read beside it.
       const score = await trust.scoreFor(server);
+      listing = score.listing;
       totalInteractions = score.total_interactions;
       anomalyFlags = [...score.anomaly_flags];
       serverCard = score.server_card;

@@ -7,8 +7,9 @@ import { computeTrustScore, type Breakdown } from '../domain/scoring.js';
 import { verdictFor, type PreflightVerdict } from '../domain/verdict.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
-import { onTelemetryCommitted, telemetryStore, type StoredTotals } from '../store/telemetry.js';
+import { onTelemetryCommitted, type StoredTotals } from '../store/telemetry.js';
 import { BoundedMap } from '../store/cache-limits.js';
+import { categoryMembers, scoreInputs, type ScoreInputs } from '../store/score-inputs.js';
 
 /** A cached score older than this is recomputed on the next read even without new reports. */
 export const SCORE_MAX_AGE_MS = 5 * 60_000;
@@ -69,7 +70,6 @@ interface MemoEntry {
 }
 
 export function createTrustEngine(db: Queryable) {
-  const telemetry = telemetryStore(db);
   const scores = scoreStore(db);
   // Ranked lists tolerate the staleness bound: a read replica when configured (DATABASE_READ_URL).
   const staleScores = scoreStore(staleReads(db));
@@ -126,10 +126,49 @@ export function createTrustEngine(db: Queryable) {
     computed_at: s.computed_at,
   });
 
-  async function computeBaseline(category: string, at: Date): Promise<CategoryBaselineValue> {
-    const [{ servers, serverCount }, evidence] = await Promise.all([telemetry.categoryTotals(category), telemetry.categoryEvidence(category)]);
-    const figures = servers.map((t) => robustServerFigures(evidence.get(t.server_id) ?? [], t.hist, at));
-    return robustCategoryBaseline(category, figures, serverCount);
+  // Tracked servers per category (every baseline states its category's), same bound as the
+  // baselines and dropped with them; concurrent callers share one count.
+  let countsMemo: { p: Promise<Map<string, number>>; at: number; mono: number; gen: number } | null = null;
+  function categoryCounts(at: Date): Promise<Map<string, number>> {
+    const c = countsMemo;
+    if (c && c.gen === rankedGen && Math.abs(at.getTime() - c.at) < SCORE_CACHE_MS && performance.now() - c.mono < SCORE_CACHE_MS) return c.p;
+    const entry = { p: serverStore(db).countsByCategory(), at: at.getTime(), mono: performance.now(), gen: rankedGen };
+    countsMemo = entry;
+    entry.p.catch(() => {
+      if (countsMemo === entry) countsMemo = null;
+    });
+    return entry.p;
+  }
+
+  // Baselines asked for in the same event-loop turn (every category's expires together) read
+  // their members in one statement (categoryMembers) and share one count of every category.
+  let baseBatch: { category: string; at: Date; resolve: (v: CategoryBaselineValue) => void; reject: (err: unknown) => void }[] = [];
+  let baseScheduled = false;
+  function computeBaseline(category: string, at: Date): Promise<CategoryBaselineValue> {
+    return new Promise((resolve, reject) => {
+      baseBatch.push({ category, at, resolve, reject });
+      if (baseScheduled) return;
+      baseScheduled = true;
+      setImmediate(() => {
+        baseScheduled = false;
+        const items = baseBatch;
+        baseBatch = [];
+        const latest = new Date(Math.max(...items.map((i) => i.at.getTime())));
+        Promise.all([categoryMembers(db, [...new Set(items.map((i) => i.category))]), categoryCounts(latest)]).then(
+          ([members, counts]) => {
+            for (const i of items) {
+              try {
+                const figures = (members.get(i.category) ?? []).map((m) => robustServerFigures(m.evidence, m.totals.hist, i.at));
+                i.resolve(robustCategoryBaseline(i.category, figures, counts.get(i.category) ?? 0));
+              } catch (err) {
+                i.reject(err);
+              }
+            }
+          },
+          (err: unknown) => items.forEach((i) => i.reject(err)),
+        );
+      });
+    });
   }
 
   /** One category's baseline as of `at`: from memory when computed less than SCORE_CACHE_MS ago, shared by concurrent callers. */
@@ -158,23 +197,24 @@ export function createTrustEngine(db: Queryable) {
     return new Map(list.map((c, i) => [c, values[i]!]));
   }
 
-  /** Computes the scores of the given servers as of `at` and records them (cache and snapshot). */
-  async function compute(servers: readonly ServerRow[], at: Date): Promise<Map<number, ComputedScore>> {
+  /** The hourly rollups a computation as of `at` reads start here. */
+  const historyFrom = (at: Date) => new Date(hourStart(at) - (HISTORY_HOURS + RECENT_HOURS) * HOUR_MS);
+
+  /**
+   * Computes the scores of the given servers as of `at` and records them (cache and snapshot).
+   * `pre`: their inputs as of `at`, already read (scoreInputs); otherwise read here, in one statement.
+   */
+  async function compute(servers: readonly ServerRow[], at: Date, pre?: Map<number, ScoreInputs>): Promise<Map<number, ComputedScore>> {
     const ids = servers.map((s) => s.id);
-    const from = new Date(hourStart(at) - (HISTORY_HOURS + RECENT_HOURS) * HOUR_MS);
-    const [totals, evidence, hourly, base] = await Promise.all([
-      telemetry.totals(ids),
-      telemetry.evidence(ids),
-      telemetry.hourlyBySource(ids, from, at),
-      baselines(servers.map((s) => s.category), at),
-    ]);
+    const [inputs, base] = await Promise.all([pre ?? scoreInputs(db, ids, historyFrom(at), at), baselines(servers.map((s) => s.category), at)]);
     const out = new Map<number, ComputedScore>();
     for (const server of servers) {
-      const t = totals.get(server.id) ?? null;
+      const input = inputs.get(server.id);
+      const t = input?.totals ?? null;
       const baseline = base.get(server.category)!;
-      const anomaly = detectAnomaliesRobust(hourly.get(server.id) ?? [], at);
+      const anomaly = detectAnomaliesRobust(input?.hourly ?? [], at);
       const { trust_score, breakdown } = computeTrustScore({
-        sources: evidence.get(server.id) ?? [],
+        sources: input?.evidence ?? [],
         baselineLatencyMs: baseline.avg_latency_ms,
         anomalyFlags: anomaly.flags,
         now: at,
@@ -229,23 +269,61 @@ export function createTrustEngine(db: Queryable) {
     return out;
   }
 
-  // Misses of different servers arriving in the same event-loop turn are computed together: one
-  // set of queries for all of them, as of the latest of their times (at most a loop turn apart).
-  let batch: { server: ServerRow; at: Date; resolve: (m: Map<number, ComputedScore>) => void; reject: (err: unknown) => void }[] = [];
+  /** A stored score that is still current (SCORE_MAX_AGE_MS, and no report since) as a summary; else null. */
+  function storedSummary(input: ScoreInputs | undefined, at: Date): ScoreSummary | null {
+    const c = input?.stored;
+    const n = input?.totals?.n ?? 0;
+    if (!c || c.computed_at.getTime() < at.getTime() - SCORE_MAX_AGE_MS || c.evidence_reports !== n) return null;
+    return { trust_score: c.trust_score, verdict: c.verdict as PreflightVerdict, total_interactions: n, anomaly_flags: c.anomaly_flags, computed_at: c.computed_at };
+  }
+
+  // Misses of different servers arriving in the same event-loop turn are served together: one
+  // statement reads the inputs of all of them (scoreInputs), as of the latest of their times (at
+  // most a loop turn apart); a summary (scoreFor) comes from the stored score when it is current,
+  // everything else is computed from the inputs just read (issue 23: a miss is one round trip).
+  type BatchResult = { full: ComputedScore; summary: ScoreSummary } | { full: null; summary: ScoreSummary };
+  let batch: { server: ServerRow; at: Date; summaryOnly: boolean; resolve: (r: BatchResult) => void; reject: (err: unknown) => void }[] = [];
   let batchScheduled = false;
-  function computeSoon(server: ServerRow, at: Date): Promise<Map<number, ComputedScore>> {
+
+  async function runBatch(items: typeof batch): Promise<Map<number, BatchResult>> {
+    const servers = new Map(items.map((i) => [i.server.id, i.server]));
+    const latest = new Date(Math.max(...items.map((i) => i.at.getTime())));
+    // A full computation needs its category's baseline: asked for now, so it is read (when not
+    // in memory) while the inputs are.
+    const full = items.filter((i) => !i.summaryOnly);
+    const early = full.length > 0 ? baselines(full.map((i) => i.server.category), latest) : null;
+    early?.catch(() => {});
+    const inputs = await scoreInputs(db, [...servers.keys()], historyFrom(latest), latest);
+    const out = new Map<number, BatchResult>();
+    const needFull = new Set(full.map((i) => i.server.id));
+    for (const i of items) {
+      if (!i.summaryOnly || out.has(i.server.id)) continue;
+      const summary = storedSummary(inputs.get(i.server.id), latest);
+      if (summary) out.set(i.server.id, { full: null, summary });
+      else needFull.add(i.server.id);
+    }
+    if (needFull.size > 0) {
+      const computed = await compute(
+        [...needFull].map((id) => servers.get(id)!),
+        latest,
+        inputs,
+      );
+      for (const [id, c] of computed) out.set(id, { full: c, summary: summaryOf(c) });
+    }
+    return out;
+  }
+
+  function computeSoon(server: ServerRow, at: Date, summaryOnly: boolean): Promise<BatchResult> {
     return new Promise((resolve, reject) => {
-      batch.push({ server, at, resolve, reject });
+      batch.push({ server, at, summaryOnly, resolve, reject });
       if (batchScheduled) return;
       batchScheduled = true;
       setImmediate(() => {
         batchScheduled = false;
         const items = batch;
         batch = [];
-        const servers = new Map(items.map((i) => [i.server.id, i.server]));
-        const latest = new Date(Math.max(...items.map((i) => i.at.getTime())));
-        compute([...servers.values()], latest).then(
-          (m) => items.forEach((i) => i.resolve(m)),
+        runBatch(items).then(
+          (m) => items.forEach((i) => i.resolve(m.get(i.server.id)!)),
           (err: unknown) => items.forEach((i) => i.reject(err)),
         );
       });
@@ -259,10 +337,10 @@ export function createTrustEngine(db: Queryable) {
     const gen = genOf(server.id);
     const inflight = pending.get(server.id);
     if (inflight && inflight.gen === gen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) return inflight.p;
-    const p = computeSoon(server, at)
-      .then((m) => {
-        const c = m.get(server.id)!;
-        remember(server, gen, c.computed_at, summaryOf(c), c);
+    const p = computeSoon(server, at, false)
+      .then((r) => {
+        const c = r.full!;
+        remember(server, gen, c.computed_at, r.summary, c);
         return c;
       })
       .finally(() => {
@@ -348,21 +426,22 @@ export function createTrustEngine(db: Queryable) {
       return p;
     },
 
-    /** A server's current score and verdict, from the cache when it is fresh. */
+    /**
+     * A server's current score and verdict, from the cache when it is fresh; otherwise one read
+     * (batched with concurrent misses) gives the stored score when it is current, or the inputs
+     * it is computed from.
+     */
     async scoreFor(server: ServerRow, at: Date): Promise<ScoreSummary> {
       const hit = memoHit(server, at);
       if (hit) return hit.summary;
       const gen = genOf(server.id);
-      const [cached, totals] = await Promise.all([scores.current([server.id]), telemetry.totals([server.id])]);
-      const c = cached.get(server.id);
-      const t = totals.get(server.id);
-      const fresh = c && c.computed_at.getTime() >= at.getTime() - SCORE_MAX_AGE_MS && c.evidence_reports === (t?.n ?? 0);
-      if (c && fresh) {
-        const summary: ScoreSummary = { trust_score: c.trust_score, verdict: c.verdict as PreflightVerdict, total_interactions: t?.n ?? 0, anomaly_flags: c.anomaly_flags, computed_at: c.computed_at };
-        remember(server, gen, at, summary, null);
-        return summary;
-      }
-      return summaryOf(await current(server, at));
+      // A full computation of this server already under way answers this too.
+      const inflight = pending.get(server.id);
+      if (inflight && inflight.gen === gen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) return summaryOf(await inflight.p);
+      const r = await computeSoon(server, at, true);
+      if (r.full) remember(server, gen, r.full.computed_at, r.summary, r.full);
+      else remember(server, gen, at, r.summary, null);
+      return r.summary;
     },
   };
 }

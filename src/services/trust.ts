@@ -26,15 +26,16 @@ import { marketStore, type MarketFigures } from '../store/market.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
-import { rememberedListings } from '../store/registry-sync.js';
+import type { RegistryListingRow } from '../store/registry-sync.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
-import { serversWithDriftFlag, toolManifestDriftFlags } from './drift.js';
+import { serversWithDriftFlag } from './drift.js';
+import { lookupUrlWithFacts, serverFacts } from './server-facts.js';
 import { DRIFT_FLAG } from '../domain/drift.js';
 import { decodeCursor, encodeCursor, filterSignature, indexAfter, InvalidCursor, LIST_VERDICTS, normaliseSearch, type RankKey } from '../domain/paging.js';
 import { periodicJob } from './jobs.js';
 import { listingMessage } from './registry-sync.js';
-import { mcpTrustView, type McpTrustView, type ServerCardCheck } from './mcp-probe.js';
+import type { McpTrustView, ServerCardCheck } from './mcp-probe.js';
 import { createTrustEngine, SCORE_CACHE_MS, type ComputedScore, type ScoreSummary } from './trust-engine.js';
 import { ruleViolations } from '../domain/contract-rules.js';
 import { contractViolation } from './contract.js';
@@ -167,9 +168,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   // GetTrust hot path: server rows by URL (hits only, SCORE_CACHE_MS like the scores) and the
   // response built once per computation and MCP view. Responses are shared: callers must not mutate them.
   const trustResponses = new WeakMap<ComputedScore, { mcp: McpTrustView | null; res: MessageInitShape<typeof GetTrustResponseSchema> }>();
-  const trackedByUrl = rememberedHits(db, (url) => servers.lookupUrl(url), SCORE_CACHE_MS);
-  // What the MCP Registry says about a server (registry sync), remembered like the scores.
-  const registryListing = rememberedListings(db, SCORE_CACHE_MS);
+  // A miss reads the server's side facts in the same statement (server-facts.ts).
+  const trackedByUrl = rememberedHits(db, (url) => lookupUrlWithFacts(db, url), SCORE_CACHE_MS);
 
   async function tiersOf(category: string | null, at: Date): Promise<Map<string, SlaTier>> {
     const [all, counts] = await Promise.all([engine.ranked(category, at), staleTelemetry.countsSince(new Date(at.getTime() - 30 * DAY_MS))]);
@@ -314,11 +314,17 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
      * Current score, verdict and anomaly flags of a tracked server; cheap (cached, refreshed when
      * stale). Drift and Server Card flags are added to the flags; neither moves the score.
      */
-    async scoreFor(server: ServerRow): Promise<ScoreSummary & { server_card: ServerCardCheck | null; protocol_version: string | null }> {
+    async scoreFor(server: ServerRow): Promise<ScoreSummary & { server_card: ServerCardCheck | null; protocol_version: string | null; listing: RegistryListingRow | null }> {
       const at = now();
-      const [s, drift, mcp] = await Promise.all([engine.scoreFor(server, at), toolManifestDriftFlags(db, server.id, at), mcpTrustView(db, server.id, at)]);
-      const extra = [...drift, ...(mcp?.flags ?? [])];
-      return { ...s, anomaly_flags: extra.length > 0 ? [...s.anomaly_flags, ...extra] : s.anomaly_flags, server_card: mcp?.serverCard ?? null, protocol_version: mcp?.protocolVersion ?? null };
+      const [s, { driftFlags, mcp, listing }] = await Promise.all([engine.scoreFor(server, at), serverFacts(db, server.id, at)]);
+      const extra = [...driftFlags, ...(mcp?.flags ?? [])];
+      return {
+        ...s,
+        anomaly_flags: extra.length > 0 ? [...s.anomaly_flags, ...extra] : s.anomaly_flags,
+        server_card: mcp?.serverCard ?? null,
+        protocol_version: mcp?.protocolVersion ?? null,
+        listing,
+      };
     },
 
     /**
@@ -346,12 +352,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       // Drift flags and the MCP probe's view change with probes, not telemetry, so they are read
       // each time; the cached response is only reused while no drift flag is active and the view
       // is the same object (mcpTrustView keeps it while nothing changed).
-      const [c, driftFlags, mcp, listing] = await Promise.all([
-        engine.current(tracked, at),
-        toolManifestDriftFlags(db, tracked.id, at),
-        mcpTrustView(db, tracked.id, at),
-        registryListing(tracked.id),
-      ]);
+      // Both from memory when fresh; each a single statement otherwise (issue 23).
+      const [c, { driftFlags, mcp, listing }] = await Promise.all([engine.current(tracked, at), serverFacts(db, tracked.id, at)]);
       const server = c.server;
       const registry = listingMessage(listing);
       const known = driftFlags.length === 0 ? trustResponses.get(c) : undefined;

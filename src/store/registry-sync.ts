@@ -102,23 +102,35 @@ export function registrySyncStore(db: Queryable) {
   };
 }
 
-/**
- * `listing(serverId)` remembered for `ttlMs`, misses included (most servers were never listed),
- * for the pre-flight and trust-record hot paths. An import in this process forgets the servers it
- * changed at once (notifyServersChanged); other instances' changes show within `ttlMs`. Bounded:
- * beyond `maxEntries` it starts over.
- */
-export function rememberedListings(db: Queryable, ttlMs: number): (serverId: number) => Promise<RegistryListingRow | null> {
-  const store = registrySyncStore(db);
-  const memo = new BoundedMap<number, { row: RegistryListingRow | null; mono: number }>();
-  onTelemetryCommitted(db, (ids) => {
-    for (const id of ids) memo.delete(id);
-  });
-  return async (serverId) => {
-    const hit = memo.get(serverId);
-    if (hit && performance.now() - hit.mono < ttlMs) return hit.row;
-    const row = await store.listing(serverId);
-    memo.set(serverId, { row, mono: performance.now() });
-    return row;
-  };
+// Listings remembered per database handle for the pre-flight and trust-record hot paths, misses
+// included (most servers were never listed): read by src/services/server-facts.ts in one statement
+// with the server's other side facts. An import in this process forgets the servers it changed at
+// once (notifyServersChanged); other instances' changes show within the caller's bound
+// (SCORE_CACHE_MS). Bounded (CACHE_MAX_ENTRIES).
+const listingMemos = new WeakMap<Queryable, BoundedMap<number, { row: RegistryListingRow | null; mono: number }>>();
+
+function listingMemo(db: Queryable): BoundedMap<number, { row: RegistryListingRow | null; mono: number }> {
+  let memo = listingMemos.get(db);
+  if (!memo) {
+    const m = (memo = new BoundedMap());
+    listingMemos.set(db, m);
+    onTelemetryCommitted(db, (ids) => {
+      for (const id of ids) m.delete(id);
+    });
+  }
+  return memo;
+}
+
+/** A remembered listing of the server read less than `ttlMs` ago (`row` null: not listed); undefined when none is. */
+export function cachedListing(db: Queryable, serverId: number, ttlMs: number): { row: RegistryListingRow | null } | undefined {
+  const hit = listingMemo(db).get(serverId);
+  return hit && performance.now() - hit.mono < ttlMs ? hit : undefined;
+}
+
+/** Remembers a listing read at `readStart` (performance.now()), unless a newer read is remembered. */
+export function rememberListing(db: Queryable, serverId: number, row: RegistryListingRow | null, readStart: number): void {
+  const memo = listingMemo(db);
+  const hit = memo.get(serverId);
+  if (hit && hit.mono > readStart) return;
+  memo.set(serverId, { row, mono: readStart });
 }

@@ -1,6 +1,7 @@
 import type { Queryable } from '../db/index.js';
 import { settleRollups } from './rollup-aggregator.js';
 import { groupByServer } from './by-server.js';
+import { oneStatement, type Statement } from './one-statement.js';
 import type { ServerRow } from './servers.js';
 
 /** The cached current score of a server (last computation) and its hourly history. */
@@ -36,7 +37,8 @@ export function scoreStore(db: Queryable) {
     /** Writes the current score and the snapshot of its hour (the latest computation in an hour wins). */
     async save(rows: readonly (ScoreRow & { bucket: Date })[]): Promise<void> {
       if (rows.length === 0) return;
-      await db.query(
+      // One statement (writable CTE) for both: a lookup that computed a score pays one round trip.
+      const current: Statement = [
         `INSERT INTO server_scores AS e (server_id, trust_score, verdict, anomaly_flags, evidence_reports, computed_at)
          SELECT u.id, u.s, u.v, u.f::text[], u.n, u.c
            FROM unnest($1::int8[], $2::float8[], $3::text[], $4::text[], $5::int8[], $6::timestamptz[]) AS u(id, s, v, f, n, c)
@@ -51,8 +53,8 @@ export function scoreStore(db: Queryable) {
           rows.map((r) => r.evidence_reports),
           rows.map((r) => r.computed_at.toISOString()),
         ],
-      );
-      await db.query(
+      ];
+      const snapshot: Statement = [
         `INSERT INTO score_snapshots AS e (server_id, bucket, trust_score, verdict, computed_at)
          SELECT * FROM unnest($1::int8[], $2::timestamptz[], $3::float8[], $4::text[], $5::timestamptz[])
          ON CONFLICT (server_id, bucket) DO UPDATE SET trust_score = EXCLUDED.trust_score, verdict = EXCLUDED.verdict,
@@ -64,7 +66,8 @@ export function scoreStore(db: Queryable) {
           rows.map((r) => r.verdict),
           rows.map((r) => r.computed_at.toISOString()),
         ],
-      );
+      ];
+      await db.query(...oneStatement([current, snapshot]));
     },
 
     async current(serverIds: readonly number[]): Promise<Map<number, ScoreRow>> {

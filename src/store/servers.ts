@@ -116,6 +116,17 @@ export function serverStore(db: Queryable) {
       return db.query<ServerRow>(`SELECT ${COLUMNS} FROM servers WHERE id = ANY($1::int8[]) ORDER BY id`, [ids]);
     },
 
+    /**
+     * Tracked servers per category, all categories in one statement: every category baseline
+     * states its server count, and at catalogue scale one pass over the table every
+     * SCORE_CACHE_MS is far cheaper than a count per category (each a heap visit of its rows until
+     * vacuum has set the visibility map; issue 23).
+     */
+    async countsByCategory(): Promise<Map<string, number>> {
+      const rows = await db.query<{ category: string; n: number }>('SELECT category, count(*)::int8 AS n FROM servers GROUP BY category');
+      return new Map(rows.map((r) => [r.category, Number(r.n)]));
+    },
+
     async byUrl(url: string): Promise<ServerRow | null> {
       const rows = await db.query<ServerRow>(`SELECT ${COLUMNS} FROM servers WHERE url = $1`, [url]);
       return rows[0] ?? null;

@@ -368,17 +368,6 @@ export function telemetryStore(db: Queryable) {
       return groupByServer(rows, (h) => ({ ...h, n: Number(h.n), successes: Number(h.successes), latency_sum: Number(h.latency_sum), n_5xx: Number(h.n_5xx) }));
     },
 
-    /** Per-source evidence of every server of a category (its source-robust baseline). */
-    async categoryEvidence(category: string): Promise<Map<number, SourceAccumulator[]>> {
-      await settleRollups(db);
-      const rows = await db.query<SourceAccumulator & { server_id: number }>(
-        `SELECT e.server_id, e.source, e.weight, e.successes, e.latency_sum, e.reports, e.updated_at
-           FROM trust_evidence e JOIN servers s ON s.id = e.server_id WHERE s.category = $1`,
-        [category],
-      );
-      return groupByServer(rows);
-    },
-
     /** Sums over one server's rollups with from <= bucket < to (null bounds are open). */
     async windowSums(serverId: number, from: Date | null, to: Date | null): Promise<{ n: number; successes: number; latency_sum: number }> {
       await settleRollups(db, [serverId]);
@@ -418,20 +407,6 @@ export function telemetryStore(db: Queryable) {
         [serverId],
       );
       return rows[0]!.d;
-    },
-
-    /** Totals of every server of a category (for its baseline) and the category's server count. */
-    async categoryTotals(category: string): Promise<{ servers: StoredTotals[]; serverCount: number }> {
-      await settleRollups(db);
-      const [rows, count] = await Promise.all([
-        db.query<StoredTotals>(
-          `SELECT t.server_id, t.n, t.successes, t.latency_sum, t.n_5xx, t.hist, t.first_at, t.last_at
-             FROM server_totals t JOIN servers s ON s.id = t.server_id WHERE s.category = $1`,
-          [category],
-        ),
-        db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM servers WHERE category = $1', [category]),
-      ]);
-      return { servers: rows.map((r) => ({ ...r, hist: r.hist.map(Number) })), serverCount: count[0]!.n };
     },
 
     /** Index-wide report count (sum of the per-server totals). */

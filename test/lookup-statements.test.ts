@@ -1,0 +1,126 @@
+// Issue 23: what one cache miss of a lookup costs in statements. At catalogue scale nearly every
+// lookup is of a server nobody read in the last SCORE_CACHE_MS (most of them without evidence),
+// so the miss is the common case: the server row by URL comes with its drift flag, MCP facts and
+// registry listing (src/services/server-facts.ts), the score's inputs are one statement (totals,
+// evidence, hourly rollups and stored score, src/store/score-inputs.ts), a computed score's writes
+// one more. Before this a miss of an unrated server took 7 statements on /api/trust and 10 on
+// /v1/preflight.
+// Counted, not timed: every statement the service sends through its database handle while one
+// request is answered (the rollup aggregator's and periodic jobs' own statements excluded).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Db, Queryable } from '../src/db/index.js';
+import { serverStore } from '../src/store/servers.js';
+import { json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+
+// Statements that run on their own timers, not on a request's path.
+const BACKGROUND = /pg_advisory|pg_try_advisory|rollup_watermark|pg_snapshot|FROM telemetry\b|job_runs|preflight_demand|BEGIN|COMMIT|ROLLBACK/;
+
+let traces: string[] | null = null;
+
+function counting<Q extends Queryable>(q: Q): Q {
+  return new Proxy(q, {
+    get(target, prop, recv) {
+      if (prop === 'query') {
+        return (sql: string, params?: readonly unknown[]) => {
+          if (!BACKGROUND.test(sql)) traces?.push(sql.replace(/\s+/g, ' ').slice(0, 100));
+          return target.query(sql, params);
+        };
+      }
+      if (prop === 'transaction') return (fn: (tx: Queryable) => Promise<unknown>) => (target as unknown as Db).transaction((tx) => fn(counting(tx)));
+      // The test drops the database itself (after the service closed).
+      if (prop === 'close') return async () => {};
+      const v = Reflect.get(target, prop, recv);
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
+}
+
+async function statementsOf(path: string): Promise<string[]> {
+  traces = [];
+  try {
+    expect((await fetch(`${t.base}${path}`)).status).toBe(200);
+    return traces;
+  } finally {
+    traces = null;
+  }
+}
+
+let t: TestApp;
+let tdb: TestDatabase;
+const url = (i: number) => `https://lookup-${i}.example.com/mcp`;
+const trust = (i: number) => `/api/trust?url=${encodeURIComponent(url(i))}`;
+const preflight = (i: number) => `/v1/preflight?target=${encodeURIComponent(url(i))}`;
+
+beforeAll(async () => {
+  tdb = await createTestDatabase();
+  const db = counting(tdb.db);
+  t = await startTestApp({}, { tdb: { ...tdb, db } });
+  // Tracked servers of one category; the first ten with evidence.
+  const servers = serverStore(db);
+  for (let i = 0; i < 40; i++) await servers.ensure({ url: url(i), name: `lookup ${i}`, slug: `lookup-${i}`, category: 'search' }, new Date());
+  for (let i = 0; i < 10; i++) {
+    for (let k = 0; k < 3; k++) expect((await postJson(`${t.base}/api/report`, { server_url: url(i), success: true, latency_ms: 40 + k, tool_name: 'search' })).status).toBe(200);
+  }
+  // The category's baseline and the signing key are read once per process (or per SCORE_CACHE_MS), not per server.
+  expect((await fetch(`${t.base}${trust(39)}`)).status).toBe(200);
+  expect((await fetch(`${t.base}${preflight(38)}`)).status).toBe(200);
+}, 120_000);
+afterAll(async () => {
+  await t?.close();
+  await tdb?.drop();
+});
+
+describe(`one lookup that misses every cache (${backend})`, () => {
+  it('GET /api/trust of a server without evidence: the server row with its side facts, then its score inputs', async () => {
+    const sql = await statementsOf(trust(20));
+    expect(sql, sql.join('\n')).toHaveLength(2);
+  });
+
+  it('GET /api/trust of a rated server: the same reads and one write of its computed score', async () => {
+    const sql = await statementsOf(trust(1));
+    expect(sql, sql.join('\n')).toHaveLength(3);
+    expect(sql.filter((s) => s.includes('INSERT INTO server_scores'))).toHaveLength(1);
+  });
+
+  it('GET /v1/preflight of a server without evidence: the same reads and its receipt', async () => {
+    const sql = await statementsOf(preflight(21));
+    expect(sql, sql.join('\n')).toHaveLength(3);
+    expect(sql.filter((s) => s.includes('INSERT'))).toEqual([expect.stringContaining('INSERT INTO receipts')]);
+  });
+
+  it('GET /v1/preflight of a rated server whose stored score is current: no computation, no score write', async () => {
+    // Computed and stored by a trust read, then forgotten from memory (its cache bound).
+    expect((await fetch(`${t.base}${trust(3)}`)).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 2100));
+    const sql = await statementsOf(preflight(3));
+    expect(sql, sql.join('\n')).toHaveLength(3);
+    expect(sql.filter((s) => s.includes('INSERT'))).toEqual([expect.stringContaining('INSERT INTO receipts')]);
+  });
+
+  it('a second read within the cache bound sends nothing; a report in this process shows at once', async () => {
+    // The category baseline again (the previous test waited past its bound).
+    expect((await fetch(`${t.base}${trust(37)}`)).status).toBe(200);
+    expect(await statementsOf(trust(22))).toHaveLength(2);
+    expect(await statementsOf(trust(22))).toHaveLength(0);
+    const before = await json(fetch(`${t.base}${trust(22)}`));
+    expect(before.verdict).toBe('UNRATED');
+    expect((await postJson(`${t.base}/api/report`, { server_url: url(22), success: true, latency_ms: 50, tool_name: 'search' })).status).toBe(200);
+    const after = await json(fetch(`${t.base}${trust(22)}`));
+    expect(after.metrics.totalInteractions ?? after.metrics.total_interactions).toBe(1);
+    const pf = await json(fetch(`${t.base}${preflight(22)}`));
+    expect(pf.total_interactions ?? pf.totalInteractions).toBe(1);
+  });
+
+  it("a category baseline's server count (one count of every category, shared) follows a new server reported in this process at once", async () => {
+    const a = 'https://fresh-a.example.net/mcp';
+    const b = 'https://fresh-b.example.net/mcp';
+    expect((await postJson(`${t.base}/api/report`, { server_url: a, success: true, latency_ms: 30 })).status).toBe(200);
+    const first = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(a)}`));
+    expect((await postJson(`${t.base}/api/report`, { server_url: b, success: true, latency_ms: 30 })).status).toBe(200);
+    const other = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(b)}`));
+    const again = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(a)}`));
+    expect(other.server.category).toBe(first.server.category);
+    expect(again.category_baseline.server_count).toBe(first.category_baseline.server_count + 1);
+  });
+});
