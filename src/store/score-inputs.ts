@@ -51,7 +51,8 @@ interface InputRow {
  * server), in the order the separate reads returned them (source; bucket, source).
  */
 export async function scoreInputs(db: Queryable, serverIds: readonly number[], from: Date, to: Date): Promise<Map<number, ScoreInputs>> {
-  await settleRollups(db);
+  // Read-your-writes for these servers only: another server's pending report is no reason to wait.
+  await settleRollups(db, serverIds);
   const out = new Map<number, ScoreInputs>();
   if (serverIds.length === 0) return out;
   const rows = await db.query<InputRow>(
