@@ -57,9 +57,12 @@ describe.skipIf(backend !== 'postgres')('two instances: new evidence reaches the
   });
 
   /** Resolves with the server ids of the next notification B applies. */
-  const nextOnB = () =>
+  // The next evidence event on B (A's NOTIFY, or B's own aggregator folding A's rows), optionally
+  // the first one naming `id` (a late event about an earlier report may come first).
+  const nextOnB = (id?: number) =>
     new Promise<number[]>((resolve) => {
       const off = onTelemetryCommitted(b.obs.db, (ids) => {
+        if (id !== undefined && !ids.includes(id)) return;
         off();
         resolve(ids);
       });
@@ -67,7 +70,10 @@ describe.skipIf(backend !== 'postgres')('two instances: new evidence reaches the
 
   it('a report on A drops B\'s cached score for that server, so B shows it on its next read', async () => {
     expect(busA.enabled && busB.enabled).toBe(true);
+    // The first report is news to B once its event arrived (the cross-instance bound, not at once).
+    const heard = nextOnB();
     expect((await postJson(`${a.base}/api/report`, { server_url: url, success: true, latency_ms: 30 })).status).toBe(200);
+    await heard;
     const first = await trustOn(b);
     expect(first.metrics.total_interactions).toBe(1);
     // B now holds the score in memory (SCORE_CACHE_MS). A's next report reaches it by NOTIFY.
@@ -104,11 +110,16 @@ describe.skipIf(backend !== 'postgres')('two instances: new evidence reaches the
   });
 
   it('a malformed or foreign NOTIFY on the channel changes nothing and breaks nothing', async () => {
+    // Let the announcements of the folds of the earlier reports arrive first (B counts what it receives).
+    for (let last = -1, i = 0; i < 20 && busB.counts().received !== last; i++) {
+      last = busB.counts().received;
+      await new Promise((r) => setTimeout(r, 750));
+    }
     const before = busB.counts().received;
     await tdb.db.query('SELECT pg_notify($1, $2)', [EVIDENCE_CHANNEL, 'x|1;DROP TABLE servers']);
     await tdb.db.query('SELECT pg_notify($1, $2)', [EVIDENCE_CHANNEL, 'garbage']);
     // A well-formed one after them arrives and is applied: the listener is still there.
-    const told = nextOnB();
+    const told = nextOnB(424242);
     await tdb.db.query('SELECT pg_notify($1, $2)', [EVIDENCE_CHANNEL, 'someone-else|424242']);
     expect(await told).toEqual([424242]);
     expect(busB.counts().received).toBe(before + 1);
