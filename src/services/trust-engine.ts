@@ -175,8 +175,13 @@ export function createTrustEngine(db: Queryable) {
   function baselineOf(category: string, at: Date): Promise<CategoryBaselineValue> {
     const hit = baselineMemo.get(category);
     if (hit && Math.abs(at.getTime() - hit.at) < SCORE_CACHE_MS && performance.now() - hit.mono < SCORE_CACHE_MS) return Promise.resolve(hit.value);
+    // Past its time bound only (evidence committed by this process drops every baseline at once,
+    // so a report followed by a read still shows in it): served while one refresh runs in the
+    // background, up to RANKED_STALE_MS old, like the ranked lists. At 100,000 servers a baseline
+    // reads every rated server of its category, and every miss would otherwise wait for it.
+    const stale = hit !== undefined && Math.abs(at.getTime() - hit.at) < RANKED_STALE_MS && performance.now() - hit.mono < RANKED_STALE_MS ? hit : undefined;
     const inflight = baselinePending.get(category);
-    if (inflight && inflight.gen === rankedGen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) return inflight.p;
+    if (inflight && inflight.gen === rankedGen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) return stale ? Promise.resolve(stale.value) : inflight.p;
     const gen = rankedGen;
     const p = computeBaseline(category, at)
       .then((value) => {
@@ -187,6 +192,11 @@ export function createTrustEngine(db: Queryable) {
         if (baselinePending.get(category)?.p === p) baselinePending.delete(category);
       });
     baselinePending.set(category, { gen, at: at.getTime(), p });
+    if (stale) {
+      // A failed refresh leaves the baseline to the next read.
+      p.catch(() => {});
+      return Promise.resolve(stale.value);
+    }
     return p;
   }
 
