@@ -29,13 +29,15 @@ import { rememberedHits } from '../store/server-cache.js';
 import { rememberedListings } from '../store/registry-sync.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
-import { serversWithDriftFlag, toolManifestDriftFlags } from './drift.js';
+import { onDriftRecorded, serversWithDriftFlag, toolManifestDriftFlags } from './drift.js';
+import { cachedFigures } from './cached-figure.js';
+import { onTelemetryCommitted } from '../store/telemetry.js';
 import { DRIFT_FLAG } from '../domain/drift.js';
 import { decodeCursor, encodeCursor, filterSignature, indexAfter, InvalidCursor, LIST_VERDICTS, normaliseSearch, type RankKey } from '../domain/paging.js';
 import { periodicJob } from './jobs.js';
 import { listingMessage } from './registry-sync.js';
 import { mcpTrustView, type McpTrustView, type ServerCardCheck } from './mcp-probe.js';
-import { createTrustEngine, SCORE_CACHE_MS, type ComputedScore, type ScoreSummary } from './trust-engine.js';
+import { createTrustEngine, RANKED_STALE_MS, SCORE_CACHE_MS, type ComputedScore, type ScoreSummary } from './trust-engine.js';
 import { ruleViolations } from '../domain/contract-rules.js';
 import { contractViolation } from './contract.js';
 import { GetLeaderboardRequestSchema } from '../../gen/observatory/v1/trust_pb.js';
@@ -171,8 +173,27 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   // What the MCP Registry says about a server (registry sync), remembered like the scores.
   const registryListing = rememberedListings(db, SCORE_CACHE_MS);
 
+  // Figures over the whole index that pages and stats read beside the ranked list (issue 23):
+  // computed at most once per SCORE_CACHE_MS, shared, served stale up to RANKED_STALE_MS while
+  // one refresh runs, and dropped where the ranked list is (evidence committed by this process,
+  // a catalogue import) or, for drift, when this process records a drift baseline.
+  const FIGURES = { freshMs: SCORE_CACHE_MS, staleMs: RANKED_STALE_MS };
+  /** Accepted reports per server since `at` minus the key's days ('1', '30'). */
+  const countsSinceDays = cachedFigures((days, at) => staleTelemetry.countsSince(new Date(at.getTime() - Number(days) * DAY_MS)), FIGURES);
+  const driftFlagged = cachedFigures((_key, at) => serversWithDriftFlag(db, at), FIGURES);
+  /** The trust delta's database figures per window and number of new servers listed ('24h|1000'). */
+  const deltaFigures = cachedFigures(async (key, at) => {
+    const [window, limit] = key.split('|') as [string, string];
+    const start = new Date(at.getTime() - DELTA_WINDOWS[window as keyof typeof DELTA_WINDOWS] * 3_600_000);
+    const [prev, fresh] = await Promise.all([staleScores.snapshotsAt(start), scores.unratedSince(start, Number(limit))]);
+    return { start, prev, fresh };
+  }, FIGURES);
+  const figureCaches = [countsSinceDays, driftFlagged, deltaFigures];
+  onTelemetryCommitted(db, () => figureCaches.forEach((c) => c.invalidate()));
+  onDriftRecorded(db, () => driftFlagged.invalidate());
+
   async function tiersOf(category: string | null, at: Date): Promise<Map<string, SlaTier>> {
-    const [all, counts] = await Promise.all([engine.ranked(category, at), staleTelemetry.countsSince(new Date(at.getTime() - 30 * DAY_MS))]);
+    const [all, counts] = await Promise.all([engine.ranked(category, at), countsSinceDays.get('30', at)]);
     return new Map(all.map((r) => [r.url, r.n > 0 && r.trust_score !== null ? slaTierFor(r.trust_score, counts.get(r.id) ?? 0) : 'Unrated']));
   }
 
@@ -435,7 +456,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
     async getStats(_req: Partial<GetStatsRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetStatsResponseSchema>> {
       const at = now();
-      const [idx, last24, m] = await Promise.all([engine.index(null, at), staleTelemetry.countsSince(new Date(at.getTime() - DAY_MS)), marketFigures(at)]);
+      const [idx, last24, m] = await Promise.all([engine.index(null, at), countsSinceDays.get('1', at), marketFigures(at)]);
       const all = idx.rows;
       const cov = coverageOf(all, idx.unrated);
       const mix = { pass: 0, uncertain: 0, fail: 0, unrated: idx.unratedTotal };
@@ -560,8 +581,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       const window = req.window ?? DEFAULT_DELTA_WINDOW;
       if (!isDeltaWindow(window)) throw invalidArgument(`window must be one of ${Object.keys(DELTA_WINDOWS).join(', ')}`);
       const at = now();
-      const start = new Date(at.getTime() - DELTA_WINDOWS[window] * 3_600_000);
-      const [all, prev, fresh] = await Promise.all([engine.ranked(null, at), staleScores.snapshotsAt(start), scores.unratedSince(start, req.newLimit ?? NEW_SERVERS_LISTED)]);
+      const [all, { start, prev, fresh }] = await Promise.all([engine.ranked(null, at), deltaFigures.get(`${window}|${req.newLimit ?? NEW_SERVERS_LISTED}`, at)]);
       const g = groupDeltas(
         all.map((r) => ({
           id: r.id,
@@ -613,7 +633,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
      */
     async getAnomalies(category: string | null): Promise<{ url: string; name: string; slug: string; category: string; trustScore: number | null; verdict: string; flags: string[] }[]> {
       const at = now();
-      const [rated, drifted] = await Promise.all([engine.ranked(category, at), serversWithDriftFlag(db, at)]);
+      const [rated, drifted] = await Promise.all([engine.ranked(category, at), driftFlagged.get('all', at)]);
       // Drifted servers without evidence are not among the ranked rows: read by id.
       const ratedIds = new Set(rated.map((r) => r.id));
       const extra = (await scores.serverRows([...drifted].filter((id) => !ratedIds.has(id))))

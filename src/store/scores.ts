@@ -31,6 +31,24 @@ export interface RankedServer {
   last_at: Date | null;
 }
 
+/**
+ * The servers without evidence, optionally of one category ($1) and containing a LIKE pattern ($2)
+ * in name, slug or URL. The first LIKE is the expression of the trigram index (migration 1570):
+ * implied by the exact per-column test after it, it lets a search read the index instead of the
+ * servers table where pg_trgm is installed.
+ */
+export const SEARCH_TEXT_SQL = `(lower(s.name) || E'\\n' || s.slug || E'\\n' || lower(s.url))`;
+const unratedWhere = `($1::text IS NULL OR s.category = $1) AND NOT EXISTS (SELECT 1 FROM server_totals t WHERE t.server_id = s.id AND t.n > 0)
+          AND ($2::text IS NULL OR (${SEARCH_TEXT_SQL} LIKE $2 AND (lower(s.name) LIKE $2 OR s.slug LIKE $2 OR lower(s.url) LIKE $2)))`;
+
+/** The count statement of a search over the servers without evidence (unratedPage's total; EXPLAIN in tests). */
+export function unratedCountStatement(category: string | null, like: string | null): [string, unknown[]] {
+  return [`SELECT count(*)::int8 AS n FROM servers s WHERE ${unratedWhere}`, [category, like]];
+}
+
+/** A search text as the LIKE pattern unratedPage matches ('%text%', wildcards escaped). */
+export const likePattern = (search: string) => `%${search.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+
 export function scoreStore(db: Queryable) {
   return {
     /** Writes the current score and the snapshot of its hour (the latest computation in an hour wins). */
@@ -135,9 +153,8 @@ export function scoreStore(db: Queryable) {
      * `total` counts every match. RankedServer rows with n = 0 and no score.
      */
     async unratedPage(o: { category: string | null; search: string | null; afterUrl: string | null; limit: number; knownTotal?: number }): Promise<{ rows: RankedServer[]; total: number }> {
-      const like = o.search === null ? null : `%${o.search.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
-      const where = `($1::text IS NULL OR s.category = $1) AND NOT EXISTS (SELECT 1 FROM server_totals t WHERE t.server_id = s.id AND t.n > 0)
-          AND ($2::text IS NULL OR lower(s.name) LIKE $2 OR s.slug LIKE $2 OR lower(s.url) LIKE $2)`;
+      const like = o.search === null ? null : likePattern(o.search);
+      const where = unratedWhere;
       const [rows, [count]] = await Promise.all([
         db.query<RankedServer>(
           `SELECT s.id, s.url, s.name, s.slug, s.category, s.registered_at, NULL::float8 AS trust_score, NULL::text AS verdict, NULL::timestamptz AS computed_at,
@@ -147,7 +164,7 @@ export function scoreStore(db: Queryable) {
           [o.category, like, o.afterUrl, o.limit],
         ),
         // Without a search the caller knows the count (unratedCounts, kept with the ranked list).
-        o.knownTotal !== undefined ? Promise.resolve([{ n: o.knownTotal }]) : db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM servers s WHERE ${where}`, [o.category, like]),
+        o.knownTotal !== undefined ? Promise.resolve([{ n: o.knownTotal }]) : db.query<{ n: number }>(...unratedCountStatement(o.category, like)),
       ]);
       return { rows, total: Number(count!.n) };
     },
