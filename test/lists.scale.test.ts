@@ -5,7 +5,7 @@
 // bench's (docs/performance.md).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demandStore, type DemandRow } from '../src/store/demand.js';
-import { likePattern, scoreStore, unratedCountStatement } from '../src/store/scores.js';
+import { likePattern, scoreStore, SEARCH_COUNT_CAP, unratedCountStatement } from '../src/store/scores.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 
 let t: TestDatabase;
@@ -71,6 +71,21 @@ describe(`server search (${backend})`, () => {
     expect(text).toMatch(/Bitmap Index Scan on servers_search_trgm_idx/);
     expect(text).not.toMatch(/Seq Scan on servers|servers_pkey/);
   });
+
+  it('counts a search that matches most servers up to SEARCH_COUNT_CAP and says so, still paging exactly', async () => {
+    await t.db.query(
+      `INSERT INTO servers (url, name, slug, category) SELECT 'https://bulk-' || i || '.example.org/mcp', 'Bulk item ' || i, 'bulk-' || i, 'data' FROM generate_series(1, $1::int) i`,
+      [SEARCH_COUNT_CAP + 50],
+    );
+    const scores = scoreStore(t.db);
+    const first = await scores.unratedPage({ category: null, search: 'bulk', afterUrl: null, limit: 20 });
+    expect(first).toMatchObject({ total: SEARCH_COUNT_CAP, capped: true });
+    expect(first.rows).toHaveLength(20);
+    const second = await scores.unratedPage({ category: null, search: 'bulk', afterUrl: first.rows[19]!.url, limit: 20 });
+    expect(new Set([...first.rows, ...second.rows].map((r) => r.url)).size).toBe(40);
+    // Below the cap the count is exact.
+    expect(await scores.unratedPage({ category: null, search: 'bulk-1000', afterUrl: null, limit: 5 })).toMatchObject({ total: 11, capped: false });
+  }, 120_000);
 
   it('the migration installs the trigram index where pg_trgm exists (PGlite ships it)', async () => {
     const rows = await t.db.query<{ indexname: string }>(`SELECT indexname FROM pg_indexes WHERE tablename = 'servers' AND indexname = 'servers_search_trgm_idx'`);

@@ -3,8 +3,9 @@ import type { GetDemandRequest, GetDemandResponseSchema, PreflightRequest, Prefl
 import { canonicalServerUrl, InvalidServerUrl, looksLikeUrl } from '../domain/server-identity.js';
 import { RECOMMENDATIONS, type PreflightVerdict } from '../domain/verdict.js';
 import { invalidArgument } from '../errors.js';
+import { decodeListCursor, encodeListCursor, InvalidCursor } from '../domain/paging.js';
 import type { IssuedReceipt, ReceiptKind } from '../signing/receipts.js';
-import { demandBuffer, demandStore, type VerdictCounts } from '../store/demand.js';
+import { demandBuffer, demandStore, type DemandTarget, type VerdictCounts } from '../store/demand.js';
 import { receiptBatcher } from '../store/receipt-batcher.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
@@ -205,7 +206,52 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
 
   const mixOf = (c: VerdictCounts) => ({ pass: c.pass, uncertain: c.uncertain, fail: c.fail, unrated: c.unrated });
 
-  async function getDemand(_req?: Partial<GetDemandRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetDemandResponseSchema>> {
+  const serverOf = (t: DemandTarget) => ({
+    target: t.target,
+    serverUrl: t.server_url ?? undefined,
+    name: t.name ?? undefined,
+    checks: t.checks,
+    verdictMix: mixOf(t),
+    lastCheckedAt: t.last_checked_at.toISOString(),
+    lastVerdict: t.last_verdict,
+  });
+
+  /** One window's targets, one page at a time (GET /api/demand?window=...; issue 23). */
+  async function getDemandPage(req: Partial<GetDemandRequest>): Promise<MessageInitShape<typeof GetDemandResponseSchema>> {
+    const w = DEMAND_WINDOWS.find((x) => x.window === req.window);
+    if (!w) throw invalidArgument(`window must be one of ${DEMAND_WINDOWS.map((x) => x.window).join(', ')}`);
+    const limit = req.limit ?? DEMAND_TOP_TARGETS;
+    const signature = JSON.stringify(['demand', w.window]);
+    let after: { checks: number; us: number; target: string } | null = null;
+    if (req.cursor) {
+      try {
+        const [checks, us, target] = decodeListCursor(req.cursor, signature, ['number', 'number', 'string']) as [number, number, string];
+        after = { checks, us, target };
+      } catch (err) {
+        if (err instanceof InvalidCursor) throw invalidArgument(err.message);
+        throw err;
+      }
+    }
+    const at = now();
+    const since = w.ms === null ? null : new Date(at.getTime() - w.ms);
+    const [all, totals, page] = await Promise.all([demand.totals(null), since === null ? null : demand.totals(since), demand.topTargetsPage(since, after, limit + 1)]);
+    const rows = page.slice(0, limit);
+    const last = rows[rows.length - 1];
+    const t = totals ?? all;
+    return {
+      generatedAt: at.toISOString(),
+      totalPreflightChecks: all.total,
+      uniqueTargets: all.unique_targets,
+      verdictMix: mixOf(all),
+      windows: [{ window: w.window, totalChecks: t.total, uniqueTargets: t.unique_targets, verdictMix: mixOf(t), servers: rows.map(serverOf) }],
+      note: 'Pre-flight checks are demand signals only; they never feed trust scores.',
+      nextCursor: last && page.length > limit ? encodeListCursor([last.checks, last.last_us, last.target], signature) : undefined,
+    };
+  }
+
+  async function getDemand(req: Partial<GetDemandRequest> = {}, _ctx?: CallContext): Promise<MessageInitShape<typeof GetDemandResponseSchema>> {
+    if (req.window !== undefined && req.window !== '') return getDemandPage(req);
+    if ((req.cursor !== undefined && req.cursor !== '') || req.limit !== undefined) throw invalidArgument('cursor and limit page the targets of one window: give window too (24h, 7d, 30d or alltime)');
     const at = now();
     const windows = await Promise.all(
       DEMAND_WINDOWS.map(async (w) => {
@@ -216,15 +262,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
           totalChecks: totals.total,
           uniqueTargets: totals.unique_targets,
           verdictMix: mixOf(totals),
-          servers: top.map((t) => ({
-            target: t.target,
-            serverUrl: t.server_url ?? undefined,
-            name: t.name ?? undefined,
-            checks: t.checks,
-            verdictMix: mixOf(t),
-            lastCheckedAt: t.last_checked_at.toISOString(),
-            lastVerdict: t.last_verdict,
-          })),
+          servers: top.map(serverOf),
         };
       }),
     );

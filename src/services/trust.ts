@@ -33,7 +33,7 @@ import { onDriftRecorded, serversWithDriftFlag, toolManifestDriftFlags } from '.
 import { cachedFigures } from './cached-figure.js';
 import { onTelemetryCommitted } from '../store/telemetry.js';
 import { DRIFT_FLAG } from '../domain/drift.js';
-import { decodeCursor, encodeCursor, filterSignature, indexAfter, InvalidCursor, LIST_VERDICTS, normaliseSearch, type RankKey } from '../domain/paging.js';
+import { decodeCursor, decodeListCursor, encodeCursor, encodeListCursor, filterSignature, indexAfter, InvalidCursor, LIST_VERDICTS, normaliseSearch, type RankKey } from '../domain/paging.js';
 import { periodicJob } from './jobs.js';
 import { listingMessage } from './registry-sync.js';
 import { mcpTrustView, type McpTrustView, type ServerCardCheck } from './mcp-probe.js';
@@ -46,6 +46,9 @@ const DAY_MS = 86_400_000;
 export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
 export const DELTA_SCHEMA = 'mcp-trust-delta-v1.0';
 export const LEADERBOARD_DEFAULT_LIMIT = 20;
+/** The trust delta's lists that page (GetTrustDeltaRequest.list) and their default page size. */
+export const DELTA_LISTS = ['new', 'improved', 'degraded', 'at_risk'] as const;
+export const DELTA_PAGE_DEFAULT = 100;
 /** New servers without evidence listed by the trust delta (all are counted in summary.new_servers). */
 export const NEW_SERVERS_LISTED = 1000;
 /** `market_validation` counts whole tables; each instance recounts at most this often. */
@@ -287,11 +290,14 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     let rows = verdict === 'UNRATED' ? [] : matches.slice(start, start + o.limit);
     let total = verdict === 'UNRATED' ? 0 : matches.length;
     let more = start + rows.length < matches.length;
+    // The unrated part of a search counts at most SEARCH_COUNT_CAP matches (the pages say "N+").
+    let totalCapped = false;
     if (every || verdict === 'UNRATED') {
       const afterUrl = after && after.s === null && after.n === 0 ? after.u : null;
       const need = o.limit - rows.length;
       const pageOfRest = await scores.unratedPage({ category, search: q, afterUrl, limit: Math.max(1, need), knownTotal: q === null ? idx.unratedTotal : undefined });
       total += pageOfRest.total;
+      totalCapped = pageOfRest.capped;
       if (need > 0) {
         // The rated part ended on this page: the unrated follow (after the cursor's, if it named one).
         rows = [...rows, ...pageOfRest.rows.slice(0, need)];
@@ -310,6 +316,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       q,
       verdict,
       total,
+      /** `total` is a lower bound: the search matched more servers without evidence than it counts. */
+      totalCapped,
       unratedCount,
       rows: rows.map((row) => ({ row, rank: isRated(row) ? (ix.rank.get(row.id) ?? null) : null })),
       nextCursor: last && more ? encodeCursor(keyOf(last), signature) : null,
@@ -581,7 +589,20 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       const window = req.window ?? DEFAULT_DELTA_WINDOW;
       if (!isDeltaWindow(window)) throw invalidArgument(`window must be one of ${Object.keys(DELTA_WINDOWS).join(', ')}`);
       const at = now();
-      const [all, { start, prev, fresh }] = await Promise.all([engine.ranked(null, at), deltaFigures.get(`${window}|${req.newLimit ?? NEW_SERVERS_LISTED}`, at)]);
+      const paged = req.list !== undefined && req.list !== '';
+      if (!paged && ((req.cursor !== undefined && req.cursor !== '') || req.limit !== undefined)) throw invalidArgument('cursor and limit page one list: give list too (new, improved, degraded or at_risk)');
+      if (paged && !(DELTA_LISTS as readonly string[]).includes(req.list!)) throw invalidArgument(`list must be one of ${DELTA_LISTS.join(', ')}`);
+      const signature = JSON.stringify(['trust-delta', window, req.list ?? '']);
+      let after: (number | string)[] | null = null;
+      if (paged && req.cursor) {
+        try {
+          after = decodeListCursor(req.cursor, signature, req.list === 'new' ? ['number', 'number'] : ['number', 'string']);
+        } catch (err) {
+          if (err instanceof InvalidCursor) throw invalidArgument(err.message);
+          throw err;
+        }
+      }
+      const [all, { start, prev, fresh }] = await Promise.all([engine.ranked(null, at), deltaFigures.get(`${window}|${paged ? 0 : (req.newLimit ?? NEW_SERVERS_LISTED)}`, at)]);
       const g = groupDeltas(
         all.map((r) => ({
           id: r.id,
@@ -597,16 +618,51 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       // New servers without evidence come from their own query (a catalogue import adds thousands).
       const unratedNew = fresh.rows.map((r) => ({ url: r.url, name: r.name, category: r.category, trustScore: 0, registeredAt: r.registered_at.toISOString() }));
       const change = (s: (typeof g.servers_improved)[number]) => ({ url: s.url, name: s.name, trustScore: s.trust_score!, prevScore: s.prev_score!, delta: s.delta });
+      const summary = {
+        newServers: g.servers_new.length + Math.max(0, fresh.total - all.filter((r) => r.registered_at.getTime() > start.getTime()).length),
+        serversImproved: g.servers_improved.length,
+        serversDegraded: g.servers_degraded.length,
+        serversAtRisk: g.servers_at_risk.length,
+      };
+      if (paged) {
+        // One list, one page (issue 23): a fixed order with a unique key per server, after the cursor's key.
+        const limit = req.limit ?? DELTA_PAGE_DEFAULT;
+        const base = { schema: DELTA_SCHEMA, generatedAt: at.toISOString(), window, summary, serversNew: [], serversImproved: [], serversDegraded: [], serversAtRisk: [] };
+        if (req.list === 'new') {
+          // Every server registered in the window, newest first, from the database (an import adds thousands).
+          const score = new Map(all.map((r) => [r.id, r.n > 0 && r.trust_score !== null ? r.trust_score : 0]));
+          const rows = await scores.registeredSincePage(start, after ? { us: after[0] as number, id: after[1] as number } : null, limit + 1);
+          const page = rows.slice(0, limit);
+          const last = page[page.length - 1];
+          return {
+            ...base,
+            serversNew: page.map((r) => ({ url: r.url, name: r.name, category: r.category, trustScore: score.get(r.id) ?? 0, registeredAt: r.registered_at.toISOString() })),
+            nextCursor: last && rows.length > limit ? encodeListCursor([last.us, last.id], signature) : undefined,
+          };
+        }
+        // Improved: delta descending; degraded: delta ascending; at risk: score ascending; then URL.
+        const list = req.list === 'improved' ? g.servers_improved : req.list === 'degraded' ? g.servers_degraded : g.servers_at_risk;
+        const sign = req.list === 'improved' ? -1 : 1;
+        const value = (s: (typeof list)[number]) => (req.list === 'at_risk' ? s.trust_score! : (s as (typeof g.servers_improved)[number]).delta);
+        const cmp = (av: number, au: string, bv: number, bu: string) => (av !== bv ? sign * (av - bv) : au < bu ? -1 : au > bu ? 1 : 0);
+        const sorted = [...list].sort((a, b) => cmp(value(a), a.url, value(b), b.url));
+        const from = after ? sorted.findIndex((s) => cmp(value(s), s.url, after[0] as number, after[1] as string) > 0) : 0;
+        const page = from < 0 ? [] : sorted.slice(from, from + limit);
+        const last = page[page.length - 1];
+        const more = from >= 0 && from + limit < sorted.length;
+        return {
+          ...base,
+          serversImproved: req.list === 'improved' ? page.map((s) => change(s as (typeof g.servers_improved)[number])) : [],
+          serversDegraded: req.list === 'degraded' ? page.map((s) => change(s as (typeof g.servers_improved)[number])) : [],
+          serversAtRisk: req.list === 'at_risk' ? page.map((s) => ({ url: s.url, name: s.name, trustScore: s.trust_score! })) : [],
+          nextCursor: last && more ? encodeListCursor([value(last), last.url], signature) : undefined,
+        };
+      }
       return {
         schema: DELTA_SCHEMA,
         generatedAt: at.toISOString(),
         window,
-        summary: {
-          newServers: g.servers_new.length + Math.max(0, fresh.total - all.filter((r) => r.registered_at.getTime() > start.getTime()).length),
-          serversImproved: g.servers_improved.length,
-          serversDegraded: g.servers_degraded.length,
-          serversAtRisk: g.servers_at_risk.length,
-        },
+        summary,
         serversNew: [...g.servers_new.map((s) => ({ url: s.url, name: s.name, category: s.category, trustScore: s.trust_score ?? 0, registeredAt: s.registered_at.toISOString() })), ...unratedNew],
         serversImproved: g.servers_improved.map(change),
         serversDegraded: g.servers_degraded.map(change),

@@ -220,6 +220,31 @@ export function demandStore(db: Queryable) {
       return rows.map((r) => ({ ...r, ...mix(r) }));
     },
 
+    /**
+     * One page of the targets checked since a time (null: all time, from the per-target sums),
+     * in topTargets' order (checks descending, last check descending, then target in code-unit
+     * order), after the key `after` (checks, last check in microseconds since the epoch, target).
+     */
+    async topTargetsPage(since: Date | null, after: { checks: number; us: number; target: string } | null, limit: number): Promise<(DemandTarget & { last_us: number })[]> {
+      await flushDemand(db);
+      const grouped =
+        since === null
+          ? `SELECT target, max(nullif(server_url, '')) AS server_url, max(name) AS name, sum(checks)::int8 AS checks, max(last_checked_at) AS last_checked_at,
+                    (array_agg(last_verdict ORDER BY last_checked_at DESC, last_id DESC))[1] AS last_verdict,
+                    sum(pass)::int8 AS pass, sum(uncertain)::int8 AS uncertain, sum(fail)::int8 AS fail, sum(unrated)::int8 AS unrated
+               FROM preflight_demand_targets GROUP BY target`
+          : `SELECT target, max(server_url) AS server_url, max(name) AS name, count(*)::int8 AS checks, max(checked_at) AS last_checked_at,
+                    (array_agg(verdict ORDER BY checked_at DESC, id DESC))[1] AS last_verdict, ${MIX}
+               FROM preflight_demand WHERE checked_at >= $5::timestamptz GROUP BY target`;
+      const rows = await db.query<DemandTarget & { last_us: number; pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }>(
+        `SELECT g.*, g.us AS last_us FROM (SELECT x.*, (extract(epoch FROM x.last_checked_at) * 1000000)::int8 AS us FROM (${grouped}) x) g
+          WHERE $2::int8 IS NULL OR g.checks < $2::int8 OR (g.checks = $2::int8 AND (g.us < $3::int8 OR (g.us = $3::int8 AND g.target COLLATE "C" > $4::text COLLATE "C")))
+          ORDER BY g.checks DESC, g.us DESC, g.target COLLATE "C" LIMIT $1`,
+        since === null ? [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null] : [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null, since],
+      );
+      return rows.map(({ us: _us, ...r }: typeof rows[number] & { us?: number }) => ({ ...r, checks: Number(r.checks), last_us: Number(r.last_us), ...mix(r) }));
+    },
+
     /** Pre-flight checks per category of the tracked server they named (category null: targets not tracked). */
     async checksByCategory(since: Date | null): Promise<{ category: string | null; checks: number }[]> {
       await flushDemand(db);
