@@ -191,7 +191,12 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     const [prev, fresh] = await Promise.all([staleScores.snapshotsAt(start), scores.unratedSince(start, Number(limit))]);
     return { start, prev, fresh };
   }, FIGURES);
-  const figureCaches = [countsSinceDays, driftFlagged, deltaFigures];
+  /** How many servers without evidence a search matches, per JSON [category, q] (a person paging through a search asks each page). */
+  const unratedSearchCounts = cachedFigures((key) => {
+    const [category, q] = JSON.parse(key) as [string | null, string];
+    return scores.unratedSearchCount(category, q);
+  }, FIGURES);
+  const figureCaches = [countsSinceDays, driftFlagged, deltaFigures, unratedSearchCounts];
   onTelemetryCommitted(db, () => figureCaches.forEach((c) => c.invalidate()));
   onDriftRecorded(db, () => driftFlagged.invalidate());
 
@@ -295,19 +300,17 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     if (every || verdict === 'UNRATED') {
       const afterUrl = after && after.s === null && after.n === 0 ? after.u : null;
       const need = o.limit - rows.length;
-      const pageOfRest = await scores.unratedPage({ category, search: q, afterUrl, limit: Math.max(1, need), knownTotal: q === null ? idx.unratedTotal : undefined });
-      total += pageOfRest.total;
-      totalCapped = pageOfRest.capped;
+      // Without a search the count is kept with the ranked list; a search's is a cached figure.
+      const counted = q === null ? { total: idx.unratedTotal, capped: false } : await unratedSearchCounts.get(JSON.stringify([category, q]), at);
+      total += counted.total;
+      totalCapped = counted.capped;
       if (need > 0) {
-        // The rated part ended on this page: the unrated follow (after the cursor's, if it named one).
+        // The rated part ended on this page: the unrated follow (after the cursor's, if it named
+        // one); one row more than the page decides whether a next page exists.
+        const pageOfRest = await scores.unratedPage({ category, search: q, afterUrl, limit: need + 1, knownTotal: counted.total });
         rows = [...rows, ...pageOfRest.rows.slice(0, need)];
-        more = false;
-        if (pageOfRest.rows.length === need) {
-          // One more row decides whether a next page exists.
-          const probe = await scores.unratedPage({ category, search: q, afterUrl: rows[rows.length - 1]!.url, limit: 1, knownTotal: 0 });
-          more = probe.rows.length > 0;
-        }
-      } else if (pageOfRest.total > 0) more = true;
+        more = pageOfRest.rows.length > need;
+      } else if (counted.total > 0) more = true;
     }
     const last = rows[rows.length - 1];
     return {

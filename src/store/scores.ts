@@ -154,6 +154,13 @@ export function scoreStore(db: Queryable) {
       return rows.map((r) => ({ category: r.category, servers: Number(r.servers) }));
     },
 
+    /** How many servers without evidence (optionally of one category) contain `search`, up to SEARCH_COUNT_CAP. */
+    async unratedSearchCount(category: string | null, search: string): Promise<{ total: number; capped: boolean }> {
+      const [row] = await db.query<{ n: number }>(...unratedCountStatement(category, likePattern(search)));
+      const n = Number(row!.n);
+      return n > SEARCH_COUNT_CAP ? { total: SEARCH_COUNT_CAP, capped: true } : { total: n, capped: false };
+    },
+
     /**
      * One page of the servers without evidence, in URL order (code units), after `afterUrl`;
      * optionally of one category and containing `search` (lower case) in name, slug or URL.
