@@ -83,7 +83,12 @@ const NOTES: Record<string, Notes> = {
   },
   GetBenchmark: { tag: 'trust', summary: 'Benchmark report (free)', errors: { 404: 'server not tracked' }, describe: { server_slug: 'Server name slug (canonical URL and name also resolve)' } },
   GetStats: { tag: 'trust', summary: 'Index-wide statistics' },
-  GetLeaderboard: { tag: 'trust', summary: 'Servers ranked by trust score', errors: { 400: 'limit out of range' }, describe: { category: 'category filter', limit: 'number of servers (default 20)' } },
+  GetLeaderboard: {
+    tag: 'trust',
+    summary: 'Servers ranked by trust score',
+    errors: { 400: 'limit out of range', 429: 'a search (non-empty q) rate limited (RATE_LIMIT_SEARCH_PER_MINUTE per client address): Retry-After says when to retry' },
+    describe: { category: 'category filter', limit: 'number of servers (default 20)' },
+  },
   GetAgentReadiness: { tag: 'trust', summary: 'Agent-readiness scores of a site', errors: { 400: 'url missing, invalid or refused', 502: 'the site could not be read', 504: 'the site did not answer in time', 429: RATE_LIMITED_PROBES }, describe: { url: 'site URL' } },
   Report: { tag: 'telemetry', summary: 'Report the outcome of a tool call (only the five fields are kept)', errors: { 400: 'invalid report', 413: 'body too large', 415: 'not JSON' } },
   GetReceipt: { tag: 'receipts', summary: 'Receipt record with live signature re-verification', errors: { 400: 'malformed id', 404: 'receipt not found' }, describe: { receipt_id: '16 lower-case hex' } },
