@@ -5,13 +5,14 @@ import { RECOMMENDATIONS, type PreflightVerdict } from '../domain/verdict.js';
 import { invalidArgument } from '../errors.js';
 import { decodeListCursor, encodeListCursor, InvalidCursor } from '../domain/paging.js';
 import type { IssuedReceipt, ReceiptKind } from '../signing/receipts.js';
-import { demandBuffer, demandStore, type DemandTarget, type VerdictCounts } from '../store/demand.js';
+import { demandBuffer, demandStore, onDemandRecorded, type DemandTarget, type VerdictCounts } from '../store/demand.js';
 import { receiptBatcher } from '../store/receipt-batcher.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
 import { rememberedListings, type RegistryListingRow } from '../store/registry-sync.js';
 import { listingMessage } from './registry-sync.js';
-import { SCORE_CACHE_MS } from './trust-engine.js';
+import { RANKED_STALE_MS, SCORE_CACHE_MS } from './trust-engine.js';
+import { cachedFigures } from './cached-figure.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import type { ServerCardCheck } from './mcp-probe.js';
 import type { TrustService } from './trust.js';
@@ -249,14 +250,30 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     };
   }
 
+  // Every window's totals and top targets (the 24h to 30d windows aggregate their demand rows),
+  // computed at most once per SCORE_CACHE_MS and shared (cached-figure.ts); dropped when this
+  // process counts or commits demand, so a check followed by GET /api/demand here shows it.
+  const demandWindows = cachedFigures(
+    (_key, at) =>
+      Promise.all(
+        DEMAND_WINDOWS.map(async (w) => {
+          const since = w.ms === null ? null : new Date(at.getTime() - w.ms);
+          const [totals, top] = await Promise.all([demand.totals(since), demand.topTargets(since, DEMAND_TOP_TARGETS)]);
+          return { totals, top };
+        }),
+      ),
+    { freshMs: SCORE_CACHE_MS, staleMs: RANKED_STALE_MS },
+  );
+  onDemandRecorded(db, () => demandWindows.invalidate());
+
   async function getDemand(req: Partial<GetDemandRequest> = {}, _ctx?: CallContext): Promise<MessageInitShape<typeof GetDemandResponseSchema>> {
     if (req.window !== undefined && req.window !== '') return getDemandPage(req);
     if ((req.cursor !== undefined && req.cursor !== '') || req.limit !== undefined) throw invalidArgument('cursor and limit page the targets of one window: give window too (24h, 7d, 30d or alltime)');
     const at = now();
+    const figures = await demandWindows.get('all', at);
     const windows = await Promise.all(
-      DEMAND_WINDOWS.map(async (w) => {
-        const since = w.ms === null ? null : new Date(at.getTime() - w.ms);
-        const [totals, top] = await Promise.all([demand.totals(since), demand.topTargets(since, DEMAND_TOP_TARGETS)]);
+      DEMAND_WINDOWS.map(async (w, i) => {
+        const { totals, top } = figures[i]!;
         return {
           window: w.window,
           totalChecks: totals.total,
