@@ -37,7 +37,7 @@ import { decodeCursor, decodeListCursor, encodeCursor, encodeListCursor, filterS
 import { periodicJob } from './jobs.js';
 import { listingMessage } from './registry-sync.js';
 import { mcpTrustView, type McpTrustView, type ServerCardCheck } from './mcp-probe.js';
-import { createTrustEngine, RANKED_STALE_MS, SCORE_CACHE_MS, type ComputedScore, type ScoreSummary } from './trust-engine.js';
+import { createTrustEngine, RANKED_STALE_MS, SCORE_CACHE_MS, type ComputedScore, type RankedIndex, type ScoreSummary } from './trust-engine.js';
 import { ruleViolations } from '../domain/contract-rules.js';
 import { contractViolation } from './contract.js';
 import { GetLeaderboardRequestSchema } from '../../gen/observatory/v1/trust_pb.js';
@@ -218,6 +218,20 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       if (marketCache === entry) marketCache = null;
     });
     return figures.then((f) => ({ at, figures: f }));
+  }
+
+  // Coverage and verdict mix per ranked index (kept by the engine for SCORE_CACHE_MS): computed
+  // once per index instead of once per request over every rated server.
+  const coverageMemo = new WeakMap<RankedIndex, { cov: Omit<Coverage, 'at'>; mix: { pass: number; uncertain: number; fail: number; unrated: number } }>();
+  function coverageOfIndex(idx: RankedIndex) {
+    let c = coverageMemo.get(idx);
+    if (!c) {
+      const mix = { pass: 0, uncertain: 0, fail: 0, unrated: idx.unratedTotal };
+      for (const r of idx.rows) mix[(isRated(r) ? r.verdict! : 'UNRATED').toLowerCase() as keyof typeof mix]++;
+      c = { cov: coverageOf(idx.rows, idx.unrated), mix };
+      coverageMemo.set(idx, c);
+    }
+    return c;
   }
 
   const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
@@ -462,16 +476,13 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     async getCoverage(category: string | null = null): Promise<Coverage> {
       const at = now();
       const idx = await engine.index(category, at);
-      return { at, ...coverageOf(idx.rows, idx.unrated) };
+      return { at, ...coverageOfIndex(idx).cov };
     },
 
     async getStats(_req: Partial<GetStatsRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetStatsResponseSchema>> {
       const at = now();
       const [idx, last24, m] = await Promise.all([engine.index(null, at), countsSinceDays.get('1', at), marketFigures(at)]);
-      const all = idx.rows;
-      const cov = coverageOf(all, idx.unrated);
-      const mix = { pass: 0, uncertain: 0, fail: 0, unrated: idx.unratedTotal };
-      for (const r of all) mix[(isRated(r) ? r.verdict! : 'UNRATED').toLowerCase() as keyof typeof mix]++;
+      const { cov, mix } = coverageOfIndex(idx);
       return {
         totalServersTracked: cov.totals.servers,
         totalServersRated: cov.totals.rated,
@@ -480,7 +491,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         averageTrustScore: cov.totals.averageTrustScore,
         interactionsLast24h: [...last24.values()].reduce((s, n) => s + n, 0),
         categories: cov.categories.map((c) => ({ name: c.name, servers: c.servers, rated: c.rated, unrated: c.unrated, averageTrustScore: c.averageTrustScore })),
-        verdictMix: mix,
+        verdictMix: { ...mix },
         generatedAt: at.toISOString(),
         marketValidation: {
           preflightChecksTotal: m.figures.preflight_checks_total,
