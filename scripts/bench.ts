@@ -47,11 +47,11 @@ const CEIL_PORT = 18182;
 const PROFILE_DIR = 'bench-profiles';
 const BASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 
-// The service's settings for the bench: the pre-flight rate limit is per client address, and
-// every request here comes from 127.0.0.1, so it is turned off (it would answer 429s after 600);
+// The service's settings for the bench: the pre-flight and search rate limits are per client address, and
+// every request here comes from 127.0.0.1, so it is turned off (they would answer 429s);
 // active observation is off too (it would probe the made-up bench hosts in the background).
 // The load generator is one client seeding 200 servers: the per-source bound on new servers is off.
-const SERVICE_ENV: Record<string, string> = { HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0', RATE_LIMIT_GATE_PER_MINUTE: '0', OBSERVE_ENABLED: '0', NEW_SERVERS_PER_SOURCE_PER_HOUR: '0' };
+const SERVICE_ENV: Record<string, string> = { HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PREFLIGHT_PER_MINUTE: '0', RATE_LIMIT_GATE_PER_MINUTE: '0', RATE_LIMIT_SEARCH_PER_MINUTE: '0', OBSERVE_ENABLED: '0', NEW_SERVERS_PER_SOURCE_PER_HOUR: '0' };
 
 export interface Row {
   name: string;

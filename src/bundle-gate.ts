@@ -88,10 +88,15 @@ export async function createBundleGate(config: Config, opts: { logger?: boolean;
     }
     done(null, payload);
   });
-  installRateLimits(app, limits, new Map([
-    ['/v1/gate', 'gate'],
-    ['/v1/gate/*', 'gate'],
-  ]));
+  installRateLimits(
+    app,
+    limits,
+    new Map([
+      ['/v1/gate', 'gate'],
+      ['/v1/gate/*', 'gate'],
+    ]),
+    new Set(),
+  );
   await app.register(connectPlugin, {
     routes: (router) => {
       router.service(Authorization, { check: gate.check });

@@ -66,6 +66,8 @@ export interface Config {
   rateLimitA2aSkillsPerMinute: number;
   /** GET /v1/bundle per client network per minute (each may filter, sign and compress the whole catalogue). */
   rateLimitBundlePerMinute: number;
+  /** Searched list requests (a non-empty `q`: leaderboard, /monitor, /atlas/report) per client network per minute; 0 = unlimited. */
+  rateLimitSearchPerMinute: number;
   /**
    * Raw telemetry older than this many days is deleted (whole monthly partitions); 0 keeps it
    * forever. Scores never read raw telemetry; compliance exports (event logs) do.
@@ -420,6 +422,7 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitMcpPreflightPerMinute: int(env, 'RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE', 300, 0, 1_000_000),
     rateLimitA2aSkillsPerMinute: int(env, 'RATE_LIMIT_A2A_SKILLS_PER_MINUTE', 300, 0, 1_000_000),
     rateLimitBundlePerMinute: int(env, 'RATE_LIMIT_BUNDLE_PER_MINUTE', 60, 0, 1_000_000),
+    rateLimitSearchPerMinute: int(env, 'RATE_LIMIT_SEARCH_PER_MINUTE', 120, 0, 1_000_000),
     telemetryRetentionDays: retentionDays(env),
     newServersPerSourcePerHour: int(env, 'NEW_SERVERS_PER_SOURCE_PER_HOUR', 100, 0, 1_000_000),
     observe: {

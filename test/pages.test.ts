@@ -131,6 +131,20 @@ describe('pages over HTTP', () => {
     expect(text).toContain('not tracked');
   });
 
+  it('shows a pre-flight check on /atlas/report at once, although the demand figures are cached', async () => {
+    const figure = (text: string, key: string) => Number(new RegExp(`data-total="${key}">([\\d,]+)<`).exec(text)![1]!.replace(/,/g, ''));
+    const before = (await page('/atlas/report')).text;
+    // Read again within the cache bound: served from memory.
+    expect(figure((await page('/atlas/report')).text, 'preflights')).toBe(figure(before, 'preflights'));
+    const res = await fetch(`${t.base}/v1/preflight?target=${encodeURIComponent('https://never-tracked.example/mcp')}`);
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    const after = (await page('/atlas/report')).text;
+    expect(figure(after, 'preflights')).toBe(figure(before, 'preflights') + 1);
+    expect(figure(after, 'untracked_checks')).toBe(figure(before, 'untracked_checks') + 1);
+    expect(after).toContain('never-tracked.example');
+  });
+
   it('serves /drift and shows a refused or unknown target as a readable message, never a 500', async () => {
     const empty = await page('/drift');
     expect(empty.res.status).toBe(200);

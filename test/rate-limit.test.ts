@@ -51,7 +51,8 @@ describe('rate limit configuration', () => {
       mcp: c.rateLimitMcpPreflightPerMinute,
       a2a: c.rateLimitA2aSkillsPerMinute,
       bundle: c.rateLimitBundlePerMinute,
-    }).toEqual({ probes: 30, preflight: 600, gate: 6000, mcp: 300, a2a: 300, bundle: 60 });
+      search: c.rateLimitSearchPerMinute,
+    }).toEqual({ probes: 30, preflight: 600, gate: 6000, mcp: 300, a2a: 300, bundle: 60, search: 120 });
   });
   it.each([
     ['RATE_LIMIT_GATE_PER_MINUTE', '-1'],
@@ -59,6 +60,7 @@ describe('rate limit configuration', () => {
     ['RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE', '1.5'],
     ['RATE_LIMIT_A2A_SKILLS_PER_MINUTE', '-3'],
     ['RATE_LIMIT_BUNDLE_PER_MINUTE', 'x'],
+    ['RATE_LIMIT_SEARCH_PER_MINUTE', '-1'],
   ])('refuses %s=%s with an error naming the variable', (name, value) => {
     expectConfigRefusal(name, value);
   });
@@ -121,6 +123,7 @@ beforeAll(async () => {
     RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE: '2',
     RATE_LIMIT_A2A_SKILLS_PER_MINUTE: '2',
     RATE_LIMIT_BUNDLE_PER_MINUTE: '3',
+    RATE_LIMIT_SEARCH_PER_MINUTE: '3',
   });
   await postJson(`${t.base}/api/report`, { server_url: 'https://rl.example.com/mcp', success: true, latency_ms: 40 });
 }, 120_000);
@@ -259,6 +262,48 @@ describe(`one bucket per route, however the URL is spelled (${backend})`, () => 
     });
     expect(drift.headers['ratelimit-policy']).toBe('"probes";q=3;w=60');
     expect(remaining(drift.headers['ratelimit'])).toBe(1);
+  });
+});
+
+// Issue 23: a search over the servers without evidence reads the servers table; it was not
+// limited, so one client cycling search texts could keep the database busy.
+describe(`searched lists are limited per client network (${backend})`, () => {
+  it('leaderboard, /monitor and /atlas/report searches share one bucket, then 429 problem+json; unsearched pages are not counted', async () => {
+    const ip = '198.51.100.120';
+    const searched = [`/api/leaderboard?q=rl`, `/monitor?q=%20weather`, `/atlas/report?%71=acme`];
+    for (const path of searched) {
+      const r = await raw(t.base, path, { headers: from(ip) });
+      expect(r.status, path).toBe(200);
+      expect(r.headers['ratelimit-policy'], path).toBe('"search";q=3;w=60');
+    }
+    // Unsearched (or blank-searched) pages of the same lists take nothing and carry no header.
+    for (const path of ['/api/leaderboard', '/monitor?q=', '/atlas/report?q=%20%20', '/api/stats']) {
+      const r = await raw(t.base, path, { headers: from(ip) });
+      expect(r.status, path).toBe(200);
+      expect(r.headers['ratelimit'], path).toBeUndefined();
+    }
+    const refused = await fetch(`${t.base}/api/leaderboard?q=another`, { headers: from(ip) });
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect((await expectProblem(refused, 429, 'rate_limited')).detail).toMatch(/at most 3 searched list requests per minute/);
+    const page = await raw(t.base, '/monitor?q=x', { headers: from(ip) });
+    expect(page.status).toBe(429);
+    expect(JSON.parse(page.body)).toMatchObject({ code: 'rate_limited', status: 429 });
+    // Another network is not affected.
+    expect((await fetch(`${t.base}/api/leaderboard?q=rl`, { headers: from('198.51.100.121') })).status).toBe(200);
+  });
+
+  it('the Connect GetLeaderboard with a search takes from the same bucket', async () => {
+    const ip = '198.51.100.122';
+    const client = createClient(TrustService, createConnectTransport({ baseUrl: t.base, httpVersion: '1.1', interceptors: [forwardedFor(ip)] }));
+    await client.getLeaderboard({}); // not a search: not counted
+    for (let i = 0; i < 2; i++) await client.getLeaderboard({ q: 'rl' });
+    expect((await fetch(`${t.base}/api/leaderboard?q=rl`, { headers: from(ip) })).status).toBe(200);
+    const err = await client.getLeaderboard({ q: 'rl' }).then(
+      () => null,
+      (e: unknown) => ConnectError.from(e),
+    );
+    expect(err?.code).toBe(Code.ResourceExhausted);
+    expect(err?.rawMessage).toMatch(/at most 3 searched list requests per minute/);
   });
 });
 

@@ -162,6 +162,93 @@ describe('catalogue import and paged lists over HTTP', () => {
     expect(monitor.match(/<tr class="r-UNRATED"/g)).toHaveLength(50);
   }, 120_000);
 
+  it('pages the trust delta lists with next_cursor: every server once; the summary counts them all', async () => {
+    const whole = await json(fetch(`${t.base}/api/trust-delta`));
+    for (const [list, field] of [
+      ['new', 'servers_new'],
+      ['improved', 'servers_improved'],
+      ['degraded', 'servers_degraded'],
+      ['at_risk', 'servers_at_risk'],
+    ] as const) {
+      const seen: string[] = [];
+      let cursor: string | undefined;
+      let pages = 0;
+      do {
+        const page = await json(fetch(`${t.base}/api/trust-delta?list=${list}&limit=${list === 'new' ? 40 : 2}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`));
+        expect(page.summary).toEqual(whole.summary);
+        // Only the list asked for is filled.
+        for (const other of ['servers_new', 'servers_improved', 'servers_degraded', 'servers_at_risk'].filter((f) => f !== field)) expect(page[other] ?? []).toEqual([]);
+        seen.push(...(page[field] ?? []).map((s: { url: string }) => s.url));
+        cursor = page.next_cursor ?? undefined;
+        pages++;
+      } while (cursor && pages < 50);
+      expect(new Set(seen).size, list).toBe(seen.length);
+      expect(new Set(seen), list).toEqual(new Set((whole[field] ?? []).map((s: { url: string }) => s.url)));
+    }
+    expect(whole.summary.new_servers).toBe(250);
+    expect(whole.servers_new).toHaveLength(250);
+  }, 120_000);
+
+  it('pages one demand window\'s targets with next_cursor: every target once, most checked first', async () => {
+    let checks = 0;
+    for (let i = 0; i < 30; i++) {
+      for (let k = 0; k <= i % 4; k++) {
+        const res = await fetch(`${t.base}/v1/preflight?target=${encodeURIComponent(entryRemoteUrls(100 + i, gen)[0]!)}`);
+        expect(res.status).toBe(200);
+        await res.arrayBuffer();
+        checks++;
+      }
+    }
+    const whole = await json(fetch(`${t.base}/api/demand`));
+    for (const window of ['24h', 'alltime']) {
+      const seen: { target: string; checks: number }[] = [];
+      let cursor: string | undefined;
+      let pages = 0;
+      do {
+        const page = await json(fetch(`${t.base}/api/demand?window=${window}&limit=7${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`));
+        expect(page.windows.map((w: { window: string }) => w.window)).toEqual([window]);
+        expect(page.total_preflight_checks).toBe(whole.total_preflight_checks);
+        seen.push(...page.windows[0].servers);
+        cursor = page.next_cursor ?? undefined;
+        pages++;
+      } while (cursor && pages < 20);
+      expect(pages).toBe(5);
+      expect(new Set(seen.map((s) => s.target)).size).toBe(30);
+      expect(seen.reduce((a, s) => a + s.checks, 0)).toBe(checks);
+      expect(seen.map((s) => s.checks)).toEqual([...seen.map((s) => s.checks)].sort((a, b) => b - a));
+    }
+    // Without window the answer is as before: every window, the top targets.
+    expect(whole.windows.map((w: { window: string }) => w.window)).toEqual(['24h', '7d', '30d', 'alltime']);
+    expect(whole.next_cursor ?? null).toBeNull();
+  }, 120_000);
+
+  it('refuses bad paging of the trust delta and demand with 400 problem+json', async () => {
+    const newPage = await json(fetch(`${t.base}/api/trust-delta?list=new&limit=5`));
+    const demandPage = await json(fetch(`${t.base}/api/demand?window=alltime&limit=5`));
+    expect(newPage.next_cursor).toBeTruthy();
+    expect(demandPage.next_cursor).toBeTruthy();
+    for (const path of [
+      '/api/trust-delta?list=new&cursor=zzzz',
+      `/api/trust-delta?list=new&cursor=${'A'.repeat(600)}`,
+      `/api/trust-delta?list=at_risk&cursor=${encodeURIComponent(newPage.next_cursor)}`,
+      `/api/trust-delta?list=new&window=7d&cursor=${encodeURIComponent(newPage.next_cursor)}`,
+      `/api/trust-delta?cursor=${encodeURIComponent(newPage.next_cursor)}`,
+      `/api/trust-delta?list=new&cursor=${encodeURIComponent(demandPage.next_cursor)}`,
+      '/api/trust-delta?limit=5',
+      '/api/trust-delta?list=new&limit=0',
+      '/api/trust-delta?list=new&limit=1001',
+      '/api/trust-delta?list=bogus',
+      '/api/demand?cursor=abc',
+      '/api/demand?limit=3',
+      '/api/demand?window=year',
+      '/api/demand?window=alltime&limit=101',
+      `/api/demand?window=7d&cursor=${encodeURIComponent(demandPage.next_cursor)}`,
+      `/api/demand?window=alltime&cursor=${encodeURIComponent(newPage.next_cursor)}`,
+    ]) {
+      await expectProblem(await fetch(t.base + path), 400, 'invalid_argument');
+    }
+  }, 120_000);
+
   it('answers hostile paging input with 400 (problem JSON for the API, HTML for pages), never 500', async () => {
     await expectProblem(await fetch(`${t.base}/api/leaderboard?cursor=${'A'.repeat(5000)}`), 400, 'invalid_argument');
     await expectProblem(await fetch(`${t.base}/api/leaderboard?cursor=%00%01`), 400, 'invalid_argument');

@@ -1,4 +1,5 @@
 import { PGlite } from '@electric-sql/pglite';
+import { pg_trgm } from '@electric-sql/pglite/contrib/pg_trgm';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Db, Liveness, Queryable, Row } from './db.js';
@@ -80,7 +81,12 @@ export async function openPglite(dataDir: string | null, opts: PgliteOptions = {
   try {
     // numeric arrives as a string by default; int8 already as a number. Same rule as postgres.ts.
     const parsers = { 1700: (v: string) => Number(v), 20: (v: string) => Number(v) };
-    pg = dataDir === null ? await PGlite.create({ parsers, loadDataDir: opts.loadDataDir }) : await PGlite.create({ dataDir: join(dataDir, 'pglite'), parsers });
+    // pg_trgm (a contrib extension PGlite ships): the trigram index of server search (migration 1570).
+    const extensions = { pg_trgm };
+    pg =
+      dataDir === null
+        ? await PGlite.create({ parsers, extensions, loadDataDir: opts.loadDataDir })
+        : await PGlite.create({ dataDir: join(dataDir, 'pglite'), parsers, extensions });
     if (dataDir !== null) tightenTree(dataDir);
   } catch (err) {
     unlock();

@@ -88,3 +88,35 @@ export function normaliseSearch(q: string | undefined | null): string | null {
   const t = (q ?? '').trim().toLowerCase();
   return t === '' ? null : t;
 }
+
+/**
+ * Cursors of the other paged lists (the trust delta's groups, demand targets): the sort key of
+ * the last row a page showed (a short tuple of numbers and strings) and the filter it was made
+ * for, as opaque base64url JSON, bound to that filter like the ranked lists' cursors.
+ */
+export type ListKey = readonly (number | string)[];
+
+export function encodeListCursor(key: ListKey, signature: string): string {
+  return Buffer.from(JSON.stringify({ v: 2, k: key, f: signature }), 'utf8').toString('base64url');
+}
+
+/** The key a list cursor names (`shape`: the type of each element); InvalidCursor otherwise. */
+export function decodeListCursor(raw: string, signature: string, shape: readonly ('number' | 'string')[]): (number | string)[] {
+  const bad = () => new InvalidCursor('cursor is not a cursor this service issued');
+  if (raw.length === 0 || raw.length > MAX_CURSOR_CHARS || !/^[A-Za-z0-9_-]+$/.test(raw)) throw bad();
+  let doc: unknown;
+  try {
+    doc = JSON.parse(Buffer.from(raw, 'base64url').toString('utf8'));
+  } catch {
+    throw bad();
+  }
+  const d = doc as Record<string, unknown> | null;
+  if (typeof d !== 'object' || d === null || d.v !== 2 || !Array.isArray(d.k) || typeof d.f !== 'string' || d.k.length !== shape.length) throw bad();
+  const k = d.k as unknown[];
+  for (let i = 0; i < shape.length; i++) {
+    const x = k[i];
+    if (shape[i] === 'number' ? typeof x !== 'number' || !Number.isFinite(x) : typeof x !== 'string') throw bad();
+  }
+  if (d.f !== signature) throw new InvalidCursor('cursor belongs to another list or window; start again without it');
+  return k as (number | string)[];
+}

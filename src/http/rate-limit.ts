@@ -31,6 +31,17 @@ export const REST_RATE_LIMITS: ReadonlyMap<string, RateLimitName> = new Map<stri
   ['/v1/bundle', 'bundle'],
 ]);
 
+/**
+ * Routes whose SEARCHED requests (a non-empty `q`) take from the `search` bucket (issue 23): a
+ * search over the servers without evidence reads the servers table (trigram-indexed where the
+ * database has pg_trgm, migration 1570), so an anonymous client cycling search texts is limited
+ * per client network like the other costly calls. Unsearched pages of these lists are not.
+ */
+export const SEARCH_RATE_LIMITED: ReadonlySet<string> = new Set(['/api/leaderboard', '/monitor', '/atlas/report']);
+
+/** Whether a request's `q` asks for a search (the list code ignores a blank one). */
+export const isSearch = (q: unknown): boolean => (typeof q === 'string' ? q.trim() !== '' : Array.isArray(q) ? q.some(isSearch) : false);
+
 /** Connect/gRPC/gRPC-Web methods and their limit (the same buckets as their REST twins). */
 export const CONNECT_RATE_LIMITS: ReadonlyMap<DescMethod, RateLimitName> = new Map<DescMethod, RateLimitName>([
   [TrustService.method.getDrift, 'probes'],
@@ -47,19 +58,24 @@ export const CONNECT_RATE_LIMITS: ReadonlyMap<DescMethod, RateLimitName> = new M
  * (or the body parser) runs. Start-up fails if a listed route was never registered, so renaming
  * a route cannot silently drop its limit.
  */
-export function installRateLimits(app: FastifyInstance, limits: RateLimiter, table: ReadonlyMap<string, RateLimitName> = REST_RATE_LIMITS) {
+export function installRateLimits(
+  app: FastifyInstance,
+  limits: RateLimiter,
+  table: ReadonlyMap<string, RateLimitName> = REST_RATE_LIMITS,
+  searched: ReadonlySet<string> = SEARCH_RATE_LIMITED,
+) {
   const registered = new Set<string>();
   app.addHook('onRoute', (opts) => {
     registered.add(opts.url);
   });
   app.addHook('onReady', async () => {
-    const missing = [...table.keys()].filter((url) => !registered.has(url));
+    const missing = [...table.keys(), ...searched].filter((url) => !registered.has(url));
     if (missing.length > 0) throw new Error(`rate limits name routes that do not exist: ${missing.join(', ')}`);
   });
   app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
     // The route the router matched, whatever the spelling of the URL (undefined on 404).
     const url = req.routeOptions.url;
-    const name = url === undefined ? undefined : table.get(url);
+    const name = url === undefined ? undefined : (table.get(url) ?? (searched.has(url) && isSearch((req.query as Record<string, unknown> | undefined)?.q) ? 'search' : undefined));
     if (name === undefined) return;
     const d = limits.take(name, req.ip);
     if (!d) return;
@@ -74,7 +90,7 @@ export function installRateLimits(app: FastifyInstance, limits: RateLimiter, tab
  */
 export function rateLimitInterceptor(limits: RateLimiter, table: ReadonlyMap<DescMethod, RateLimitName> = CONNECT_RATE_LIMITS): Interceptor {
   return (next) => async (req) => {
-    const name = table.get(req.method);
+    const name = table.get(req.method) ?? (req.method === TrustService.method.getLeaderboard && !req.stream && isSearch((req.message as { q?: unknown }).q) ? 'search' : undefined);
     if (name === undefined) return next(req);
     const d = limits.take(name, req.contextValues.get(clientAddressKey));
     if (!d) return next(req);

@@ -50,7 +50,7 @@ ${
 }
 <h2 id="servers">Servers</h2>
 ${listForm('/atlas/report', q, r.categories.map((c) => ({ name: c.category, servers: c.servers })), { verdictAll: 'all (rated first)' })}
-<p class="small muted"><span data-list-total="${list.total}">${fmtInt(list.total)}</span> tracked server(s)${list.category ? html` in ${list.category}` : ''}${list.verdict ? html` with verdict ${list.verdict}` : ''}${list.q ? html` matching “${list.q}”` : ''}.</p>
+<p class="small muted"><span data-list-total="${list.total}${list.totalCapped ? '+' : ''}">${fmtInt(list.total)}${list.totalCapped ? '+' : ''}</span> tracked server(s)${list.category ? html` in ${list.category}` : ''}${list.verdict ? html` with verdict ${list.verdict}` : ''}${list.q ? html` matching “${list.q}”` : ''}.</p>
 <div class="table-wrap"><table class="servers"><thead><tr><th class="num">Rank</th><th>Server</th><th>Category</th><th>Coverage</th><th>Verdict</th><th class="num">Score</th><th class="num hide-sm">Interactions</th></tr></thead><tbody>${list.rows.map(({ row: s, rank }) => {
     const v = rank !== null ? s.verdict! : 'UNRATED';
     return html`<tr class="r-${v}" data-url="${s.url}"><td class="num">${rank ?? '–'}</td><td><a href="${serverHref(s.slug)}">${s.name}</a><br><span class="small muted">${s.url}</span></td><td>${s.category}</td><td>${COVERAGE_WORDS[rank !== null ? 'rated' : 'unrated']}</td><td>${verdictPill(v)}</td><td class="num">${rank !== null ? fmtScore(s.trust_score) : '–'}</td><td class="num hide-sm">${fmtInt(Number(s.n))}</td></tr>`;

@@ -2,11 +2,14 @@
 // rated vs unrated) next to what agents ask about (pre-flight demand). Reads only; the scores come
 // from the trust engine, the demand from the pre-flight demand table.
 import { staleReads } from '../db/index.js';
-import { demandStore } from '../store/demand.js';
+import { demandStore, onDemandRecorded } from '../store/demand.js';
 import type { RankedServer } from '../store/scores.js';
-import { serverStore } from '../store/servers.js';
+import { serverStore, type ServerRow } from '../store/servers.js';
+import { onTelemetryCommitted } from '../store/telemetry.js';
+import { cachedFigures } from './cached-figure.js';
 import type { ServiceDeps } from './context.js';
 import { isRated, type TrustService } from './trust.js';
+import { RANKED_STALE_MS, SCORE_CACHE_MS } from './trust-engine.js';
 
 /** How many of the most-checked targets the report lists. */
 export const COVERAGE_TOP_TARGETS = 20;
@@ -17,22 +20,32 @@ export function createCoverageService({ db }: ServiceDeps, trust: Pick<TrustServ
   const demand = demandStore(staleReads(db));
   const servers = serverStore(db);
 
+  // The demand half of the report (all-time sums per target, migration 1560) and the tracked
+  // servers its top targets name, computed at most once per SCORE_CACHE_MS and shared
+  // (cached-figure.ts): dropped when this process records demand or evidence (a catalogue import
+  // tracking a target included), so a check followed by a report here still shows it.
+  const demandFigures = cachedFigures(
+    async () => {
+      const [byCategory, top, totals] = await Promise.all([demand.checksByCategory(null), demand.topTargets(null, COVERAGE_TOP_TARGETS), demand.totals(null)]);
+      const urls = [...new Set(top.map((t) => t.server_url).filter((u): u is string => u !== null))];
+      const tracked = new Map<string, ServerRow>();
+      for (const r of await Promise.all(urls.map((u) => servers.byUrl(u)))) if (r) tracked.set(r.url, r);
+      return { byCategory, top, totals, tracked };
+    },
+    { freshMs: SCORE_CACHE_MS, staleMs: RANKED_STALE_MS },
+  );
+  onDemandRecorded(db, () => demandFigures.invalidate());
+  onTelemetryCommitted(db, () => demandFigures.invalidate());
+
   async function getCoverageReport() {
     // Tracked / rated / unrated per category come from the trust service's one count (the same
     // figures /api/stats shows); this report only sets pre-flight demand beside them.
     const index = await trust.getCoverage(null);
     const at = index.at;
-    const [ranked, byCategory, top, totals] = await Promise.all([
-      trust.engine.ranked(null, at),
-      demand.checksByCategory(null),
-      demand.topTargets(null, COVERAGE_TOP_TARGETS),
-      demand.totals(null),
-    ]);
+    const [ranked, { byCategory, top, totals, tracked }] = await Promise.all([trust.engine.ranked(null, at), demandFigures.get('all', at)]);
     const byUrl = new Map<string, Pick<RankedServer, 'name' | 'slug' | 'category' | 'n' | 'trust_score' | 'verdict'>>(ranked.map((r) => [r.url, r]));
-    // Targets tracked without evidence are not among the ranked rows (issue 23): read them by URL.
-    const missing = [...new Set(top.map((t) => t.server_url).filter((u): u is string => u !== null && !byUrl.has(u)))];
-    const found = await Promise.all(missing.map((u) => servers.byUrl(u)));
-    for (const r of found) if (r) byUrl.set(r.url, { name: r.name, slug: r.slug, category: r.category, n: 0, trust_score: null, verdict: null });
+    // Targets tracked without evidence are not among the ranked rows (issue 23): read by URL.
+    for (const r of tracked.values()) if (!byUrl.has(r.url)) byUrl.set(r.url, { name: r.name, slug: r.slug, category: r.category, n: 0, trust_score: null, verdict: null });
     const cats = new Map<string, { category: string; servers: number; rated: number; unrated: number; interactions: number; preflightChecks: number }>();
     const cat = (name: string) => {
       let c = cats.get(name);

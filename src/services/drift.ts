@@ -75,8 +75,19 @@ export function rememberDriftAt(db: Queryable, serverId: number, token: number, 
   if (m.epoch === token) m.entries.set(serverId, { at, mono: performance.now() });
 }
 
+const driftListeners = new WeakMap<object, Set<() => void>>();
+
+/** Calls `fn` whenever this process recorded a drift baseline through `db` (caches of drift figures drop theirs). */
+export function onDriftRecorded(db: Queryable, fn: () => void): () => void {
+  let set = driftListeners.get(db);
+  if (!set) driftListeners.set(db, (set = new Set()));
+  set.add(fn);
+  return () => set.delete(fn);
+}
+
 /** Drops the cached drift time of a server after this process recorded a baseline for it. */
 export function forgetDrift(db: Queryable, serverId: number): void {
+  for (const fn of driftListeners.get(db) ?? []) fn();
   const m = driftMemo(db);
   m.entries.delete(serverId);
   m.pending.delete(serverId);

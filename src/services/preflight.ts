@@ -3,15 +3,17 @@ import type { GetDemandRequest, GetDemandResponseSchema, PreflightRequest, Prefl
 import { canonicalServerUrl, InvalidServerUrl, looksLikeUrl } from '../domain/server-identity.js';
 import { RECOMMENDATIONS, type PreflightVerdict } from '../domain/verdict.js';
 import { invalidArgument } from '../errors.js';
+import { decodeListCursor, encodeListCursor, InvalidCursor } from '../domain/paging.js';
 import type { IssuedReceipt, ReceiptKind } from '../signing/receipts.js';
-import { demandBuffer, demandStore, type VerdictCounts } from '../store/demand.js';
+import { demandBuffer, demandStore, onDemandRecorded, type DemandTarget, type VerdictCounts } from '../store/demand.js';
 import { receiptBatcher } from '../store/receipt-batcher.js';
 import type { ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
 import type { RegistryListingRow } from '../store/registry-sync.js';
 import { listingMessage } from './registry-sync.js';
 import { resolveWithFacts } from './server-facts.js';
-import { SCORE_CACHE_MS } from './trust-engine.js';
+import { RANKED_STALE_MS, SCORE_CACHE_MS } from './trust-engine.js';
+import { cachedFigures } from './cached-figure.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import type { ServerCardCheck } from './mcp-probe.js';
 import type { TrustService } from './trust.js';
@@ -211,26 +213,79 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
 
   const mixOf = (c: VerdictCounts) => ({ pass: c.pass, uncertain: c.uncertain, fail: c.fail, unrated: c.unrated });
 
-  async function getDemand(_req?: Partial<GetDemandRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetDemandResponseSchema>> {
+  const serverOf = (t: DemandTarget) => ({
+    target: t.target,
+    serverUrl: t.server_url ?? undefined,
+    name: t.name ?? undefined,
+    checks: t.checks,
+    verdictMix: mixOf(t),
+    lastCheckedAt: t.last_checked_at.toISOString(),
+    lastVerdict: t.last_verdict,
+  });
+
+  /** One window's targets, one page at a time (GET /api/demand?window=...; issue 23). */
+  async function getDemandPage(req: Partial<GetDemandRequest>): Promise<MessageInitShape<typeof GetDemandResponseSchema>> {
+    const w = DEMAND_WINDOWS.find((x) => x.window === req.window);
+    if (!w) throw invalidArgument(`window must be one of ${DEMAND_WINDOWS.map((x) => x.window).join(', ')}`);
+    const limit = req.limit ?? DEMAND_TOP_TARGETS;
+    const signature = JSON.stringify(['demand', w.window]);
+    let after: { checks: number; us: number; target: string } | null = null;
+    if (req.cursor) {
+      try {
+        const [checks, us, target] = decodeListCursor(req.cursor, signature, ['number', 'number', 'string']) as [number, number, string];
+        after = { checks, us, target };
+      } catch (err) {
+        if (err instanceof InvalidCursor) throw invalidArgument(err.message);
+        throw err;
+      }
+    }
     const at = now();
+    const since = w.ms === null ? null : new Date(at.getTime() - w.ms);
+    const [all, totals, page] = await Promise.all([demand.totals(null), since === null ? null : demand.totals(since), demand.topTargetsPage(since, after, limit + 1)]);
+    const rows = page.slice(0, limit);
+    const last = rows[rows.length - 1];
+    const t = totals ?? all;
+    return {
+      generatedAt: at.toISOString(),
+      totalPreflightChecks: all.total,
+      uniqueTargets: all.unique_targets,
+      verdictMix: mixOf(all),
+      windows: [{ window: w.window, totalChecks: t.total, uniqueTargets: t.unique_targets, verdictMix: mixOf(t), servers: rows.map(serverOf) }],
+      note: 'Pre-flight checks are demand signals only; they never feed trust scores.',
+      nextCursor: last && page.length > limit ? encodeListCursor([last.checks, last.last_us, last.target], signature) : undefined,
+    };
+  }
+
+  // Every window's totals and top targets (the 24h to 30d windows aggregate their demand rows),
+  // computed at most once per SCORE_CACHE_MS and shared (cached-figure.ts); dropped when this
+  // process counts or commits demand, so a check followed by GET /api/demand here shows it.
+  const demandWindows = cachedFigures(
+    (_key, at) =>
+      Promise.all(
+        DEMAND_WINDOWS.map(async (w) => {
+          const since = w.ms === null ? null : new Date(at.getTime() - w.ms);
+          const [totals, top] = await Promise.all([demand.totals(since), demand.topTargets(since, DEMAND_TOP_TARGETS)]);
+          return { totals, top };
+        }),
+      ),
+    { freshMs: SCORE_CACHE_MS, staleMs: RANKED_STALE_MS },
+  );
+  onDemandRecorded(db, () => demandWindows.invalidate());
+
+  async function getDemand(req: Partial<GetDemandRequest> = {}, _ctx?: CallContext): Promise<MessageInitShape<typeof GetDemandResponseSchema>> {
+    if (req.window !== undefined && req.window !== '') return getDemandPage(req);
+    if ((req.cursor !== undefined && req.cursor !== '') || req.limit !== undefined) throw invalidArgument('cursor and limit page the targets of one window: give window too (24h, 7d, 30d or alltime)');
+    const at = now();
+    const figures = await demandWindows.get('all', at);
     const windows = await Promise.all(
-      DEMAND_WINDOWS.map(async (w) => {
-        const since = w.ms === null ? null : new Date(at.getTime() - w.ms);
-        const [totals, top] = await Promise.all([demand.totals(since), demand.topTargets(since, DEMAND_TOP_TARGETS)]);
+      DEMAND_WINDOWS.map(async (w, i) => {
+        const { totals, top } = figures[i]!;
         return {
           window: w.window,
           totalChecks: totals.total,
           uniqueTargets: totals.unique_targets,
           verdictMix: mixOf(totals),
-          servers: top.map((t) => ({
-            target: t.target,
-            serverUrl: t.server_url ?? undefined,
-            name: t.name ?? undefined,
-            checks: t.checks,
-            verdictMix: mixOf(t),
-            lastCheckedAt: t.last_checked_at.toISOString(),
-            lastVerdict: t.last_verdict,
-          })),
+          servers: top.map(serverOf),
         };
       }),
     );

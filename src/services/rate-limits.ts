@@ -10,7 +10,7 @@ import { createTokenBuckets } from '../domain/token-bucket.js';
 // skills (src/agents/rate-limit.ts). No door looks at how a URL was spelled.
 
 /** The limits; each has its own buckets and its own RATE_LIMIT_*_PER_MINUTE setting. */
-export type RateLimitName = 'probes' | 'preflight' | 'gate' | 'mcp_preflight' | 'a2a_skills' | 'bundle';
+export type RateLimitName = 'probes' | 'preflight' | 'gate' | 'mcp_preflight' | 'a2a_skills' | 'bundle' | 'search';
 
 /** What one limit allows: `perMinute` tokens per client, refilled continuously; 0 = off. */
 export interface RateLimitPolicy {
@@ -22,7 +22,13 @@ export interface RateLimitPolicy {
 
 export type RateLimitConfig = Pick<
   Config,
-  'rateLimitProbesPerMinute' | 'rateLimitPreflightPerMinute' | 'rateLimitGatePerMinute' | 'rateLimitMcpPreflightPerMinute' | 'rateLimitA2aSkillsPerMinute' | 'rateLimitBundlePerMinute'
+    | 'rateLimitProbesPerMinute'
+  | 'rateLimitPreflightPerMinute'
+  | 'rateLimitGatePerMinute'
+  | 'rateLimitMcpPreflightPerMinute'
+  | 'rateLimitA2aSkillsPerMinute'
+  | 'rateLimitBundlePerMinute'
+  | 'rateLimitSearchPerMinute'
 >;
 
 export function rateLimitPolicies(config: RateLimitConfig): Record<RateLimitName, RateLimitPolicy> {
@@ -33,6 +39,7 @@ export function rateLimitPolicies(config: RateLimitConfig): Record<RateLimitName
     mcp_preflight: { name: 'mcp_preflight', perMinute: config.rateLimitMcpPreflightPerMinute, what: 'MCP preflight_check calls' },
     a2a_skills: { name: 'a2a_skills', perMinute: config.rateLimitA2aSkillsPerMinute, what: 'A2A skill invocations' },
     bundle: { name: 'bundle', perMinute: config.rateLimitBundlePerMinute, what: 'bundle requests' },
+    search: { name: 'search', perMinute: config.rateLimitSearchPerMinute, what: 'searched list requests' },
   };
 }
 

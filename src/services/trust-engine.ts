@@ -10,6 +10,7 @@ import { serverStore, type ServerRow } from '../store/servers.js';
 import { onTelemetryCommitted, type StoredTotals } from '../store/telemetry.js';
 import { BoundedMap } from '../store/cache-limits.js';
 import { categoryMembers, scoreInputs, type ScoreInputs } from '../store/score-inputs.js';
+import { cachedFigures } from './cached-figure.js';
 
 /** A cached score older than this is recomputed on the next read even without new reports. */
 export const SCORE_MAX_AGE_MS = 5 * 60_000;
@@ -93,7 +94,12 @@ export function createTrustEngine(db: Queryable) {
   // `saved` settles when that write committed: a computation that skips an identical write waits
   // for it, so a ranked read after it never misses a row another computation is still writing.
   const lastSaved = new BoundedMap<number, { key: string; bucket: number; at: number; mono: number; saved: Promise<void> }>();
+  // Servers without evidence per category, counted once for every category's list (one GROUP BY
+  // over the catalogue instead of one per category per SCORE_CACHE_MS; issue 23). Keyed by the
+  // handle read ('primary' after this process wrote scores, else 'stale'); dropped with the lists.
+  const unratedByCategory = cachedFigures((key) => (key === 'primary' ? scores : staleScores).unratedCounts(null), { freshMs: SCORE_CACHE_MS });
   onTelemetryCommitted(db, (ids) => {
+    unratedByCategory.invalidate();
     rankedMemo.clear();
     baselineMemo.clear();
     baselinePending.clear();
@@ -418,7 +424,8 @@ export function createTrustEngine(db: Queryable) {
         // the list tolerates the staleness bound and may come from a read replica.
         const refreshed = await this.refresh(at);
         const src = refreshed > 0 ? scores : staleScores;
-        const [ranked, unrated] = await Promise.all([src.ranked(category), src.unratedCounts(category)]);
+        const [ranked, unratedAll] = await Promise.all([src.ranked(category), unratedByCategory.get(src === scores ? 'primary' : 'stale', at)]);
+        const unrated = category === null ? unratedAll : unratedAll.filter((c) => c.category === category);
         const rows: RankedIndex = { rows: ranked, unrated, unratedTotal: unrated.reduce((a, c) => a + c.servers, 0) };
         if (gen === rankedGen) {
           rankedMemo.set(key, { rows, at: at.getTime(), mono: performance.now() });

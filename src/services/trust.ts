@@ -29,14 +29,16 @@ import { rememberedHits } from '../store/server-cache.js';
 import type { RegistryListingRow } from '../store/registry-sync.js';
 import { telemetryStore } from '../store/telemetry.js';
 import type { CallContext, ServiceDeps } from './context.js';
-import { serversWithDriftFlag } from './drift.js';
+import { onDriftRecorded, serversWithDriftFlag } from './drift.js';
 import { lookupUrlWithFacts, serverFacts } from './server-facts.js';
+import { cachedFigures } from './cached-figure.js';
+import { onTelemetryCommitted } from '../store/telemetry.js';
 import { DRIFT_FLAG } from '../domain/drift.js';
-import { decodeCursor, encodeCursor, filterSignature, indexAfter, InvalidCursor, LIST_VERDICTS, normaliseSearch, type RankKey } from '../domain/paging.js';
+import { decodeCursor, decodeListCursor, encodeCursor, encodeListCursor, filterSignature, indexAfter, InvalidCursor, LIST_VERDICTS, normaliseSearch, type RankKey } from '../domain/paging.js';
 import { periodicJob } from './jobs.js';
 import { listingMessage } from './registry-sync.js';
 import type { McpTrustView, ServerCardCheck } from './mcp-probe.js';
-import { createTrustEngine, SCORE_CACHE_MS, type ComputedScore, type ScoreSummary } from './trust-engine.js';
+import { createTrustEngine, RANKED_STALE_MS, SCORE_CACHE_MS, type ComputedScore, type RankedIndex, type ScoreSummary } from './trust-engine.js';
 import { ruleViolations } from '../domain/contract-rules.js';
 import { contractViolation } from './contract.js';
 import { GetLeaderboardRequestSchema } from '../../gen/observatory/v1/trust_pb.js';
@@ -45,6 +47,9 @@ const DAY_MS = 86_400_000;
 export const SLA_SCHEMA = 'mcp-sla-tier-certification-v1.0';
 export const DELTA_SCHEMA = 'mcp-trust-delta-v1.0';
 export const LEADERBOARD_DEFAULT_LIMIT = 20;
+/** The trust delta's lists that page (GetTrustDeltaRequest.list) and their default page size. */
+export const DELTA_LISTS = ['new', 'improved', 'degraded', 'at_risk'] as const;
+export const DELTA_PAGE_DEFAULT = 100;
 /** New servers without evidence listed by the trust delta (all are counted in summary.new_servers). */
 export const NEW_SERVERS_LISTED = 1000;
 /** `market_validation` counts whole tables; each instance recounts at most this often. */
@@ -171,8 +176,32 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   // A miss reads the server's side facts in the same statement (server-facts.ts).
   const trackedByUrl = rememberedHits(db, (url) => lookupUrlWithFacts(db, url), SCORE_CACHE_MS);
 
+  // Figures over the whole index that pages and stats read beside the ranked list (issue 23):
+  // computed at most once per SCORE_CACHE_MS, shared, served stale up to RANKED_STALE_MS while
+  // one refresh runs, and dropped where the ranked list is (evidence committed by this process,
+  // a catalogue import) or, for drift, when this process records a drift baseline.
+  const FIGURES = { freshMs: SCORE_CACHE_MS, staleMs: RANKED_STALE_MS };
+  /** Accepted reports per server since `at` minus the key's days ('1', '30'). */
+  const countsSinceDays = cachedFigures((days, at) => staleTelemetry.countsSince(new Date(at.getTime() - Number(days) * DAY_MS)), FIGURES);
+  const driftFlagged = cachedFigures((_key, at) => serversWithDriftFlag(db, at), FIGURES);
+  /** The trust delta's database figures per window and number of new servers listed ('24h|1000'). */
+  const deltaFigures = cachedFigures(async (key, at) => {
+    const [window, limit] = key.split('|') as [string, string];
+    const start = new Date(at.getTime() - DELTA_WINDOWS[window as keyof typeof DELTA_WINDOWS] * 3_600_000);
+    const [prev, fresh] = await Promise.all([staleScores.snapshotsAt(start), scores.unratedSince(start, Number(limit))]);
+    return { start, prev, fresh };
+  }, FIGURES);
+  /** How many servers without evidence a search matches, per JSON [category, q] (a person paging through a search asks each page). */
+  const unratedSearchCounts = cachedFigures((key) => {
+    const [category, q] = JSON.parse(key) as [string | null, string];
+    return scores.unratedSearchCount(category, q);
+  }, FIGURES);
+  const figureCaches = [countsSinceDays, driftFlagged, deltaFigures, unratedSearchCounts];
+  onTelemetryCommitted(db, () => figureCaches.forEach((c) => c.invalidate()));
+  onDriftRecorded(db, () => driftFlagged.invalidate());
+
   async function tiersOf(category: string | null, at: Date): Promise<Map<string, SlaTier>> {
-    const [all, counts] = await Promise.all([engine.ranked(category, at), staleTelemetry.countsSince(new Date(at.getTime() - 30 * DAY_MS))]);
+    const [all, counts] = await Promise.all([engine.ranked(category, at), countsSinceDays.get('30', at)]);
     return new Map(all.map((r) => [r.url, r.n > 0 && r.trust_score !== null ? slaTierFor(r.trust_score, counts.get(r.id) ?? 0) : 'Unrated']));
   }
 
@@ -189,6 +218,20 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       if (marketCache === entry) marketCache = null;
     });
     return figures.then((f) => ({ at, figures: f }));
+  }
+
+  // Coverage and verdict mix per ranked index (kept by the engine for SCORE_CACHE_MS): computed
+  // once per index instead of once per request over every rated server.
+  const coverageMemo = new WeakMap<RankedIndex, { cov: Omit<Coverage, 'at'>; mix: { pass: number; uncertain: number; fail: number; unrated: number } }>();
+  function coverageOfIndex(idx: RankedIndex) {
+    let c = coverageMemo.get(idx);
+    if (!c) {
+      const mix = { pass: 0, uncertain: 0, fail: 0, unrated: idx.unratedTotal };
+      for (const r of idx.rows) mix[(isRated(r) ? r.verdict! : 'UNRATED').toLowerCase() as keyof typeof mix]++;
+      c = { cov: coverageOf(idx.rows, idx.unrated), mix };
+      coverageMemo.set(idx, c);
+    }
+    return c;
   }
 
   const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
@@ -266,21 +309,22 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     let rows = verdict === 'UNRATED' ? [] : matches.slice(start, start + o.limit);
     let total = verdict === 'UNRATED' ? 0 : matches.length;
     let more = start + rows.length < matches.length;
+    // The unrated part of a search counts at most SEARCH_COUNT_CAP matches (the pages say "N+").
+    let totalCapped = false;
     if (every || verdict === 'UNRATED') {
       const afterUrl = after && after.s === null && after.n === 0 ? after.u : null;
       const need = o.limit - rows.length;
-      const pageOfRest = await scores.unratedPage({ category, search: q, afterUrl, limit: Math.max(1, need), knownTotal: q === null ? idx.unratedTotal : undefined });
-      total += pageOfRest.total;
+      // Without a search the count is kept with the ranked list; a search's is a cached figure.
+      const counted = q === null ? { total: idx.unratedTotal, capped: false } : await unratedSearchCounts.get(JSON.stringify([category, q]), at);
+      total += counted.total;
+      totalCapped = counted.capped;
       if (need > 0) {
-        // The rated part ended on this page: the unrated follow (after the cursor's, if it named one).
+        // The rated part ended on this page: the unrated follow (after the cursor's, if it named
+        // one); one row more than the page decides whether a next page exists.
+        const pageOfRest = await scores.unratedPage({ category, search: q, afterUrl, limit: need + 1, knownTotal: counted.total });
         rows = [...rows, ...pageOfRest.rows.slice(0, need)];
-        more = false;
-        if (pageOfRest.rows.length === need) {
-          // One more row decides whether a next page exists.
-          const probe = await scores.unratedPage({ category, search: q, afterUrl: rows[rows.length - 1]!.url, limit: 1, knownTotal: 0 });
-          more = probe.rows.length > 0;
-        }
-      } else if (pageOfRest.total > 0) more = true;
+        more = pageOfRest.rows.length > need;
+      } else if (counted.total > 0) more = true;
     }
     const last = rows[rows.length - 1];
     return {
@@ -289,6 +333,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       q,
       verdict,
       total,
+      /** `total` is a lower bound: the search matched more servers without evidence than it counts. */
+      totalCapped,
       unratedCount,
       rows: rows.map((row) => ({ row, rank: isRated(row) ? (ix.rank.get(row.id) ?? null) : null })),
       nextCursor: last && more ? encodeCursor(keyOf(last), signature) : null,
@@ -432,16 +478,13 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     async getCoverage(category: string | null = null): Promise<Coverage> {
       const at = now();
       const idx = await engine.index(category, at);
-      return { at, ...coverageOf(idx.rows, idx.unrated) };
+      return { at, ...coverageOfIndex(idx).cov };
     },
 
     async getStats(_req: Partial<GetStatsRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetStatsResponseSchema>> {
       const at = now();
-      const [idx, last24, m] = await Promise.all([engine.index(null, at), staleTelemetry.countsSince(new Date(at.getTime() - DAY_MS)), marketFigures(at)]);
-      const all = idx.rows;
-      const cov = coverageOf(all, idx.unrated);
-      const mix = { pass: 0, uncertain: 0, fail: 0, unrated: idx.unratedTotal };
-      for (const r of all) mix[(isRated(r) ? r.verdict! : 'UNRATED').toLowerCase() as keyof typeof mix]++;
+      const [idx, last24, m] = await Promise.all([engine.index(null, at), countsSinceDays.get('1', at), marketFigures(at)]);
+      const { cov, mix } = coverageOfIndex(idx);
       return {
         totalServersTracked: cov.totals.servers,
         totalServersRated: cov.totals.rated,
@@ -450,7 +493,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         averageTrustScore: cov.totals.averageTrustScore,
         interactionsLast24h: [...last24.values()].reduce((s, n) => s + n, 0),
         categories: cov.categories.map((c) => ({ name: c.name, servers: c.servers, rated: c.rated, unrated: c.unrated, averageTrustScore: c.averageTrustScore })),
-        verdictMix: mix,
+        verdictMix: { ...mix },
         generatedAt: at.toISOString(),
         marketValidation: {
           preflightChecksTotal: m.figures.preflight_checks_total,
@@ -562,8 +605,20 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       const window = req.window ?? DEFAULT_DELTA_WINDOW;
       if (!isDeltaWindow(window)) throw invalidArgument(`window must be one of ${Object.keys(DELTA_WINDOWS).join(', ')}`);
       const at = now();
-      const start = new Date(at.getTime() - DELTA_WINDOWS[window] * 3_600_000);
-      const [all, prev, fresh] = await Promise.all([engine.ranked(null, at), staleScores.snapshotsAt(start), scores.unratedSince(start, req.newLimit ?? NEW_SERVERS_LISTED)]);
+      const paged = req.list !== undefined && req.list !== '';
+      if (!paged && ((req.cursor !== undefined && req.cursor !== '') || req.limit !== undefined)) throw invalidArgument('cursor and limit page one list: give list too (new, improved, degraded or at_risk)');
+      if (paged && !(DELTA_LISTS as readonly string[]).includes(req.list!)) throw invalidArgument(`list must be one of ${DELTA_LISTS.join(', ')}`);
+      const signature = JSON.stringify(['trust-delta', window, req.list ?? '']);
+      let after: (number | string)[] | null = null;
+      if (paged && req.cursor) {
+        try {
+          after = decodeListCursor(req.cursor, signature, req.list === 'new' ? ['number', 'number'] : ['number', 'string']);
+        } catch (err) {
+          if (err instanceof InvalidCursor) throw invalidArgument(err.message);
+          throw err;
+        }
+      }
+      const [all, { start, prev, fresh }] = await Promise.all([engine.ranked(null, at), deltaFigures.get(`${window}|${paged ? 0 : (req.newLimit ?? NEW_SERVERS_LISTED)}`, at)]);
       const g = groupDeltas(
         all.map((r) => ({
           id: r.id,
@@ -579,16 +634,51 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       // New servers without evidence come from their own query (a catalogue import adds thousands).
       const unratedNew = fresh.rows.map((r) => ({ url: r.url, name: r.name, category: r.category, trustScore: 0, registeredAt: r.registered_at.toISOString() }));
       const change = (s: (typeof g.servers_improved)[number]) => ({ url: s.url, name: s.name, trustScore: s.trust_score!, prevScore: s.prev_score!, delta: s.delta });
+      const summary = {
+        newServers: g.servers_new.length + Math.max(0, fresh.total - all.filter((r) => r.registered_at.getTime() > start.getTime()).length),
+        serversImproved: g.servers_improved.length,
+        serversDegraded: g.servers_degraded.length,
+        serversAtRisk: g.servers_at_risk.length,
+      };
+      if (paged) {
+        // One list, one page (issue 23): a fixed order with a unique key per server, after the cursor's key.
+        const limit = req.limit ?? DELTA_PAGE_DEFAULT;
+        const base = { schema: DELTA_SCHEMA, generatedAt: at.toISOString(), window, summary, serversNew: [], serversImproved: [], serversDegraded: [], serversAtRisk: [] };
+        if (req.list === 'new') {
+          // Every server registered in the window, newest first, from the database (an import adds thousands).
+          const score = new Map(all.map((r) => [r.id, r.n > 0 && r.trust_score !== null ? r.trust_score : 0]));
+          const rows = await scores.registeredSincePage(start, after ? { us: after[0] as number, id: after[1] as number } : null, limit + 1);
+          const page = rows.slice(0, limit);
+          const last = page[page.length - 1];
+          return {
+            ...base,
+            serversNew: page.map((r) => ({ url: r.url, name: r.name, category: r.category, trustScore: score.get(r.id) ?? 0, registeredAt: r.registered_at.toISOString() })),
+            nextCursor: last && rows.length > limit ? encodeListCursor([last.us, last.id], signature) : undefined,
+          };
+        }
+        // Improved: delta descending; degraded: delta ascending; at risk: score ascending; then URL.
+        const list = req.list === 'improved' ? g.servers_improved : req.list === 'degraded' ? g.servers_degraded : g.servers_at_risk;
+        const sign = req.list === 'improved' ? -1 : 1;
+        const value = (s: (typeof list)[number]) => (req.list === 'at_risk' ? s.trust_score! : (s as (typeof g.servers_improved)[number]).delta);
+        const cmp = (av: number, au: string, bv: number, bu: string) => (av !== bv ? sign * (av - bv) : au < bu ? -1 : au > bu ? 1 : 0);
+        const sorted = [...list].sort((a, b) => cmp(value(a), a.url, value(b), b.url));
+        const from = after ? sorted.findIndex((s) => cmp(value(s), s.url, after[0] as number, after[1] as string) > 0) : 0;
+        const page = from < 0 ? [] : sorted.slice(from, from + limit);
+        const last = page[page.length - 1];
+        const more = from >= 0 && from + limit < sorted.length;
+        return {
+          ...base,
+          serversImproved: req.list === 'improved' ? page.map((s) => change(s as (typeof g.servers_improved)[number])) : [],
+          serversDegraded: req.list === 'degraded' ? page.map((s) => change(s as (typeof g.servers_improved)[number])) : [],
+          serversAtRisk: req.list === 'at_risk' ? page.map((s) => ({ url: s.url, name: s.name, trustScore: s.trust_score! })) : [],
+          nextCursor: last && more ? encodeListCursor([value(last), last.url], signature) : undefined,
+        };
+      }
       return {
         schema: DELTA_SCHEMA,
         generatedAt: at.toISOString(),
         window,
-        summary: {
-          newServers: g.servers_new.length + Math.max(0, fresh.total - all.filter((r) => r.registered_at.getTime() > start.getTime()).length),
-          serversImproved: g.servers_improved.length,
-          serversDegraded: g.servers_degraded.length,
-          serversAtRisk: g.servers_at_risk.length,
-        },
+        summary,
         serversNew: [...g.servers_new.map((s) => ({ url: s.url, name: s.name, category: s.category, trustScore: s.trust_score ?? 0, registeredAt: s.registered_at.toISOString() })), ...unratedNew],
         serversImproved: g.servers_improved.map(change),
         serversDegraded: g.servers_degraded.map(change),
@@ -615,7 +705,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
      */
     async getAnomalies(category: string | null): Promise<{ url: string; name: string; slug: string; category: string; trustScore: number | null; verdict: string; flags: string[] }[]> {
       const at = now();
-      const [rated, drifted] = await Promise.all([engine.ranked(category, at), serversWithDriftFlag(db, at)]);
+      const [rated, drifted] = await Promise.all([engine.ranked(category, at), driftFlagged.get('all', at)]);
       // Drifted servers without evidence are not among the ranked rows: read by id.
       const ratedIds = new Set(rated.map((r) => r.id));
       const extra = (await scores.serverRows([...drifted].filter((id) => !ratedIds.has(id))))

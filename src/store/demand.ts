@@ -85,6 +85,24 @@ interface DemandBuffer {
 }
 
 const buffers = new WeakMap<object, DemandBuffer>();
+const demandListeners = new WeakMap<object, Set<() => void>>();
+
+/**
+ * Calls `fn` whenever this process records demand through `db` (a row counted in the buffer, a
+ * write committed): caches of demand figures drop theirs, so a check followed by a read in this
+ * process still shows the check.
+ */
+export function onDemandRecorded(db: Queryable, fn: () => void): () => void {
+  let set = demandListeners.get(db);
+  if (!set) demandListeners.set(db, (set = new Set()));
+  set.add(fn);
+  return () => set.delete(fn);
+}
+
+/** Tells onDemandRecorded's listeners of `db` that demand was counted or committed. */
+export function notifyDemandRecorded(db: Queryable): void {
+  for (const fn of demandListeners.get(db) ?? []) fn();
+}
 
 /**
  * Pre-flight demand, one row per call, counted in memory and written every DEMAND_FLUSH_MS in
@@ -110,6 +128,7 @@ export function demandBuffer(db: Queryable, onError?: (err: unknown) => void): D
       .query(...insertDemandStatement(batch))
       .then(() => {
         failing = false;
+        notifyDemandRecorded(db);
       })
       .catch((err: unknown) => {
         // Kept for the next write (bounded), reported, and the flush that asked fails.
@@ -124,6 +143,7 @@ export function demandBuffer(db: Queryable, onError?: (err: unknown) => void): D
   b = {
     add(row) {
       rows.push(row);
+      notifyDemandRecorded(db);
       if (rows.length >= DEMAND_WRITE_ROWS && !soon && !failing && inflight.size === 0) {
         // Written after the answers of this event-loop turn went out.
         soon = true;
@@ -164,21 +184,27 @@ export function demandStore(db: Queryable) {
         'INSERT INTO preflight_demand (checked_at, target, server_url, name, verdict, kind, receipt_id) VALUES ($1, $2, $3, $4, $5, $6, $7)',
         [r.checked_at, r.target, r.server_url, r.name, r.verdict, r.kind, r.receipt_id],
       );
+      notifyDemandRecorded(db);
     },
 
     /** Several demand rows in one statement. */
     async insertMany(rows: readonly DemandRow[]): Promise<void> {
       if (rows.length === 0) return;
       await db.query(...insertDemandStatement(rows));
+      notifyDemandRecorded(db);
     },
 
     /** Totals since a time (null: all time). */
     async totals(since: Date | null): Promise<DemandTotals> {
       await flushDemand(db);
+      // All time: the per-target sums (migration 1560), not every demand row (issue 23).
       const rows = await db.query<{ n: number; u: number; pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }>(
-        `SELECT count(*)::int8 AS n, count(DISTINCT target)::int8 AS u, ${MIX}
-           FROM preflight_demand WHERE $1::timestamptz IS NULL OR checked_at >= $1::timestamptz`,
-        [since],
+        since === null
+          ? `SELECT coalesce(sum(checks), 0)::int8 AS n, count(DISTINCT target)::int8 AS u, sum(pass)::int8 AS pass, sum(uncertain)::int8 AS uncertain,
+                    sum(fail)::int8 AS fail, sum(unrated)::int8 AS unrated FROM preflight_demand_targets`
+          : `SELECT count(*)::int8 AS n, count(DISTINCT target)::int8 AS u, ${MIX}
+               FROM preflight_demand WHERE checked_at >= $1::timestamptz`,
+        since === null ? [] : [since],
       );
       const r = rows[0]!;
       return { total: r.n, unique_targets: r.u, ...mix(r) };
@@ -199,23 +225,58 @@ export function demandStore(db: Queryable) {
         fail: number | null;
         unrated: number | null;
       }>(
-        `SELECT target, max(server_url) AS server_url, max(name) AS name, count(*)::int8 AS checks,
+        since === null
+          ? `SELECT target, max(nullif(server_url, '')) AS server_url, max(name) AS name, sum(checks)::int8 AS checks,
+                    max(last_checked_at) AS last_checked_at,
+                    (array_agg(last_verdict ORDER BY last_checked_at DESC, last_id DESC))[1] AS last_verdict,
+                    sum(pass)::int8 AS pass, sum(uncertain)::int8 AS uncertain, sum(fail)::int8 AS fail, sum(unrated)::int8 AS unrated
+               FROM preflight_demand_targets
+              GROUP BY target ORDER BY checks DESC, last_checked_at DESC, target LIMIT $1`
+          : `SELECT target, max(server_url) AS server_url, max(name) AS name, count(*)::int8 AS checks,
                 max(checked_at) AS last_checked_at,
                 (array_agg(verdict ORDER BY checked_at DESC, id DESC))[1] AS last_verdict, ${MIX}
-           FROM preflight_demand WHERE $1::timestamptz IS NULL OR checked_at >= $1::timestamptz
-          GROUP BY target ORDER BY checks DESC, last_checked_at DESC, target LIMIT $2`,
-        [since, limit],
+           FROM preflight_demand WHERE checked_at >= $2::timestamptz
+          GROUP BY target ORDER BY checks DESC, last_checked_at DESC, target LIMIT $1`,
+        since === null ? [limit] : [limit, since],
       );
       return rows.map((r) => ({ ...r, ...mix(r) }));
+    },
+
+    /**
+     * One page of the targets checked since a time (null: all time, from the per-target sums),
+     * in topTargets' order (checks descending, last check descending, then target in code-unit
+     * order), after the key `after` (checks, last check in microseconds since the epoch, target).
+     */
+    async topTargetsPage(since: Date | null, after: { checks: number; us: number; target: string } | null, limit: number): Promise<(DemandTarget & { last_us: number })[]> {
+      await flushDemand(db);
+      const grouped =
+        since === null
+          ? `SELECT target, max(nullif(server_url, '')) AS server_url, max(name) AS name, sum(checks)::int8 AS checks, max(last_checked_at) AS last_checked_at,
+                    (array_agg(last_verdict ORDER BY last_checked_at DESC, last_id DESC))[1] AS last_verdict,
+                    sum(pass)::int8 AS pass, sum(uncertain)::int8 AS uncertain, sum(fail)::int8 AS fail, sum(unrated)::int8 AS unrated
+               FROM preflight_demand_targets GROUP BY target`
+          : `SELECT target, max(server_url) AS server_url, max(name) AS name, count(*)::int8 AS checks, max(checked_at) AS last_checked_at,
+                    (array_agg(verdict ORDER BY checked_at DESC, id DESC))[1] AS last_verdict, ${MIX}
+               FROM preflight_demand WHERE checked_at >= $5::timestamptz GROUP BY target`;
+      const rows = await db.query<DemandTarget & { last_us: number; pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }>(
+        `SELECT g.*, g.us AS last_us FROM (SELECT x.*, (extract(epoch FROM x.last_checked_at) * 1000000)::int8 AS us FROM (${grouped}) x) g
+          WHERE $2::int8 IS NULL OR g.checks < $2::int8 OR (g.checks = $2::int8 AND (g.us < $3::int8 OR (g.us = $3::int8 AND g.target COLLATE "C" > $4::text COLLATE "C")))
+          ORDER BY g.checks DESC, g.us DESC, g.target COLLATE "C" LIMIT $1`,
+        since === null ? [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null] : [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null, since],
+      );
+      return rows.map(({ us: _us, ...r }: typeof rows[number] & { us?: number }) => ({ ...r, checks: Number(r.checks), last_us: Number(r.last_us), ...mix(r) }));
     },
 
     /** Pre-flight checks per category of the tracked server they named (category null: targets not tracked). */
     async checksByCategory(since: Date | null): Promise<{ category: string | null; checks: number }[]> {
       await flushDemand(db);
       return db.query<{ category: string | null; checks: number }>(
-        `SELECT s.category, count(*)::int8 AS checks FROM preflight_demand d LEFT JOIN servers s ON s.url = d.server_url
-          WHERE $1::timestamptz IS NULL OR d.checked_at >= $1::timestamptz GROUP BY s.category ORDER BY checks DESC`,
-        [since],
+        since === null
+          ? `SELECT s.category, sum(d.checks)::int8 AS checks FROM preflight_demand_targets d LEFT JOIN servers s ON s.url = nullif(d.server_url, '')
+              GROUP BY s.category ORDER BY checks DESC`
+          : `SELECT s.category, count(*)::int8 AS checks FROM preflight_demand d LEFT JOIN servers s ON s.url = d.server_url
+              WHERE d.checked_at >= $1::timestamptz GROUP BY s.category ORDER BY checks DESC`,
+        since === null ? [] : [since],
       );
     },
   };

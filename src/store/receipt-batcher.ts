@@ -1,5 +1,5 @@
 import { isConnectionError, type Db } from '../db/index.js';
-import { insertDemandStatement, type DemandRow } from './demand.js';
+import { insertDemandStatement, notifyDemandRecorded, type DemandRow } from './demand.js';
 import { groupCommit, type GroupCommit } from './group-commit.js';
 import { oneStatement, type Statement } from './one-statement.js';
 import { insertReceiptsStatement, type ReceiptRow } from './receipts.js';
@@ -23,6 +23,7 @@ export function receiptBatcher(db: Db, opts: { onBatch?: (size: number) => void 
       const stmts: Statement[] = [insertReceiptsStatement(items.map((i) => i.receipt))];
       if (demand.length > 0) stmts.push(insertDemandStatement(demand));
       await db.query(...oneStatement(stmts));
+      if (demand.length > 0) notifyDemandRecorded(db);
     },
     maxItems: 500,
     // Inserts only (no shared rows to lock), so PostgreSQL can take a few at once.

@@ -32,6 +32,31 @@ export interface RankedServer {
   last_at: Date | null;
 }
 
+/**
+ * The servers without evidence, optionally of one category ($1) and containing a LIKE pattern ($2)
+ * in name, slug or URL. The first LIKE is the expression of the trigram index (migration 1570):
+ * implied by the exact per-column test after it, it lets a search read the index instead of the
+ * servers table where pg_trgm is installed.
+ */
+export const SEARCH_TEXT_SQL = `(lower(s.name) || E'\\n' || s.slug || E'\\n' || lower(s.url))`;
+const unratedWhere = `($1::text IS NULL OR s.category = $1) AND NOT EXISTS (SELECT 1 FROM server_totals t WHERE t.server_id = s.id AND t.n > 0)
+          AND ($2::text IS NULL OR (${SEARCH_TEXT_SQL} LIKE $2 AND (lower(s.name) LIKE $2 OR s.slug LIKE $2 OR lower(s.url) LIKE $2)))`;
+
+/**
+ * A search's count of servers without evidence stops at this many (the pages say "10,000+"): a
+ * text most servers contain ("github" in a registry of io.github.* names) would otherwise count
+ * the whole table per request, index or not.
+ */
+export const SEARCH_COUNT_CAP = 10_000;
+
+/** The count statement of a search over the servers without evidence, up to SEARCH_COUNT_CAP + 1 (unratedPage's total; EXPLAIN in tests). */
+export function unratedCountStatement(category: string | null, like: string | null): [string, unknown[]] {
+  return [`SELECT count(*)::int8 AS n FROM (SELECT 1 FROM servers s WHERE ${unratedWhere} LIMIT $3) m`, [category, like, SEARCH_COUNT_CAP + 1]];
+}
+
+/** A search text as the LIKE pattern unratedPage matches ('%text%', wildcards escaped). */
+export const likePattern = (search: string) => `%${search.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+
 export function scoreStore(db: Queryable) {
   return {
     /** Writes the current score and the snapshot of its hour (the latest computation in an hour wins). */
@@ -132,15 +157,22 @@ export function scoreStore(db: Queryable) {
       return rows.map((r) => ({ category: r.category, servers: Number(r.servers) }));
     },
 
+    /** How many servers without evidence (optionally of one category) contain `search`, up to SEARCH_COUNT_CAP. */
+    async unratedSearchCount(category: string | null, search: string): Promise<{ total: number; capped: boolean }> {
+      const [row] = await db.query<{ n: number }>(...unratedCountStatement(category, likePattern(search)));
+      const n = Number(row!.n);
+      return n > SEARCH_COUNT_CAP ? { total: SEARCH_COUNT_CAP, capped: true } : { total: n, capped: false };
+    },
+
     /**
      * One page of the servers without evidence, in URL order (code units), after `afterUrl`;
      * optionally of one category and containing `search` (lower case) in name, slug or URL.
-     * `total` counts every match. RankedServer rows with n = 0 and no score.
+     * `total` counts every match, up to SEARCH_COUNT_CAP (`capped`: there are more). RankedServer
+     * rows with n = 0 and no score.
      */
-    async unratedPage(o: { category: string | null; search: string | null; afterUrl: string | null; limit: number; knownTotal?: number }): Promise<{ rows: RankedServer[]; total: number }> {
-      const like = o.search === null ? null : `%${o.search.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
-      const where = `($1::text IS NULL OR s.category = $1) AND NOT EXISTS (SELECT 1 FROM server_totals t WHERE t.server_id = s.id AND t.n > 0)
-          AND ($2::text IS NULL OR lower(s.name) LIKE $2 OR s.slug LIKE $2 OR lower(s.url) LIKE $2)`;
+    async unratedPage(o: { category: string | null; search: string | null; afterUrl: string | null; limit: number; knownTotal?: number }): Promise<{ rows: RankedServer[]; total: number; capped: boolean }> {
+      const like = o.search === null ? null : likePattern(o.search);
+      const where = unratedWhere;
       const [rows, [count]] = await Promise.all([
         db.query<RankedServer>(
           `SELECT s.id, s.url, s.name, s.slug, s.category, s.registered_at, NULL::float8 AS trust_score, NULL::text AS verdict, NULL::timestamptz AS computed_at,
@@ -150,9 +182,10 @@ export function scoreStore(db: Queryable) {
           [o.category, like, o.afterUrl, o.limit],
         ),
         // Without a search the caller knows the count (unratedCounts, kept with the ranked list).
-        o.knownTotal !== undefined ? Promise.resolve([{ n: o.knownTotal }]) : db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM servers s WHERE ${where}`, [o.category, like]),
+        o.knownTotal !== undefined ? Promise.resolve([{ n: o.knownTotal }]) : db.query<{ n: number }>(...unratedCountStatement(o.category, like)),
       ]);
-      return { rows, total: Number(count!.n) };
+      const n = Number(count!.n);
+      return o.knownTotal !== undefined || n <= SEARCH_COUNT_CAP ? { rows, total: n, capped: false } : { rows, total: SEARCH_COUNT_CAP, capped: true };
     },
 
     /** Servers without evidence registered after `since` (the trust delta's new servers): up to `limit` newest; `total` counts every server registered since, with evidence or not. */
@@ -168,6 +201,22 @@ export function scoreStore(db: Queryable) {
         db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM servers s WHERE s.registered_at > $1`, [since.toISOString()]),
       ]);
       return { rows, total: Number(count!.n) };
+    },
+
+    /**
+     * One page of every server registered after `since` (the trust delta's new servers, paged),
+     * newest first: (registered_at, id) descending, after the key `after` (registered_at in
+     * microseconds since the epoch, exact, and id). `us` is each row's key time.
+     */
+    async registeredSincePage(since: Date, after: { us: number; id: number } | null, limit: number): Promise<(Pick<RankedServer, 'id' | 'url' | 'name' | 'category' | 'registered_at'> & { us: number })[]> {
+      const rows = await db.query<Pick<RankedServer, 'id' | 'url' | 'name' | 'category' | 'registered_at'> & { us: number }>(
+        `SELECT s.id, s.url, s.name, s.category, s.registered_at, (extract(epoch FROM s.registered_at) * 1000000)::int8 AS us
+           FROM servers s
+          WHERE s.registered_at > $1 AND ($2::int8 IS NULL OR (s.registered_at, s.id) < (timestamptz 'epoch' + $2::int8 * interval '1 microsecond', $3::int8))
+          ORDER BY s.registered_at DESC, s.id DESC LIMIT $4`,
+        [since.toISOString(), after?.us ?? null, after?.id ?? null, limit],
+      );
+      return rows.map((r) => ({ ...r, id: Number(r.id), us: Number(r.us) }));
     },
 
     /** Hourly score snapshots of the given servers with from <= bucket <= to, oldest first. */

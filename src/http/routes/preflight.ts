@@ -1,8 +1,9 @@
 import type { FastifyInstance } from 'fastify';
-import { GetDemandResponseSchema, PreflightRequestSchema, PreflightResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
+import { GetDemandRequestSchema, GetDemandResponseSchema, PreflightRequestSchema, PreflightResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
 import type { RouteDeps } from '../routes.js';
 import { restQuerySchema } from '../contract-schema.js';
 import { restJson, restJsonText } from '../rest-json.js';
+import { parseLimit } from './trust.js';
 
 export function preflightRoutes(app: FastifyInstance, { services }: RouteDeps) {
   app.get<{ Querystring: { target?: string } }>(
@@ -17,5 +18,7 @@ export function preflightRoutes(app: FastifyInstance, { services }: RouteDeps) {
       return reply.type('application/json; charset=utf-8').send(restJsonText(PreflightResponseSchema, res));
     },
   );
-  app.get('/api/demand', async () => restJson(GetDemandResponseSchema, await services.preflight.getDemand({})));
+  app.get<{ Querystring: { window?: string; cursor?: string; limit?: string } }>('/api/demand', { schema: { querystring: restQuerySchema(GetDemandRequestSchema) } }, async (req) =>
+    restJson(GetDemandResponseSchema, await services.preflight.getDemand({ window: req.query.window, cursor: req.query.cursor, limit: parseLimit(req.query.limit) })),
+  );
 }

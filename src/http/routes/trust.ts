@@ -23,9 +23,9 @@ import { restJson, restJsonText } from '../rest-json.js';
 /** Badges change at most as often as scores are recomputed; a few minutes of caching is safe. */
 export const BADGE_CACHE_CONTROL = 'public, max-age=300';
 
-function parseLimit(raw: string | undefined): number | undefined {
+export function parseLimit(raw: string | undefined, max = 100): number | undefined {
   if (raw === undefined) return undefined;
-  if (!/^\d{1,6}$/.test(raw)) throw invalidArgument('limit must be an integer from 1 to 100');
+  if (!/^\d{1,6}$/.test(raw)) throw invalidArgument(`limit must be an integer from 1 to ${max}`);
   return Number(raw);
 }
 
@@ -58,8 +58,11 @@ export function trustRoutes(app: FastifyInstance, { services }: RouteDeps) {
     restJson(GetSlaTierResponseSchema, await trust.getSlaTier({ server: req.query.server })),
   );
 
-  app.get<{ Querystring: { window?: string } }>('/api/trust-delta', { schema: { querystring: restQuerySchema(GetTrustDeltaRequestSchema) } }, async (req) =>
-    restJson(GetTrustDeltaResponseSchema, await trust.getTrustDelta({ window: req.query.window })),
+  app.get<{ Querystring: { window?: string; list?: string; cursor?: string; limit?: string } }>('/api/trust-delta', { schema: { querystring: restQuerySchema(GetTrustDeltaRequestSchema) } }, async (req) =>
+    restJson(
+      GetTrustDeltaResponseSchema,
+      await trust.getTrustDelta({ window: req.query.window, list: req.query.list, cursor: req.query.cursor, limit: parseLimit(req.query.limit, 1000) }),
+    ),
   );
 
   app.get<{ Querystring: { url?: string } }>('/api/badge', { schema: { querystring: restQuerySchema(GetBadgeRequestSchema) } }, async (req, reply) => {
