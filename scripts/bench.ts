@@ -541,7 +541,9 @@ const fmt = (x: number) => (Number.isNaN(x) ? '-' : String(Math.round(x * 10) / 
 function hotTable(rows: Row[]): string {
   const header =
     '| Scenario | req/s | mean ms | p50 ms | p99 ms | vs adjacent ceiling | target | CPU µs/req: process / PostgreSQL | process busy | load 1m | non-2xx/errors |\n|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|';
-  const cpu = (r: Row) => (r.cpu ? `${fmt(r.cpu.us)} / ${fmt(r.cpu.pgUs)}` : '-');
+  // A PostgreSQL backend that exits during the run takes its CPU time with it: a negative
+  // difference says nothing and is shown as '-'.
+  const cpu = (r: Row) => (r.cpu ? `${fmt(r.cpu.us)} / ${r.cpu.pgUs >= 0 ? fmt(r.cpu.pgUs) : '-'}` : '-');
   const busy = (r: Row) => (r.cpu ? `${Math.round(r.cpu.busy * 100)}%` : '-');
   const lines = rows.map(
     (r) =>
@@ -603,7 +605,7 @@ async function main() {
     if (usePglite) throw new Error('--only=scale100k runs on PostgreSQL only');
     const loadAtStart = load1();
     const r = await runScale100k({ baseUrl: BASE_URL, serviceEnv: SERVICE_ENV, seconds: DURATION });
-    const text = `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${machine}, PostgreSQL (local), load average (1 min) ${loadAtStart} at start; the machine was shared with other sessions running test suites (loaded), per row below. 8 concurrent keep-alive clients, ${DURATION} s per scenario after a 2 s warm-up; the first ${Math.min(2000, SCALE100K_SERVERS)} servers of each catalogue got 5 reports each over HTTP.\n\n${scale100kTable(r)}`;
+    const text = `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${machine}, PostgreSQL (local), load average (1 min) ${loadAtStart} at start, per row below (above about 3 the machine was busy with other work). 8 concurrent keep-alive clients, ${DURATION} s per scenario after a 2 s warm-up; the first ${Math.min(2000, SCALE100K_SERVERS)} servers of each catalogue got 5 reports each over HTTP.\n\n${scale100kTable(r)}`;
     process.stdout.write(`\n${text}\nwhole bench: ${Math.round((performance.now() - started) / 1000)} s\n`);
     if (write) writeBlock('SCALE100K', 'Latest `npm run bench -- --only=scale100k`: 100,000 servers', text);
     if (only.length === 1) return;
