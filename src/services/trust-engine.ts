@@ -32,6 +32,16 @@ export const SCORE_CACHE_MS = 2000;
  */
 export const RANKED_STALE_MS = 30_000;
 /**
+ * A category baseline is recomputed at most this often unless evidence is committed (by this
+ * process, or by another instance, which tells this one over LISTEN/NOTIFY on PostgreSQL: both
+ * drop every baseline at once). Its inputs otherwise change only by time decay (a 168-hour half
+ * life: nothing in 30 s), and at 100,000 servers one recomputation reads every rated server of
+ * the category, a fixed cost that recomputing every SCORE_CACHE_MS put on the request path of
+ * cache misses (issue 23). Past it, the baseline is served for as long again while one refresh
+ * runs in the background.
+ */
+export const BASELINE_CACHE_MS = 30_000;
+/**
  * A computation whose result equals the stored one (same score, verdict, flags, report count and
  * hour) is not written again within this long: reads recompute a busy server every
  * SCORE_CACHE_MS, and rewriting an identical row each time would make reads cost writes. Far
@@ -184,15 +194,15 @@ export function createTrustEngine(db: Queryable) {
     });
   }
 
-  /** One category's baseline as of `at`: from memory when computed less than SCORE_CACHE_MS ago, shared by concurrent callers. */
+  /** One category's baseline as of `at`: from memory when computed less than BASELINE_CACHE_MS ago, shared by concurrent callers. */
   function baselineOf(category: string, at: Date): Promise<CategoryBaselineValue> {
     const hit = baselineMemo.get(category);
-    if (hit && Math.abs(at.getTime() - hit.at) < SCORE_CACHE_MS && performance.now() - hit.mono < SCORE_CACHE_MS) return Promise.resolve(hit.value);
+    if (hit && Math.abs(at.getTime() - hit.at) < BASELINE_CACHE_MS && performance.now() - hit.mono < BASELINE_CACHE_MS) return Promise.resolve(hit.value);
     // Past its time bound only (evidence committed by this process drops every baseline at once,
     // so a report followed by a read still shows in it): served while one refresh runs in the
-    // background, up to RANKED_STALE_MS old, like the ranked lists. At 100,000 servers a baseline
-    // reads every rated server of its category, and every miss would otherwise wait for it.
-    const stale = hit !== undefined && Math.abs(at.getTime() - hit.at) < RANKED_STALE_MS && performance.now() - hit.mono < RANKED_STALE_MS ? hit : undefined;
+    // background, up to twice the bound old, like the ranked lists. At 100,000 servers a
+    // baseline reads every rated server of its category, and every miss would otherwise wait for it.
+    const stale = hit !== undefined && Math.abs(at.getTime() - hit.at) < 2 * BASELINE_CACHE_MS && performance.now() - hit.mono < 2 * BASELINE_CACHE_MS ? hit : undefined;
     const inflight = baselinePending.get(category);
     if (inflight && inflight.gen === rankedGen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) return stale ? Promise.resolve(stale.value) : inflight.p;
     const gen = rankedGen;
