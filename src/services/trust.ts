@@ -238,7 +238,9 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
   // Per ranked list (kept by the engine for SCORE_CACHE_MS): the leaderboard rank of each rated
   // server and the lower-cased text a search matches, computed once per list.
-  const listIndex = new WeakMap<readonly RankedServer[], { rank: Map<number, number>; text: string[] }>();
+  // `byVerdict`: the rated servers of the list, all or of one verdict, for unsearched pages
+  // (computed on first use per list, so a page of a 2,000-server list does not filter it again).
+  const listIndex = new WeakMap<readonly RankedServer[], { rank: Map<number, number>; text: string[]; rated: number; byVerdict: Map<string | null, RankedServer[]> }>();
   function indexOf(all: readonly RankedServer[]) {
     let ix = listIndex.get(all);
     if (!ix) {
@@ -248,7 +250,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         if (isRated(r)) rank.set(r.id, rank.size + 1);
         text.push(`${r.name}\u0000${r.slug}\u0000${r.url}`.toLowerCase());
       }
-      ix = { rank, text };
+      ix = { rank, text, rated: rank.size, byVerdict: new Map() };
       listIndex.set(all, ix);
     }
     return ix;
@@ -290,18 +292,19 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     const all = idx.rows;
     const ix = indexOf(all);
     const keyOf = (r: RankedServer): RankKey => ({ s: r.trust_score, n: Number(r.n), u: r.url });
-    const matches: RankedServer[] = [];
-    let rated = 0;
-    if (verdict !== 'UNRATED') {
+    let matches: RankedServer[] = [];
+    const rated = ix.rated;
+    const known = q === null ? ix.byVerdict.get(verdict) : undefined;
+    if (known) matches = known;
+    else if (verdict !== 'UNRATED') {
       for (let i = 0; i < all.length; i++) {
         const r = all[i]!;
-        const isR = isRated(r);
-        if (isR) rated++;
-        if (!isR || (verdict !== null && r.verdict !== verdict)) continue;
+        if (!isRated(r) || (verdict !== null && r.verdict !== verdict)) continue;
         if (q !== null && !ix.text[i]!.includes(q)) continue;
         matches.push(r);
       }
-    } else rated = all.filter(isRated).length;
+      if (q === null) ix.byVerdict.set(verdict, matches);
+    }
     const unratedCount = idx.unratedTotal + (all.length - rated);
     // The rated part of the list from memory; the unrated part (every = rated first, then the
     // rest; or UNRATED alone) one page at a time from the database, in URL order.
