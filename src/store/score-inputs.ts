@@ -90,14 +90,7 @@ export async function scoreInputs(db: Queryable, serverIds: readonly number[], f
             first_at: r.first_at!,
             last_at: r.last_at!,
           };
-    const evidence: SourceAccumulator[] = (r.e_source ?? []).map((source, i) => ({
-      source,
-      weight: Number(r.e_weight![i]),
-      successes: Number(r.e_successes![i]),
-      latency_sum: Number(r.e_latency![i]),
-      reports: Number(r.e_reports![i]),
-      updated_at: new Date(r.e_at![i]!),
-    }));
+    const evidence = evidenceOf(r);
     const hourly: SourceHourRollup[] = (r.h_source ?? []).map((source, i) => ({
       bucket: new Date(r.h_bucket![i]!),
       source,
@@ -113,6 +106,25 @@ export async function scoreInputs(db: Queryable, serverIds: readonly number[], f
     out.set(r.server_id, { totals, evidence, hourly, stored });
   }
   return out;
+}
+
+/** Per-source evidence from the parallel arrays both statements return (`e_*`, ordered by source). */
+function evidenceOf(r: {
+  e_source: string[] | null;
+  e_weight: number[] | null;
+  e_successes: number[] | null;
+  e_latency: number[] | null;
+  e_reports: number[] | null;
+  e_at: (Date | string)[] | null;
+}): SourceAccumulator[] {
+  return (r.e_source ?? []).map((source, i) => ({
+    source,
+    weight: Number(r.e_weight![i]),
+    successes: Number(r.e_successes![i]),
+    latency_sum: Number(r.e_latency![i]),
+    reports: Number(r.e_reports![i]),
+    updated_at: new Date(r.e_at![i]!),
+  }));
 }
 
 /** A server with evidence of a category, as its category's baseline reads it. */
@@ -153,14 +165,7 @@ export async function categoryMembers(db: Queryable, categories: readonly string
     [categories],
   );
   for (const r of rows) {
-    const evidence: SourceAccumulator[] = (r.e_source ?? []).map((source, i) => ({
-      source,
-      weight: Number(r.e_weight![i]),
-      successes: Number(r.e_successes![i]),
-      latency_sum: Number(r.e_latency![i]),
-      reports: Number(r.e_reports![i]),
-      updated_at: new Date(r.e_at![i]!),
-    }));
+    const evidence = evidenceOf(r);
     const totals: StoredTotals = {
       server_id: r.server_id,
       n: r.n,
