@@ -14,7 +14,17 @@ export interface ScoreInputs {
   stored: ScoreRow | null;
 }
 
-interface InputRow {
+/** Per-source evidence as parallel arrays, ordered by source (array_agg in both statements). */
+interface EvidenceArrays {
+  e_source: string[] | null;
+  e_weight: number[] | null;
+  e_successes: number[] | null;
+  e_latency: number[] | null;
+  e_reports: number[] | null;
+  e_at: Date[] | null;
+}
+
+interface InputRow extends EvidenceArrays {
   server_id: number;
   n: number | null;
   successes: number | null;
@@ -28,12 +38,6 @@ interface InputRow {
   s_flags: string[] | null;
   s_reports: number | null;
   s_at: Date | null;
-  e_source: string[] | null;
-  e_weight: number[] | null;
-  e_successes: number[] | null;
-  e_latency: number[] | null;
-  e_reports: number[] | null;
-  e_at: Date[] | null;
   h_bucket: Date[] | null;
   h_source: string[] | null;
   h_n: number[] | null;
@@ -109,14 +113,7 @@ export async function scoreInputs(db: Queryable, serverIds: readonly number[], f
 }
 
 /** Per-source evidence from the parallel arrays both statements return (`e_*`, ordered by source). */
-function evidenceOf(r: {
-  e_source: string[] | null;
-  e_weight: number[] | null;
-  e_successes: number[] | null;
-  e_latency: number[] | null;
-  e_reports: number[] | null;
-  e_at: (Date | string)[] | null;
-}): SourceAccumulator[] {
+function evidenceOf(r: EvidenceArrays): SourceAccumulator[] {
   return (r.e_source ?? []).map((source, i) => ({
     source,
     weight: Number(r.e_weight![i]),
@@ -133,14 +130,8 @@ export interface CategoryMember {
   evidence: SourceAccumulator[];
 }
 
-interface MemberRow extends StoredTotals {
+interface MemberRow extends StoredTotals, EvidenceArrays {
   category: string;
-  e_source: string[] | null;
-  e_weight: number[] | null;
-  e_successes: number[] | null;
-  e_latency: number[] | null;
-  e_reports: number[] | null;
-  e_at: Date[] | null;
 }
 
 /**
