@@ -12,6 +12,7 @@ import type { CallContext, ServiceDeps } from './context.js';
 import { createMcpProbeService, type McpProbeService } from './mcp-probe.js';
 import { SCORE_CACHE_MS } from './trust-engine.js';
 import { BoundedMap } from '../store/cache-limits.js';
+import { dbSignal } from '../store/db-signal.js';
 
 // Time of each server's last detected drift, per database handle, kept for SCORE_CACHE_MS like
 // the scores it is shown with: every trust read and pre-flight needs it, and it changes only when
@@ -75,19 +76,16 @@ export function rememberDriftAt(db: Queryable, serverId: number, token: number, 
   if (m.epoch === token) m.entries.set(serverId, { at, mono: performance.now() });
 }
 
-const driftListeners = new WeakMap<object, Set<() => void>>();
+const driftRecorded = dbSignal();
 
 /** Calls `fn` whenever this process recorded a drift baseline through `db` (caches of drift figures drop theirs). */
 export function onDriftRecorded(db: Queryable, fn: () => void): () => void {
-  let set = driftListeners.get(db);
-  if (!set) driftListeners.set(db, (set = new Set()));
-  set.add(fn);
-  return () => set.delete(fn);
+  return driftRecorded.on(db, fn);
 }
 
 /** Drops the cached drift time of a server after this process recorded a baseline for it. */
 export function forgetDrift(db: Queryable, serverId: number): void {
-  for (const fn of driftListeners.get(db) ?? []) fn();
+  driftRecorded.emit(db);
   const m = driftMemo(db);
   m.entries.delete(serverId);
   m.pending.delete(serverId);

@@ -1,5 +1,6 @@
 import type { Queryable } from '../db/index.js';
 import type { Statement } from './one-statement.js';
+import { dbSignal } from './db-signal.js';
 
 // Pre-flight demand signals (table preflight_demand). Nothing in the scoring reads this table.
 
@@ -85,7 +86,7 @@ interface DemandBuffer {
 }
 
 const buffers = new WeakMap<object, DemandBuffer>();
-const demandListeners = new WeakMap<object, Set<() => void>>();
+const demandRecorded = dbSignal();
 
 /**
  * Calls `fn` whenever this process records demand through `db` (a row counted in the buffer, a
@@ -93,15 +94,12 @@ const demandListeners = new WeakMap<object, Set<() => void>>();
  * process still shows the check.
  */
 export function onDemandRecorded(db: Queryable, fn: () => void): () => void {
-  let set = demandListeners.get(db);
-  if (!set) demandListeners.set(db, (set = new Set()));
-  set.add(fn);
-  return () => set.delete(fn);
+  return demandRecorded.on(db, fn);
 }
 
 /** Tells onDemandRecorded's listeners of `db` that demand was counted or committed. */
 export function notifyDemandRecorded(db: Queryable): void {
-  for (const fn of demandListeners.get(db) ?? []) fn();
+  demandRecorded.emit(db);
 }
 
 /**

@@ -2,6 +2,7 @@ import type { Queryable } from '../db/index.js';
 import { withoutQuery } from '../domain/server-identity.js';
 import { serverStore, type ServerRow } from './servers.js';
 import { BoundedMap } from './cache-limits.js';
+import { dbSignal } from './db-signal.js';
 
 
 /**
@@ -59,7 +60,7 @@ export function serverCache(db: Queryable) {
   };
 }
 
-const identityListeners = new WeakMap<object, Set<() => void>>();
+const identityChanged = dbSignal();
 
 /**
  * Tells this process's remembered lookups (rememberedHits) that what an identifier resolves to
@@ -67,7 +68,7 @@ const identityListeners = new WeakMap<object, Set<() => void>>();
  * tracked a URL with a query. Other processes see the change when their entries expire.
  */
 export function notifyIdentityChanged(db: Queryable): void {
-  for (const clear of identityListeners.get(db) ?? []) clear();
+  identityChanged.emit(db);
 }
 
 /**
@@ -77,9 +78,7 @@ export function notifyIdentityChanged(db: Queryable): void {
  */
 export function rememberedHits(db: Queryable, lookup: (key: string) => Promise<ServerRow | null>, ttlMs: number): (key: string) => Promise<ServerRow | null> {
   const hits = new BoundedMap<string, { row: ServerRow; mono: number }>();
-  let listeners = identityListeners.get(db);
-  if (!listeners) identityListeners.set(db, (listeners = new Set()));
-  listeners.add(() => hits.clear());
+  identityChanged.on(db, () => hits.clear());
   return async (key) => {
     const hit = hits.get(key);
     if (hit && performance.now() - hit.mono < ttlMs) return hit.row;

@@ -6,6 +6,7 @@ import { HOUR_MS, type HourRollup, type SourceHourRollup } from '../domain/anoma
 import type { ServerTotals } from '../domain/baseline.js';
 import type { Statement } from './one-statement.js';
 import { rollupsAppended, settleRollups } from './rollup-aggregator.js';
+import { dbSignal } from './db-signal.js';
 
 /** A validated telemetry report: exactly the five fields of SPEC 2.2. */
 export interface TelemetryReport {
@@ -84,14 +85,11 @@ function addTo(s: Sums, r: { success: boolean; latency_ms: number; http_status: 
 const newSums = (): Sums => ({ n: 0, successes: 0, latency_sum: 0, n_5xx: 0, hist: emptyHistogram() });
 
 // In-process listeners told which servers got new telemetry, after the commit (score caches).
-const committedListeners = new WeakMap<object, Set<(serverIds: number[]) => void>>();
+const committed = dbSignal<[serverIds: number[]]>();
 
 /** Calls `fn` with the server ids of every telemetry write committed through `db` in this process. */
 export function onTelemetryCommitted(db: Queryable, fn: (serverIds: number[]) => void): () => void {
-  let set = committedListeners.get(db);
-  if (!set) committedListeners.set(db, (set = new Set()));
-  set.add(fn);
-  return () => set.delete(fn);
+  return committed.on(db, fn);
 }
 
 function notifyCommitted(db: Queryable, rows: readonly IngestRow[]): void {
@@ -100,9 +98,7 @@ function notifyCommitted(db: Queryable, rows: readonly IngestRow[]): void {
 
 /** Tells the same listeners that these servers changed otherwise (a catalogue import tracked or re-categorised them). */
 export function notifyServersChanged(db: Queryable, serverIds: number[]): void {
-  const set = committedListeners.get(db);
-  if (!set || set.size === 0) return;
-  for (const fn of set) fn(serverIds);
+  committed.emit(db, serverIds);
 }
 
 /** A committed raw row as the rollup aggregator reads it back. */
