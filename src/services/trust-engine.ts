@@ -96,10 +96,12 @@ export function createTrustEngine(db: Queryable) {
   const rankedMemo = new BoundedMap<string, { rows: RankedIndex; at: number; mono: number }>();
   const rankedPending = new Map<string, { gen: number; at: number; p: Promise<RankedIndex> }>();
   let rankedGen = 0;
-  // Category baselines, same bound; shared by every server of the category computed meanwhile.
-  // Any commit drops them all (rankedGen guards computations that straddle one).
-  const baselineMemo = new BoundedMap<string, { value: CategoryBaselineValue; at: number; mono: number }>();
-  const baselinePending = new Map<string, { gen: number; at: number; p: Promise<CategoryBaselineValue> }>();
+  // Category baselines (BASELINE_CACHE_MS), shared by every server of the category computed
+  // meanwhile. Past their bound only they are served while one refresh runs in the background, up
+  // to twice the bound old, like the ranked lists: at 100,000 servers a baseline reads every rated
+  // server of its category, and every miss would otherwise wait for it. Any commit drops them all
+  // (evidence committed by this process shows in the next read's baseline).
+  const baselineFigures = cachedFigures<CategoryBaselineValue>((category, at) => computeBaseline(category, at), { freshMs: BASELINE_CACHE_MS, staleMs: 2 * BASELINE_CACHE_MS });
   // What was last written to server_scores per server (see SCORE_RESAVE_MS).
   // `saved` settles when that write committed: a computation that skips an identical write waits
   // for it, so a ranked read after it never misses a row another computation is still writing.
@@ -111,8 +113,7 @@ export function createTrustEngine(db: Queryable) {
   onTelemetryCommitted(db, (ids) => {
     unratedByCategory.invalidate();
     rankedMemo.clear();
-    baselineMemo.clear();
-    baselinePending.clear();
+    baselineFigures.invalidate();
     rankedGen++;
     for (const id of ids) {
       memo.delete(id);
@@ -194,39 +195,10 @@ export function createTrustEngine(db: Queryable) {
     });
   }
 
-  /** One category's baseline as of `at`: from memory when computed less than BASELINE_CACHE_MS ago, shared by concurrent callers. */
-  function baselineOf(category: string, at: Date): Promise<CategoryBaselineValue> {
-    const hit = baselineMemo.get(category);
-    if (hit && Math.abs(at.getTime() - hit.at) < BASELINE_CACHE_MS && performance.now() - hit.mono < BASELINE_CACHE_MS) return Promise.resolve(hit.value);
-    // Past its time bound only (evidence committed by this process drops every baseline at once,
-    // so a report followed by a read still shows in it): served while one refresh runs in the
-    // background, up to twice the bound old, like the ranked lists. At 100,000 servers a
-    // baseline reads every rated server of its category, and every miss would otherwise wait for it.
-    const stale = hit !== undefined && Math.abs(at.getTime() - hit.at) < 2 * BASELINE_CACHE_MS && performance.now() - hit.mono < 2 * BASELINE_CACHE_MS ? hit : undefined;
-    const inflight = baselinePending.get(category);
-    if (inflight && inflight.gen === rankedGen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) return stale ? Promise.resolve(stale.value) : inflight.p;
-    const gen = rankedGen;
-    const p = computeBaseline(category, at)
-      .then((value) => {
-        if (gen === rankedGen) baselineMemo.set(category, { value, at: at.getTime(), mono: performance.now() });
-        return value;
-      })
-      .finally(() => {
-        if (baselinePending.get(category)?.p === p) baselinePending.delete(category);
-      });
-    baselinePending.set(category, { gen, at: at.getTime(), p });
-    if (stale) {
-      // A failed refresh leaves the baseline to the next read.
-      p.catch(() => {});
-      return Promise.resolve(stale.value);
-    }
-    return p;
-  }
-
   /** Category baselines from source-robust per-server figures as of `at` (docs/integrity.md). */
   async function baselines(categories: Iterable<string>, at: Date): Promise<Map<string, CategoryBaselineValue>> {
     const list = [...new Set(categories)];
-    const values = await Promise.all(list.map((c) => baselineOf(c, at)));
+    const values = await Promise.all(list.map((c) => baselineFigures.get(c, at)));
     return new Map(list.map((c, i) => [c, values[i]!]));
   }
 
