@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../src/config.js';
@@ -113,4 +113,47 @@ describe('process lifecycle', () => {
       await scratch?.drop();
     }
   }, START_DEADLINE_MS + 120_000);
+  // An operator's low open-file limit must not stop start-up. Node's ESM loader opens every import
+  // of a module at once, so one barrel module importing hundreds of files needs that many
+  // descriptors at the same moment: viem/chains (740 imports) failed start-up with EMFILE under the
+  // 256-descriptor limit of the idle-socket script. No module of the start-up graph may import more
+  // than MAX_FANOUT files, and the graph loads under that script's limit.
+  const MAX_FANOUT = 200;
+  const prlimit = spawnSync('prlimit', ['--version']).status === 0;
+  if (!prlimit) console.log('SKIP module graph under a low open-file limit: prlimit is not available');
+  it('no module of the start-up graph imports more than MAX_FANOUT files at once', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'obs-fanout-'));
+    try {
+      const log = join(dir, 'imports.tsv');
+      const hook = new URL('./support/module-fanout-hook.mjs', import.meta.url).href;
+      const register = `data:text/javascript,import{register}from"node:module";register(${JSON.stringify(hook)})`;
+      const r = spawnSync(process.execPath, ['--import', register, '--import', 'tsx', '--input-type=module', '-e', "await import('./src/main.ts'); console.log('loaded')"], {
+        encoding: 'utf8',
+        timeout: 120_000,
+        env: { ...process.env, MODULE_FANOUT_LOG: log },
+      });
+      expect(r.stdout.trim()).toBe('loaded');
+      const children = new Map<string, Set<string>>();
+      for (const line of readFileSync(log, 'utf8').split('\n').filter(Boolean)) {
+        const [parent, child] = line.split('\t') as [string, string];
+        if (!children.has(parent)) children.set(parent, new Set());
+        children.get(parent)!.add(child);
+      }
+      const [worst, imports] = [...children].map(([p, c]) => [p, c.size] as const).sort((a, b) => b[1] - a[1])[0]!;
+      expect(children.size).toBeGreaterThan(100);
+      expect({ worst, imports: imports <= MAX_FANOUT }).toEqual({ worst, imports: true });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 130_000);
+
+  it.skipIf(!prlimit)('loads its whole module graph under a 256-descriptor open-file limit', () => {
+    const r = spawnSync('prlimit', ['--nofile=256', process.execPath, '--import', 'tsx', '--input-type=module', '-e', "await import('./src/main.ts'); console.log('loaded')"], {
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
+    expect(r.stderr).not.toMatch(/EMFILE|ERR_MODULE_NOT_FOUND/);
+    expect(r.stdout.trim()).toBe('loaded');
+    expect(r.status).toBe(0);
+  }, 130_000);
 });

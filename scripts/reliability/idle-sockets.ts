@@ -132,6 +132,28 @@ async function main() {
         req.end(body);
       });
     check((await report('before')) === 200, 'a report is stored before the attack');
+    // An MCP call on the same connection: a stateless tools/list (MCP 2025-06-18 header, no session).
+    const mcpToolsList = () =>
+      new Promise<{ status: number; tools: number }>((resolve) => {
+        const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} });
+        const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18', 'content-length': Buffer.byteLength(body) };
+        const req = http.request({ host: '127.0.0.1', port, path: '/mcp', method: 'POST', agent, headers }, (res) => {
+          let text = '';
+          res.on('data', (d: Buffer) => (text += d.toString()));
+          res.on('end', () => {
+            const json = /\{.*\}/s.exec(text)?.[0];
+            let tools = 0;
+            try {
+              tools = (JSON.parse(json ?? '{}') as { result?: { tools?: unknown[] } }).result?.tools?.length ?? 0;
+            } catch {
+              tools = 0;
+            }
+            resolve({ status: res.statusCode ?? 0, tools });
+          });
+        });
+        req.on('error', () => resolve({ status: 0, tools: 0 }));
+        req.end(body);
+      });
     // The keep-alive connection above (held by the service until its idle deadline).
     const baseHeld = heldConnections(pid);
 
@@ -173,6 +195,10 @@ async function main() {
     check(fdsUnderAttack < NOFILE, `descriptors stay below the limit under the attack (${fdsUnderAttack} < ${NOFILE})`);
     busy.running = false;
     await busyLoop;
+    // The first MCP call of this process comes while descriptors are nearly all taken: nothing it
+    // needs may still have to be opened from disk (a module load failing with EMFILE stays failed).
+    const mcpDuring = await mcpToolsList();
+    check(mcpDuring.status === 200 && mcpDuring.tools > 0, `an MCP tools/list on the busy connection is answered during the attack (${JSON.stringify(mcpDuring)})`);
     check(busy.ok > 0 && busy.failed.length === 0, `the busy connection opened before the attack stored every report during it (${busy.ok} stored, failures ${JSON.stringify(busy.failed)})`);
     const fresh = await Promise.all(Array.from({ length: 10 }, () => freshGet('/readyz')));
     process.stdout.write(`new connections during the attack (status, 0 = closed at accept; ms): ${JSON.stringify(fresh.map((r) => [r.status, r.ms]))}\n`);
@@ -203,6 +229,8 @@ async function main() {
     const after = await Promise.all(Array.from({ length: 5 }, () => freshGet('/readyz')));
     check(after.every((r) => r.status === 200), `new connections are served again: ${JSON.stringify(after.map((r) => r.status))}`);
     check((await report('after')) === 200, 'reports are stored after the attack');
+    const mcpAfter = await mcpToolsList();
+    check(mcpAfter.status === 200 && mcpAfter.tools > 0, `MCP tools/list is answered after the attack (${JSON.stringify(mcpAfter)})`);
     agent.destroy();
 
     svc.child.kill('SIGTERM');

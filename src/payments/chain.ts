@@ -1,5 +1,7 @@
 import { createPublicClient, http, TransactionReceiptNotFoundError } from 'viem';
-import { base, baseSepolia } from 'viem/chains';
+// viem/op-stack exports the same chain objects as viem/chains without loading its ~1,450 chain
+// definitions at start (a burst of file opens that fails under a low open-file limit).
+import { base, baseSepolia } from 'viem/op-stack';
 import type { ChainReceipt } from '../domain/x402.js';
 
 // The chain look-up behind an x402 payment by transaction hash, through the chain's JSON-RPC
