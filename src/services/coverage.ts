@@ -22,8 +22,8 @@ export function createCoverageService({ db }: ServiceDeps, trust: Pick<TrustServ
 
   // The demand half of the report (all-time sums per target, migration 1560) and the tracked
   // servers its top targets name, computed at most once per SCORE_CACHE_MS and shared
-  // (cached-figure.ts): dropped when this process records demand or evidence (a catalogue import
-  // tracking a target included), so a check followed by a report here still shows it.
+  // (cached-figure.ts): demand or evidence recorded (a catalogue import tracking a target
+  // included) shows in it within AGGREGATE_SETTLE_MS.
   const demandFigures = cachedFigures(
     async () => {
       const [byCategory, top, totals] = await Promise.all([demand.checksByCategory(null), demand.topTargets(null, COVERAGE_TOP_TARGETS), demand.totals(null)]);
@@ -34,8 +34,8 @@ export function createCoverageService({ db }: ServiceDeps, trust: Pick<TrustServ
     },
     { freshMs: SCORE_CACHE_MS, staleMs: RANKED_STALE_MS },
   );
-  onDemandRecorded(db, () => demandFigures.invalidate());
-  onTelemetryCommitted(db, () => demandFigures.invalidate());
+  onDemandRecorded(db, () => demandFigures.touch());
+  onTelemetryCommitted(db, () => demandFigures.touch());
 
   async function getCoverageReport() {
     // Tracked / rated / unrated per category come from the trust service's one count (the same

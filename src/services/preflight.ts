@@ -257,8 +257,8 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   }
 
   // Every window's totals and top targets (the 24h to 30d windows aggregate their demand rows),
-  // computed at most once per SCORE_CACHE_MS and shared (cached-figure.ts); dropped when this
-  // process counts or commits demand, so a check followed by GET /api/demand here shows it.
+  // computed at most once per SCORE_CACHE_MS and shared (cached-figure.ts); demand counted or
+  // committed by this process shows in GET /api/demand within AGGREGATE_SETTLE_MS.
   const demandWindows = cachedFigures(
     (_key, at) =>
       Promise.all(
@@ -270,7 +270,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       ),
     { freshMs: SCORE_CACHE_MS, staleMs: RANKED_STALE_MS },
   );
-  onDemandRecorded(db, () => demandWindows.invalidate());
+  onDemandRecorded(db, () => demandWindows.touch());
 
   async function getDemand(req: Partial<GetDemandRequest> = {}, _ctx?: CallContext): Promise<MessageInitShape<typeof GetDemandResponseSchema>> {
     if (req.window !== undefined && req.window !== '') return getDemandPage(req);

@@ -26,15 +26,15 @@ export const SCORE_CACHE_MS = 2000;
  * A ranked list (leaderboard, stats, pages) past SCORE_CACHE_MS is still served, while one
  * refresh runs in the background, until it is this old: at 100,000 servers reading the list takes
  * hundreds of milliseconds, and every reader waiting for it would make each page pay it (issue
- * 23). Only the time bound is relaxed: evidence committed by this process drops every list at
- * once, so in one process a report followed by a read still shows it; what another instance
- * wrote shows after at most this long.
+ * 23). Only the time bound is relaxed: evidence committed (here, or announced by another instance)
+ * shows in every list within AGGREGATE_SETTLE_MS (cached-figure.ts); what another instance wrote
+ * without announcing it shows after at most this long.
  */
 export const RANKED_STALE_MS = 30_000;
 /**
  * A category baseline is recomputed at most this often unless evidence is committed (by this
  * process, or by another instance, which tells this one over LISTEN/NOTIFY on PostgreSQL: both
- * drop every baseline at once). Its inputs otherwise change only by time decay (a 168-hour half
+ * make it recomputed once it is AGGREGATE_SETTLE_MS old). Its inputs otherwise change only by time decay (a 168-hour half
  * life: nothing in 30 s), and at 100,000 servers one recomputation reads every rated server of
  * the category, a fixed cost that recomputing every SCORE_CACHE_MS put on the request path of
  * cache misses (issue 23). Past it, the baseline is served for as long again while one refresh
@@ -80,6 +80,9 @@ interface MemoEntry {
   mono: number;
 }
 
+/** The ranked index's key for "every category". */
+const ALL = '\u0000all';
+
 export function createTrustEngine(db: Queryable) {
   const scores = scoreStore(db);
   // Ranked lists tolerate the staleness bound: a read replica when configured (DATABASE_READ_URL).
@@ -92,15 +95,15 @@ export function createTrustEngine(db: Queryable) {
   const memo = new BoundedMap<number, MemoEntry>();
   const generation = new BoundedMap<number, number>();
   const pending = new Map<number, { gen: number; at: number; p: Promise<ComputedScore> }>();
-  // Ranked lists (leaderboard, stats, tiers) per category, same bound; any commit drops them all.
-  const rankedMemo = new BoundedMap<string, { rows: RankedIndex; at: number; mono: number }>();
-  const rankedPending = new Map<string, { gen: number; at: number; p: Promise<RankedIndex> }>();
-  let rankedGen = 0;
+  // Ranked lists (leaderboard, stats, tiers) per category: SCORE_CACHE_MS, served while one
+  // refresh runs up to RANKED_STALE_MS (see there); evidence committed shows within
+  // AGGREGATE_SETTLE_MS (cached-figure.ts).
+  const rankedIndex = cachedFigures<RankedIndex>((key, at) => computeIndex(key === ALL ? null : key, at), { freshMs: SCORE_CACHE_MS, staleMs: RANKED_STALE_MS });
   // Category baselines (BASELINE_CACHE_MS), shared by every server of the category computed
   // meanwhile. Past their bound only they are served while one refresh runs in the background, up
   // to twice the bound old, like the ranked lists: at 100,000 servers a baseline reads every rated
-  // server of its category, and every miss would otherwise wait for it. Any commit drops them all
-  // (evidence committed by this process shows in the next read's baseline).
+  // server of its category, and every miss would otherwise wait for it. Evidence committed shows
+  // in them within AGGREGATE_SETTLE_MS.
   const baselineFigures = cachedFigures<CategoryBaselineValue>((category, at) => computeBaseline(category, at), { freshMs: BASELINE_CACHE_MS, staleMs: 2 * BASELINE_CACHE_MS });
   // What was last written to server_scores per server (see SCORE_RESAVE_MS).
   // `saved` settles when that write committed: a computation that skips an identical write waits
@@ -110,11 +113,14 @@ export function createTrustEngine(db: Queryable) {
   // over the catalogue instead of one per category per SCORE_CACHE_MS; issue 23). Keyed by the
   // handle read ('primary' after this process wrote scores, else 'stale'); dropped with the lists.
   const unratedByCategory = cachedFigures((key) => (key === 'primary' ? scores : staleScores).unratedCounts(null), { freshMs: SCORE_CACHE_MS });
+  // New evidence (committed here, announced by another instance, folded, or a catalogue change):
+  // the servers' own scores are dropped at once (read-your-writes); the whole-index figures
+  // follow within AGGREGATE_SETTLE_MS, so continuous writes do not make every read recompute them.
   onTelemetryCommitted(db, (ids) => {
-    unratedByCategory.invalidate();
-    rankedMemo.clear();
-    baselineFigures.invalidate();
-    rankedGen++;
+    unratedByCategory.touch();
+    rankedIndex.touch();
+    baselineFigures.touch();
+    categoryCountFigures.touch();
     for (const id of ids) {
       memo.delete(id);
       generation.set(id, (generation.get(id) ?? 0) + 1);
@@ -145,19 +151,10 @@ export function createTrustEngine(db: Queryable) {
 
   // Tracked servers per category (every baseline states its category's): one count of the whole
   // servers table (a scan, tens of milliseconds at 100,000 servers), kept up to RANKED_STALE_MS
-  // like the ranked lists and dropped with the baselines when this process commits evidence (a
-  // new server reported here shows at once); concurrent callers share one count.
-  let countsMemo: { p: Promise<Map<string, number>>; at: number; mono: number; gen: number } | null = null;
-  function categoryCounts(at: Date): Promise<Map<string, number>> {
-    const c = countsMemo;
-    if (c && c.gen === rankedGen && Math.abs(at.getTime() - c.at) < RANKED_STALE_MS && performance.now() - c.mono < RANKED_STALE_MS) return c.p;
-    const entry = { p: serverStore(db).countsByCategory(), at: at.getTime(), mono: performance.now(), gen: rankedGen };
-    countsMemo = entry;
-    entry.p.catch(() => {
-      if (countsMemo === entry) countsMemo = null;
-    });
-    return entry.p;
-  }
+  // like the ranked lists (a new server reported shows within AGGREGATE_SETTLE_MS); concurrent
+  // callers share one count.
+  const categoryCountFigures = cachedFigures(() => serverStore(db).countsByCategory(), { freshMs: RANKED_STALE_MS });
+  const categoryCounts = (at: Date) => categoryCountFigures.get('all', at);
 
   // Baselines asked for in the same event-loop turn (every category's expires together) read
   // their members in one statement (categoryMembers) and share one count of every category.
@@ -355,20 +352,33 @@ export function createTrustEngine(db: Queryable) {
     return p;
   }
 
+  /** Recomputes every stale cached score (new reports, or older than SCORE_MAX_AGE_MS). */
+  async function refresh(at: Date): Promise<number> {
+    const stale = new Set(await scores.staleServerIds(new Date(at.getTime() - SCORE_MAX_AGE_MS)));
+    if (stale.size === 0) return 0;
+    const rows = await scores.serverRows([...stale]);
+    // Batches keep each statement's arrays and result sets small on large indexes.
+    for (let i = 0; i < rows.length; i += 500) await compute(rows.slice(i, i + 500), at);
+    return rows.length;
+  }
+
+  /** The ranked list of `category` (null: all): refreshes stale scores, then reads. */
+  async function computeIndex(category: string | null, at: Date): Promise<RankedIndex> {
+    // Scores this call just wrote are read back from the primary (read-your-writes); otherwise
+    // the list tolerates the staleness bound and may come from a read replica.
+    const refreshed = await refresh(at);
+    const src = refreshed > 0 ? scores : staleScores;
+    const [ranked, unratedAll] = await Promise.all([src.ranked(category), unratedByCategory.get(src === scores ? 'primary' : 'stale', at)]);
+    const unrated = category === null ? unratedAll : unratedAll.filter((c) => c.category === category);
+    return { rows: ranked, unrated, unratedTotal: unrated.reduce((a, c) => a + c.servers, 0) };
+  }
+
   return {
     compute,
     baselines,
     current,
 
-    /** Recomputes every stale cached score (new reports, or older than SCORE_MAX_AGE_MS). */
-    async refresh(at: Date): Promise<number> {
-      const stale = new Set(await scores.staleServerIds(new Date(at.getTime() - SCORE_MAX_AGE_MS)));
-      if (stale.size === 0) return 0;
-      const rows = await scores.serverRows([...stale]);
-      // Batches keep each statement's arrays and result sets small on large indexes.
-      for (let i = 0; i < rows.length; i += 500) await compute(rows.slice(i, i + 500), at);
-      return rows.length;
-    },
+    refresh,
 
     /**
      * Recomputes only the cached scores that new evidence made stale (no cached score yet, or
@@ -390,46 +400,11 @@ export function createTrustEngine(db: Queryable) {
     },
 
     /**
-     * Fresh ranked list of the servers with evidence and the count of those without per category:
-     * refreshes stale scores, then reads (kept SCORE_CACHE_MS in memory, see RANKED_STALE_MS).
+     * Fresh ranked list of the servers with evidence and the count of those without per category
+     * (kept SCORE_CACHE_MS in memory, see RANKED_STALE_MS and AGGREGATE_SETTLE_MS).
      */
     async index(category: string | null, at: Date): Promise<RankedIndex> {
-      const key = category ?? '\u0000all';
-      const hit = rankedMemo.get(key);
-      const age = hit ? at.getTime() - hit.at : -1;
-      if (hit && age >= 0 && age < SCORE_CACHE_MS && performance.now() - hit.mono < SCORE_CACHE_MS) return hit.rows;
-      // Concurrent misses share one read (at 100,000 servers one read is the bulk of a page's cost).
-      const inflight = rankedPending.get(key);
-      if (inflight && inflight.gen === rankedGen && Math.abs(inflight.at - at.getTime()) < SCORE_CACHE_MS) {
-        // A list only past its time bound (no evidence committed here since: a commit drops every
-        // list) is served while the one refresh runs, up to RANKED_STALE_MS old.
-        if (hit && age >= 0 && age < RANKED_STALE_MS && performance.now() - hit.mono < RANKED_STALE_MS) return hit.rows;
-        return inflight.p;
-      }
-      const servedStale = hit !== undefined && age >= 0 && age < RANKED_STALE_MS && performance.now() - hit.mono < RANKED_STALE_MS;
-      const gen = rankedGen;
-      const p = (async () => {
-        // Scores this call just wrote are read back from the primary (read-your-writes); otherwise
-        // the list tolerates the staleness bound and may come from a read replica.
-        const refreshed = await this.refresh(at);
-        const src = refreshed > 0 ? scores : staleScores;
-        const [ranked, unratedAll] = await Promise.all([src.ranked(category), unratedByCategory.get(src === scores ? 'primary' : 'stale', at)]);
-        const unrated = category === null ? unratedAll : unratedAll.filter((c) => c.category === category);
-        const rows: RankedIndex = { rows: ranked, unrated, unratedTotal: unrated.reduce((a, c) => a + c.servers, 0) };
-        if (gen === rankedGen) {
-          rankedMemo.set(key, { rows, at: at.getTime(), mono: performance.now() });
-        }
-        return rows;
-      })().finally(() => {
-        if (rankedPending.get(key)?.p === p) rankedPending.delete(key);
-      });
-      rankedPending.set(key, { gen, at: at.getTime(), p });
-      if (servedStale) {
-        // Refreshed in the background; a failure leaves the list to the next read.
-        p.catch(() => {});
-        return hit.rows;
-      }
-      return p;
+      return rankedIndex.get(category ?? ALL, at);
     },
 
     /**

@@ -178,8 +178,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
 
   // Figures over the whole index that pages and stats read beside the ranked list (issue 23):
   // computed at most once per SCORE_CACHE_MS, shared, served stale up to RANKED_STALE_MS while
-  // one refresh runs, and dropped where the ranked list is (evidence committed by this process,
-  // a catalogue import) or, for drift, when this process records a drift baseline.
+  // one refresh runs, and settled like the ranked list (evidence committed, a catalogue import:
+  // shown within AGGREGATE_SETTLE_MS) or, for drift, dropped when this process records a drift baseline.
   const FIGURES = { freshMs: SCORE_CACHE_MS, staleMs: RANKED_STALE_MS };
   /** Accepted reports per server since `at` minus the key's days ('1', '30'). */
   const countsSinceDays = cachedFigures((days, at) => staleTelemetry.countsSince(new Date(at.getTime() - Number(days) * DAY_MS)), FIGURES);
@@ -197,7 +197,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     return scores.unratedSearchCount(category, q);
   }, FIGURES);
   const figureCaches = [countsSinceDays, driftFlagged, deltaFigures, unratedSearchCounts];
-  onTelemetryCommitted(db, () => figureCaches.forEach((c) => c.invalidate()));
+  onTelemetryCommitted(db, () => figureCaches.forEach((c) => c.touch()));
   onDriftRecorded(db, () => driftFlagged.invalidate());
 
   async function tiersOf(category: string | null, at: Date): Promise<Map<string, SlaTier>> {
