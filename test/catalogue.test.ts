@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCatalogueService, CatalogueImportError } from '../src/services/catalogue.js';
 import { expectProblem, json, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
+import { aggregatesSettled } from './support/settle.js';
 
 // Catalogue import (issue 13 item 2): the official MCP Registry /v0/servers format, from a
 // recorded page on disk and from a local HTTP stand-in serving two pages linked by nextCursor.
@@ -137,6 +138,8 @@ describe(`catalogue import (${backend})`, () => {
       registry_version: '3.1.0',
       transport: 'sse',
     });
+    // Stats are a whole-index figure: they show the import within AGGREGATE_SETTLE_MS.
+    await aggregatesSettled();
     expect((await get('/api/stats')).total_servers_unrated).toBe(4);
   });
 

@@ -8,6 +8,7 @@ import { StatusCode } from '../gen/envoy/type/v3/http_status_pb.js';
 import { createGateService, preflightGateSource } from '../src/services/gate.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
+import { aggregatesSettled } from './support/settle.js';
 
 // The gate over HTTP (/v1/gate, as nginx auth_request and Envoy HTTP ext_authz call it) and over
 // gRPC (envoy.service.auth.v3.Authorization/Check, with a client generated from our proto).
@@ -164,6 +165,7 @@ describe(`HTTP gate /v1/gate (${backend})`, () => {
     const after = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(PASS)}`));
     expect(after.metrics.total_interactions).toBe(20);
     expect(after.server.trust_score).toBe(before.server.trust_score);
+    await aggregatesSettled();
     expect(await checks()).toBe(checksBefore + 2);
   });
 

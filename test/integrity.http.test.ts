@@ -7,6 +7,7 @@ import { createGrpcTransport } from '@connectrpc/connect-node';
 import { TelemetryService } from '../gen/observatory/v1/telemetry_pb.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, foldRollups } from './support/db.js';
+import { aggregatesSettled } from './support/settle.js';
 
 const HOUR = 3_600_000;
 // Late in a UTC day, so the history hours below share the day's address secret.
@@ -171,6 +172,8 @@ describe(`evidence integrity over HTTP (${backend})`, () => {
     // One source floods failures (503, 20 s) on the honest server, and latency on a decoy of the same category.
     await flood(honest, 600, false, '203.0.113.150', 20_000);
     await flood(fake, 600, true, '203.0.113.150', 60_000);
+    // The server's own figures show the flood at once, its category baseline within AGGREGATE_SETTLE_MS.
+    await aggregatesSettled();
     const hit = await trust(honest);
     expect(hit.metrics.total_interactions).toBe(17 * 8 + 600);
     expect(hit.anomaly.anomaly_flags).toEqual([]);

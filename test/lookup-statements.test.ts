@@ -12,6 +12,7 @@ import type { Db, Queryable } from '../src/db/index.js';
 import { serverStore } from '../src/store/servers.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+import { aggregatesSettled } from './support/settle.js';
 
 // Statements that run on their own timers, not on a request's path.
 const BACKGROUND = /pg_advisory|pg_try_advisory|rollup_watermark|pg_snapshot|FROM telemetry\b|job_runs|preflight_demand|BEGIN|COMMIT|ROLLBACK/;
@@ -112,16 +113,21 @@ describe(`one lookup that misses every cache (${backend})`, () => {
     expect(pf.total_interactions ?? pf.totalInteractions).toBe(1);
   });
 
-  it("a category baseline's server count (one count of every category, shared) follows a new server reported in this process at once", async () => {
+  it("a category baseline's server count (one count of every category, shared) follows a new server reported in this process within AGGREGATE_SETTLE_MS", async () => {
     const a = 'https://fresh-a.example.net/mcp';
     const b = 'https://fresh-b.example.net/mcp';
     expect((await postJson(`${t.base}/api/report`, { server_url: a, success: true, latency_ms: 30 })).status).toBe(200);
+    await aggregatesSettled();
     const first = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(a)}`));
     expect((await postJson(`${t.base}/api/report`, { server_url: b, success: true, latency_ms: 30 })).status).toBe(200);
+    // The new server's own record shows its report at once; the category figures it states
+    // (the baseline and its server count) follow within AGGREGATE_SETTLE_MS.
+    const soon = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(b)}`));
+    expect(soon.metrics.total_interactions).toBe(1);
+    await aggregatesSettled();
+    await postJson(`${t.base}/api/report`, { server_url: b, success: true, latency_ms: 30 });
     const other = await json(fetch(`${t.base}/api/trust?url=${encodeURIComponent(b)}`));
     expect(other.server.category).toBe(first.server.category);
-    // The reported server's answer counts it at once (the report dropped every baseline and the
-    // counts); another server's answer cached before it follows within SCORE_CACHE_MS.
     expect(other.category_baseline.server_count).toBe(first.category_baseline.server_count + 1);
   });
 });

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadDemoData } from '../src/demo/load-demo.js';
 import { serverStore } from '../src/store/servers.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { aggregatesSettled } from './support/settle.js';
 
 const NOW = new Date('2026-06-15T12:00:00Z');
 const HOSTILE = '<script>alert(1)</script>';
@@ -131,7 +132,7 @@ describe('pages over HTTP', () => {
     expect(text).toContain('not tracked');
   });
 
-  it('shows a pre-flight check on /atlas/report at once, although the demand figures are cached', async () => {
+  it('shows a pre-flight check on /atlas/report within AGGREGATE_SETTLE_MS, although the demand figures are cached', async () => {
     const figure = (text: string, key: string) => Number(new RegExp(`data-total="${key}">([\\d,]+)<`).exec(text)![1]!.replace(/,/g, ''));
     const before = (await page('/atlas/report')).text;
     // Read again within the cache bound: served from memory.
@@ -139,6 +140,7 @@ describe('pages over HTTP', () => {
     const res = await fetch(`${t.base}/v1/preflight?target=${encodeURIComponent('https://never-tracked.example/mcp')}`);
     expect(res.status).toBe(200);
     await res.arrayBuffer();
+    await aggregatesSettled();
     const after = (await page('/atlas/report')).text;
     expect(figure(after, 'preflights')).toBe(figure(before, 'preflights') + 1);
     expect(figure(after, 'untracked_checks')).toBe(figure(before, 'untracked_checks') + 1);

@@ -3,6 +3,7 @@ import { migrate } from '../src/db/migrate.js';
 import { openPostgres } from '../src/db/postgres.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+import { aggregatesSettled } from './support/settle.js';
 
 // Issue 22 item 2: one signature per claim, not per call. Checks that would return the same
 // claim within a second share one receipt, stored before the first answer that carries it; each
@@ -49,7 +50,8 @@ describe(`shared receipts (${backend})`, () => {
       expect(claim).not.toHaveProperty('caller');
     }
     for (const a of answers.filter((x, i) => answers.findIndex((y) => y.receipt_id === x.receipt_id) === i)) await verifies(t.base, a.receipt_id, a.diligence_receipt);
-    // Demand is per call, not per receipt.
+    // Demand is per call, not per receipt (demand figures follow within AGGREGATE_SETTLE_MS).
+    await aggregatesSettled();
     const demandAfter = await json(fetch(`${t.base}/api/demand`));
     expect(checksOf(demandAfter, GOOD) - checksOf(demandBefore, GOOD)).toBe(30);
   }, 120_000);
@@ -65,7 +67,8 @@ describe(`shared receipts (${backend})`, () => {
   }, 60_000);
 
   it('demand counted in memory reaches the table within a second or so without any read', async () => {
-    await fetch(`${t.base}/api/demand`).then((r) => r.arrayBuffer()); // writes what earlier tests counted
+    await aggregatesSettled(); // so that the read below recomputes its figures, which writes what earlier tests counted
+    await fetch(`${t.base}/api/demand`).then((r) => r.arrayBuffer());
     const [before] = await t.obs.db.query<{ n: number }>('SELECT count(*)::int AS n FROM preflight_demand');
     await Promise.all(Array.from({ length: 5 }, () => fetch(`${t.base}/v1/preflight?target=${encodeURIComponent(OTHER)}`).then((r) => r.arrayBuffer())));
     const deadline = Date.now() + 30_000;

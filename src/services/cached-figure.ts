@@ -61,8 +61,8 @@ export function cachedFigures<V>(compute: (key: string, at: Date) => Promise<V>,
     const age = at.getTime() - e.at;
     return age >= 0 && age < bound && performance.now() - e.mono < bound;
   };
-  /** Begun after the last touch, or not yet settleMs old. */
-  const settled = (start: number) => start >= touched || performance.now() - start < settleMs;
+  /** Begun after the last touch (strictly: one begun at the same instant may have read before the write), or not yet settleMs old. */
+  const settled = (start: number) => start > touched || performance.now() - start < settleMs;
 
   return {
     get(key, at) {
