@@ -111,25 +111,34 @@ try {
   };
   if (!args[scenario]) throw new Error(`unknown scenario ${scenario}; one of ${Object.keys(args).join(', ')}`);
   await drive(3, args[scenario]!); // warm-up (JIT, pools)
+  // --no-profile: CPU per request only, without the profiler's sampling (for A/B comparisons).
+  const profiling = !process.argv.includes('--no-profile');
   const session = new Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.setSamplingInterval', { interval: 200 });
-  await session.post('Profiler.start');
+  if (profiling) {
+    session.connect();
+    await session.post('Profiler.enable');
+    await session.post('Profiler.setSamplingInterval', { interval: 200 });
+    await session.post('Profiler.start');
+  }
   const cpu0 = process.cpuUsage();
   const out = await drive(seconds, args[scenario]!);
   const cpu = process.cpuUsage(cpu0);
-  const { profile } = await session.post('Profiler.stop');
-  session.disconnect();
-  mkdirSync('bench-profiles', { recursive: true });
-  const file = `bench-profiles/${scenario}-${Date.now()}.cpuprofile`;
-  writeFileSync(file, JSON.stringify(profile));
-  // CPU time of this process (the service; autocannon runs in a child) per request: unlike
-  // requests/s it hardly moves with what else the machine runs. Includes the profiler's sampling.
   const served = Number((/(\d+)k? requests in/.exec(out) ?? /requests: \d+ total, \d+ started, (\d+) done/.exec(out))?.[1] ?? NaN) * (/\dk requests in/.test(out) ? 1000 : 1);
-  console.log(`service CPU: ${Math.round((cpu.user + cpu.system) / 1000)} ms user+system for ~${served} requests = ${((cpu.user + cpu.system) / served).toFixed(1)} µs per request (profiler on)`);
-  console.log(out.split('\n').filter((l) => /Req\/Sec|Latency|requests in|non 2xx|finished in|requests: |status codes/i.test(l) || /^│ (Latency|Req)/.test(l)).join('\n'));
-  console.log(summarize(file, 40));
+  if (!profiling) {
+    console.log(`service CPU: ${Math.round((cpu.user + cpu.system) / 1000)} ms user+system for ~${served} requests = ${((cpu.user + cpu.system) / served).toFixed(1)} µs per request (no profiler)`);
+    console.log(out.split('\n').filter((l) => /requests in|^│ (Latency|Req)/.test(l)).join('\n'));
+  } else {
+    const { profile } = await session.post('Profiler.stop');
+    session.disconnect();
+    mkdirSync('bench-profiles', { recursive: true });
+    const file = `bench-profiles/${scenario}-${Date.now()}.cpuprofile`;
+    writeFileSync(file, JSON.stringify(profile));
+    // CPU time of this process (the service; autocannon runs in a child) per request: unlike
+    // requests/s it hardly moves with what else the machine runs. Includes the profiler's sampling.
+    console.log(`service CPU: ${Math.round((cpu.user + cpu.system) / 1000)} ms user+system for ~${served} requests = ${((cpu.user + cpu.system) / served).toFixed(1)} µs per request (profiler on)`);
+    console.log(out.split('\n').filter((l) => /Req\/Sec|Latency|requests in|non 2xx|finished in|requests: |status codes/i.test(l) || /^│ (Latency|Req)/.test(l)).join('\n'));
+    console.log(summarize(file, 40));
+  }
 } finally {
   await obs.close();
   await scratch.drop();
