@@ -59,6 +59,7 @@ export async function createBundleGate(config: Config, opts: { logger?: boolean;
     url: config.gateBundle.url,
     jwks: config.gateBundle.jwks,
     refreshSeconds: config.gateBundle.refreshSeconds,
+    cacheFile: config.gateBundle.cacheFile,
     now,
     fetch: opts.fetch,
     onError: (err) => app.log.warn({ err: { message: (err as Error)?.message ?? String(err) } }, 'bundle refresh failed; a bundle already held is kept until it expires'),

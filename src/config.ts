@@ -109,6 +109,8 @@ export interface GateBundleConfig {
   jwks: string | null;
   /** GATE_BUNDLE_REFRESH_SECONDS (default 60): how often the bundle is fetched again (conditionally). */
   refreshSeconds: number;
+  /** GATE_BUNDLE_CACHE_FILE (default DATA_DIR/gate-bundle.json; `off`: none): the last good bundle, kept across restarts. */
+  cacheFile: string | null;
 }
 
 export interface RegistrySyncConfig {
@@ -376,13 +378,14 @@ export function loadConfig(env: Env = process.env): Config {
   if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) {
     throw new ConfigError('LOG_LEVEL', `must be one of fatal, error, warn, info, debug, trace, silent; got "${logLevel}"`);
   }
+  const dataDir = str(env, 'DATA_DIR') ?? './data';
   return {
     port,
     host: str(env, 'HOST') ?? '0.0.0.0',
     databaseUrl,
     databaseReadUrl,
     databaseReadMaxLagMs: int(env, 'DATABASE_READ_MAX_LAG_MS', 2000, 100, 600_000),
-    dataDir: str(env, 'DATA_DIR') ?? './data',
+    dataDir,
     publicBaseUrl: httpUrl('PUBLIC_BASE_URL', str(env, 'PUBLIC_BASE_URL') ?? `http://localhost:${port}`),
     allowPrivateTargets: bool(env, 'ALLOW_PRIVATE_TARGETS'),
     cacheMaxEntries: int(env, 'CACHE_MAX_ENTRIES', DEFAULT_CACHE_MAX_ENTRIES, 100, 10_000_000),
@@ -449,17 +452,20 @@ export function loadConfig(env: Env = process.env): Config {
       cacheSeconds: int(env, 'BUNDLE_CACHE_SECONDS', 60, 0, 3600),
       deltaRetentionHours: int(env, 'BUNDLE_DELTA_RETENTION_HOURS', 168, 1, 90 * 24),
     },
-    gateBundle: gateBundle(env),
+    gateBundle: gateBundle(env, dataDir),
   };
 }
 
-function gateBundle(env: Env): GateBundleConfig {
+function gateBundle(env: Env, dataDir: string): GateBundleConfig {
   const url = str(env, 'GATE_BUNDLE_URL');
   const jwks = str(env, 'GATE_BUNDLE_JWKS');
+  const cacheFile = str(env, 'GATE_BUNDLE_CACHE_FILE');
   if (jwks !== undefined && url === undefined) throw new ConfigError('GATE_BUNDLE_JWKS', 'is only read with GATE_BUNDLE_URL');
+  if (cacheFile !== undefined && url === undefined) throw new ConfigError('GATE_BUNDLE_CACHE_FILE', 'is only read with GATE_BUNDLE_URL');
   return {
     url: url === undefined ? null : httpUrl('GATE_BUNDLE_URL', url),
     jwks: jwks === undefined ? null : /^https?:\/\//i.test(jwks) ? httpUrl('GATE_BUNDLE_JWKS', jwks) : jwks,
     refreshSeconds: int(env, 'GATE_BUNDLE_REFRESH_SECONDS', 60, 1, 86_400),
+    cacheFile: cacheFile === 'off' ? null : (cacheFile ?? `${dataDir.replace(/\/+$/, '')}/gate-bundle.json`),
   };
 }

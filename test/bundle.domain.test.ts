@@ -117,13 +117,20 @@ describe('bundle settings', () => {
   it('have defaults and refuse bad values with one line naming the variable', () => {
     const c = loadConfig({});
     expect(c.bundle).toEqual({ ttlSeconds: 86_400, cacheSeconds: 60, deltaRetentionHours: 168 });
-    expect(c.gateBundle).toEqual({ url: null, jwks: null, refreshSeconds: 60 });
-    expect(loadConfig({ GATE_BUNDLE_URL: 'https://obs.example.com/v1/bundle', GATE_BUNDLE_JWKS: '/etc/jwks.json' }).gateBundle).toEqual({ url: 'https://obs.example.com/v1/bundle', jwks: '/etc/jwks.json', refreshSeconds: 60 });
+    expect(c.gateBundle).toEqual({ url: null, jwks: null, refreshSeconds: 60, cacheFile: './data/gate-bundle.json' });
+    expect(loadConfig({ GATE_BUNDLE_URL: 'https://obs.example.com/v1/bundle', GATE_BUNDLE_JWKS: '/etc/jwks.json', DATA_DIR: '/var/lib/obs/' }).gateBundle).toEqual({
+      url: 'https://obs.example.com/v1/bundle',
+      jwks: '/etc/jwks.json',
+      refreshSeconds: 60,
+      cacheFile: '/var/lib/obs/gate-bundle.json',
+    });
+    expect(loadConfig({ GATE_BUNDLE_URL: 'https://obs.example.com/v1/bundle', GATE_BUNDLE_CACHE_FILE: 'off' }).gateBundle.cacheFile).toBeNull();
     expectConfigRefusal('BUNDLE_TTL_SECONDS', '10');
     expectConfigRefusal('BUNDLE_CACHE_SECONDS', 'x');
     expectConfigRefusal('BUNDLE_DELTA_RETENTION_HOURS', '0');
     expectConfigRefusal('GATE_BUNDLE_URL', 'ftp://x');
     expectConfigRefusal('GATE_BUNDLE_REFRESH_SECONDS', '0');
     expectConfigRefusal('GATE_BUNDLE_JWKS', '/etc/jwks.json');
+    expectConfigRefusal('GATE_BUNDLE_CACHE_FILE', '/etc/gate-bundle.json');
   });
 });

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateKeyPairSync } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient, ConnectError, Code } from '@connectrpc/connect';
@@ -25,10 +25,15 @@ let sourceUp = true;
 let g: BundleGate;
 let gateBase: string;
 let offsetMs = 0;
+let gUrlPin: BundleGate;
 const dir = mkdtempSync(join(tmpdir(), 'bundle-gate-'));
+const keptPinnedFile = join(dir, 'kept-pinned', 'gate-bundle.json');
+const keptUrlPinFile = join(dir, 'kept-url-pin.json');
 
+let gates = 0;
 async function startGate(env: Record<string, string>, now?: () => Date): Promise<{ gate: BundleGate; base: string }> {
-  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', GATE_BUNDLE_REFRESH_SECONDS: '3600', ...env });
+  // Each gate keeps its bundle in a file of its own unless the test names one.
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', GATE_BUNDLE_REFRESH_SECONDS: '3600', GATE_BUNDLE_CACHE_FILE: join(dir, `kept-${gates++}.json`), ...env });
   const gate = await createBundleGate(config, { logger: false, now });
   const address = await gate.listen();
   return { gate, base: `http://127.0.0.1:${new URL(address).port}` };
@@ -43,10 +48,13 @@ beforeAll(async () => {
   await postJson(`${source.base}/api/report`, { server_url: UNCERTAIN, success: true, latency_ms: 40 });
   // The JWKS pinned from the source ahead of time (what an operator copies into the cluster).
   writeFileSync(join(dir, 'jwks.json'), JSON.stringify(await json(fetch(`${source.base}/.well-known/jwks.json`))));
-  ({ gate: g, base: gateBase } = await startGate({ GATE_BUNDLE_URL: `${source.base}/v1/bundle`, GATE_BUNDLE_JWKS: join(dir, 'jwks.json') }, () => new Date(Date.now() + offsetMs)));
+  ({ gate: g, base: gateBase } = await startGate({ GATE_BUNDLE_URL: `${source.base}/v1/bundle`, GATE_BUNDLE_JWKS: join(dir, 'jwks.json'), GATE_BUNDLE_CACHE_FILE: keptPinnedFile }, () => new Date(Date.now() + offsetMs)));
+  // A second gate trusting the source's JWKS URL (the default pin), keeping its bundle too.
+  ({ gate: gUrlPin } = await startGate({ GATE_BUNDLE_URL: `${source.base}/v1/bundle`, GATE_BUNDLE_CACHE_FILE: keptUrlPinFile }));
 }, 120_000);
 afterAll(async () => {
   await g?.close();
+  await gUrlPin?.close();
   if (sourceUp) await source?.close();
   rmSync(dir, { recursive: true, force: true });
 });
@@ -139,6 +147,68 @@ describe(`gate from a bundle, no database (${backend} source)`, () => {
     expect(err).toBeInstanceOf(ConnectError);
     expect((err as ConnectError).code).toBe(Code.Unavailable);
     offsetMs = 0;
+  });
+
+  it('restarted while its source is down, answers from the bundle it kept on disk (verified again); a tampered, foreign or expired kept file is not used', async () => {
+    expect(sourceUp).toBe(false);
+    const url = `${source.base}/v1/bundle`;
+    const keptBundleId = g.mirror.status().bundle!.bundle_id;
+    expect(statSync(keptPinnedFile).mode & 0o777).toBe(0o600);
+    const kept = JSON.parse(readFileSync(keptPinnedFile, 'utf8'));
+    expect(kept).toMatchObject({ format: 'trust-observatory/gate-bundle-cache/v1', source: url, jwks: null });
+    // Pinned JWKS file and kept bundle: answers as before the restart, and says the source is down.
+    for (const [file, pin] of [
+      [keptPinnedFile, { GATE_BUNDLE_JWKS: join(dir, 'jwks.json') }],
+      // Pinned by URL (the source's JWKS, down as well): verified against the JWKS kept with it.
+      [keptUrlPinFile, {}],
+    ] as const) {
+      const { gate, base } = await startGate({ GATE_BUNDLE_URL: url, GATE_BUNDLE_CACHE_FILE: file, ...pin });
+      try {
+        const pass = await ask(base, { 'x-mcp-server': PASS });
+        expect(pass.status, file).toBe(200);
+        expect(pass.headers.get('x-trust-verdict')).toBe('PASS');
+        expect((await ask(base, { 'x-mcp-server': FAIL })).status).toBe(403);
+        const h = await json(fetch(`${base}/healthz`));
+        expect(h).toMatchObject({ status: 'stale', bundle: { state: 'stale' } });
+        expect(h.bundle.last_error).toMatch(/cannot reach/);
+        if (file === keptPinnedFile) expect(h.bundle.bundle.bundle_id).toBe(keptBundleId);
+      } finally {
+        await gate.close();
+      }
+    }
+    // Not used: a kept bundle whose signed payload was changed, one kept for another source, one
+    // whose kept JWKS was swapped for an attacker's (URL pin), and one that has expired since.
+    const [h, p, sig] = (kept.jws as string).split('.') as [string, string, string];
+    const payload = JSON.parse(Buffer.from(p, 'base64url').toString());
+    payload.servers = payload.servers.map((e: Record<string, unknown>) => ({ ...e, verdict: 'PASS', trust_score: 99 }));
+    const forged = `${h}.${Buffer.from(JSON.stringify(payload)).toString('base64url')}.${sig}`;
+    const attacker = generateKeyPairSync('ed25519').publicKey.export({ format: 'jwk' });
+    const urlKept = JSON.parse(readFileSync(keptUrlPinFile, 'utf8'));
+    const bad: [string, Record<string, unknown>, Record<string, string>, (() => Date) | undefined][] = [
+      ['tampered.json', { ...kept, jws: forged }, { GATE_BUNDLE_JWKS: join(dir, 'jwks.json') }, undefined],
+      ['foreign.json', { ...kept, source: 'http://127.0.0.1:9/v1/bundle' }, { GATE_BUNDLE_JWKS: join(dir, 'jwks.json') }, undefined],
+      ['swapped-jwks.json', { ...urlKept, jwks: JSON.stringify({ keys: [{ ...attacker, kid: JSON.parse(Buffer.from(h, 'base64url').toString()).kid, alg: 'EdDSA', use: 'sig' }] }) }, {}, undefined],
+      ['expired.json', kept, { GATE_BUNDLE_JWKS: join(dir, 'jwks.json') }, () => new Date(Date.now() + 2 * 86_400_000)],
+      ['not-json.json', 'not json' as unknown as Record<string, unknown>, { GATE_BUNDLE_JWKS: join(dir, 'jwks.json') }, undefined],
+    ];
+    for (const [name, doc, pin, now] of bad) {
+      writeFileSync(join(dir, name), typeof doc === 'string' ? doc : JSON.stringify(doc));
+      const { gate, base } = await startGate({ GATE_BUNDLE_URL: url, GATE_BUNDLE_CACHE_FILE: join(dir, name), ...pin }, now);
+      try {
+        await expectProblem(await ask(base, { 'x-mcp-server': FAIL }), 503, 'unavailable');
+        await expectProblem(await ask(base, { 'x-mcp-server': PASS }), 503, 'unavailable');
+      } finally {
+        await gate.close();
+      }
+    }
+    // GATE_BUNDLE_CACHE_FILE=off keeps nothing: a restart without the source is 503.
+    const off = await startGate({ GATE_BUNDLE_URL: url, GATE_BUNDLE_JWKS: join(dir, 'jwks.json'), GATE_BUNDLE_CACHE_FILE: 'off' });
+    try {
+      await expectProblem(await ask(off.base, { 'x-mcp-server': PASS }), 503, 'unavailable');
+    } finally {
+      await off.gate.close();
+    }
+    expect(existsSync(join(dir, 'off'))).toBe(false);
   });
 
   it('refuses a bundle its pinned JWKS did not sign, and answers 503 until it has a good one', async () => {

@@ -33,7 +33,7 @@ describe.skipIf(!nginxBin)(`nginx auth_request to a gate answering from a bundle
       expect((await postJson(`${source.base}/api/report`, { server_url: `${upstream}/fail/mcp`, success: false, latency_ms: 4000, tool_name: 'echo', http_status: 500 })).status).toBe(200);
     }
     // The gate: no DATABASE_URL, no DATA_DIR use, no key; only the bundle URL.
-    const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', GATE_BUNDLE_URL: `${source.base}/v1/bundle`, GATE_BUNDLE_REFRESH_SECONDS: '3600' });
+    const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', GATE_BUNDLE_URL: `${source.base}/v1/bundle`, GATE_BUNDLE_REFRESH_SECONDS: '3600', GATE_BUNDLE_CACHE_FILE: 'off' });
     gate = await createBundleGate(config, { logger: false });
     const gateBase = `http://127.0.0.1:${new URL(await gate.listen()).port}`;
     expect(gate.mirror.status().state).toBe('fresh');

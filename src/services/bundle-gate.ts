@@ -1,6 +1,8 @@
 import { indexBundle, lookupBundleEntry, InvalidServerUrl, type BundleIndex, type BundlePayload } from '../domain/bundle.js';
 import { invalidArgument, ObservatoryError } from '../errors.js';
-import { loadJwksFrom, MAX_BUNDLE_JWS_LENGTH, readBundleText, verifyBundle } from '../signing/bundle.js';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { MAX_BUNDLE_JWS_LENGTH, parseJwks, readBundleText, readJwksText, verifyBundle } from '../signing/bundle.js';
 import type { VerificationKey } from '../signing/jws.js';
 import type { GateAssessment, GateBundleRef, GateVerdictSource } from './gate.js';
 
@@ -9,6 +11,9 @@ import type { GateAssessment, GateBundleRef, GateVerdictSource } from './gate.js
 // JWKS, refreshes it every GATE_BUNDLE_REFRESH_SECONDS (conditionally, If-None-Match), keeps the
 // last good one while the source is unreachable, and answers /v1/gate and ext_authz from it
 // through the same decision as the database-backed gate (src/services/gate.ts `decide`).
+// The last good bundle is also kept on disk (GATE_BUNDLE_CACHE_FILE) with the JWKS that verified
+// it, so a gate restarted while its source is down answers from it (verified again on load)
+// instead of 503 until the source is back.
 
 export interface MirroredBundle {
   payload: BundlePayload;
@@ -38,7 +43,22 @@ export interface BundleMirrorOptions {
   now: () => Date;
   fetch?: typeof fetch;
   onError?: (err: unknown) => void;
+  /** Where the last good bundle is kept across restarts; null: memory only. */
+  cacheFile?: string | null;
 }
+
+/** What GATE_BUNDLE_CACHE_FILE holds. */
+interface CachedBundleFile {
+  format: typeof CACHE_FORMAT;
+  /** The GATE_BUNDLE_URL it was fetched from: a file written for another source is ignored. */
+  source: string;
+  jws: string;
+  etag: string | null;
+  fetched_at: string;
+  /** The JWKS text that verified it, when the pin is a URL (a pinned file is read again instead). */
+  jwks: string | null;
+}
+const CACHE_FORMAT = 'trust-observatory/gate-bundle-cache/v1';
 
 /** The JWKS to trust when none is pinned: the source's own, at its origin. */
 export function defaultJwksFor(bundleUrl: string): string {
@@ -63,6 +83,15 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
   const doFetch = opts.fetch ?? globalThis.fetch;
   const jwksSource = opts.jwks ?? defaultJwksFor(opts.url);
   let keys: Map<string, VerificationKey> | null = null;
+  // The JWKS text `keys` came from when the pin is a URL (kept on disk with the bundle).
+  let keysText: string | null = null;
+  const pinnedIsUrl = /^https?:\/\//i.test(jwksSource);
+  async function loadKeys(): Promise<Map<string, VerificationKey>> {
+    const text = await readJwksText(jwksSource, { fetch: doFetch });
+    const parsed = parseJwks(text, jwksSource);
+    keysText = pinnedIsUrl ? text : null;
+    return parsed;
+  }
   let current: MirroredBundle | null = null;
   let lastRefreshAt: Date | null = null;
   let lastSuccessAt: Date | null = null;
@@ -73,17 +102,70 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
   async function verify(text: string) {
     const read = readBundleText(text);
     if ('problem' in read) throw new Error(`${opts.url} did not answer a bundle: ${read.problem}`);
-    keys ??= await loadJwksFrom(jwksSource, { fetch: doFetch });
+    keys ??= await loadKeys();
     let v = await verifyBundle(read.jws, keys, opts.now());
     // A key the pinned JWKS does not know yet (a rotation at the source): a JWKS URL is read again
     // once; a pinned file is not, so trust only ever comes from what the operator pinned.
-    if (!v.valid && v.reason.startsWith('unknown key id') && /^https?:\/\//i.test(jwksSource)) {
-      keys = await loadJwksFrom(jwksSource, { fetch: doFetch });
+    if (!v.valid && v.reason.startsWith('unknown key id') && pinnedIsUrl) {
+      keys = await loadKeys();
       v = await verifyBundle(read.jws, keys, opts.now());
     }
     if (!v.valid) throw new Error(`the bundle from ${opts.url} was refused: ${v.reason}`);
     if (v.payload.delta !== null) throw new Error('GATE_BUNDLE_URL must name a full bundle, not a delta (no since=)');
-    return v;
+    return { ...v, jws: read.jws };
+  }
+
+  /** Keeps the bundle just verified on disk (written aside, then renamed: never half a file). */
+  async function persist(jws: string, etag: string | null, at: Date): Promise<void> {
+    const file = opts.cacheFile;
+    if (!file) return;
+    const doc: CachedBundleFile = { format: CACHE_FORMAT, source: opts.url, jws, etag, fetched_at: at.toISOString(), jwks: keysText };
+    try {
+      await mkdir(dirname(file), { recursive: true, mode: 0o700 });
+      const tmp = `${file}.${process.pid}.tmp`;
+      await writeFile(tmp, JSON.stringify(doc), { mode: 0o600 });
+      await rename(tmp, file);
+    } catch (err) {
+      opts.onError?.(new Error(`could not keep the bundle in ${file}: ${(err as Error).message}`));
+    }
+  }
+
+  /**
+   * The bundle kept on disk by an earlier run, verified again as a fetched one is (signature
+   * against the pinned JWKS file, or the JWKS kept with it when the pin is a URL; not expired; a
+   * full bundle of this source). Anything else is ignored and said.
+   */
+  async function loadKept(): Promise<void> {
+    const file = opts.cacheFile;
+    if (!file) return;
+    let text: string;
+    try {
+      text = await readFile(file, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') opts.onError?.(new Error(`could not read the kept bundle ${file}: ${(err as Error).message}`));
+      return;
+    }
+    try {
+      if (text.length > MAX_BUNDLE_JWS_LENGTH + 4 * 1024 * 1024) throw new Error('it is larger than a bundle can be');
+      const doc = JSON.parse(text) as Partial<CachedBundleFile>;
+      if (doc.format !== CACHE_FORMAT || typeof doc.jws !== 'string' || typeof doc.fetched_at !== 'string') throw new Error(`it is not a ${CACHE_FORMAT} file`);
+      if (doc.source !== opts.url) throw new Error(`it was fetched from ${String(doc.source)}, not ${opts.url}`);
+      let kept: Map<string, VerificationKey>;
+      if (pinnedIsUrl) {
+        if (typeof doc.jwks !== 'string') throw new Error('it holds no JWKS');
+        kept = parseJwks(doc.jwks, `the JWKS kept in ${file}`);
+      } else kept = await loadKeys();
+      const v = await verifyBundle(doc.jws, kept, opts.now());
+      if (!v.valid) throw new Error(`refused: ${v.reason}`);
+      if (v.payload.delta !== null) throw new Error('it is a delta');
+      const fetchedAt = new Date(doc.fetched_at);
+      if (Number.isNaN(fetchedAt.getTime())) throw new Error('its fetched_at is not a time');
+      keys = kept;
+      keysText = pinnedIsUrl ? (doc.jwks ?? null) : null;
+      current = { payload: v.payload, index: indexBundle(v.payload.servers), kid: v.kid, etag: typeof doc.etag === 'string' ? doc.etag : null, fetchedAt };
+    } catch (err) {
+      opts.onError?.(new Error(`the kept bundle ${file} is not used: ${(err as Error).message}`));
+    }
   }
 
   async function refreshOnce(): Promise<void> {
@@ -106,6 +188,7 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
         // Never move back to an older bundle (a replayed one, or a source restored from backup).
         if (current && v.payload.iat < current.payload.iat) throw new Error(`the bundle from ${opts.url} is older than the one held (issued ${new Date(v.payload.iat * 1000).toISOString()}); keeping the newer one`);
         current = { payload: v.payload, index: indexBundle(v.payload.servers), kid: v.kid, etag: res.headers.get('etag'), fetchedAt: at };
+        await persist(v.jws, current.etag, at);
       } else {
         await res.body?.cancel().catch(() => {});
         throw new Error(`${opts.url} answered HTTP ${res.status}`);
@@ -134,8 +217,13 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
   return {
     refresh,
     usable,
-    /** Fetches the first bundle (a failure is recorded, not thrown: the gate answers 503 until one arrives) and refreshes on the interval. */
+    /**
+     * Loads the bundle kept on disk, if any is still good, then fetches (a failure is recorded,
+     * not thrown: without a kept bundle the gate answers 503 until one arrives) and refreshes on
+     * the interval.
+     */
     async start(): Promise<void> {
+      await loadKept();
       await refresh();
       timer = setInterval(() => void refresh(), opts.refreshSeconds * 1000);
       timer.unref();

@@ -59,6 +59,11 @@ export async function verifyBundle(jws: string, keys: ReadonlyMap<string, Verifi
 
 /** A JWKS read from a file or an http(s) URL, by kid; throws Error with one line naming the source. */
 export async function loadJwksFrom(source: string, opts: { fetch?: typeof fetch; timeoutMs?: number } = {}): Promise<Map<string, VerificationKey>> {
+  return parseJwks(await readJwksText(source, opts), source);
+}
+
+/** The text of a JWKS file or http(s) URL; throws Error with one line naming the source. */
+export async function readJwksText(source: string, opts: { fetch?: typeof fetch; timeoutMs?: number } = {}): Promise<string> {
   let text: string;
   if (/^https?:\/\//i.test(source)) {
     let res: Response;
@@ -75,6 +80,11 @@ export async function loadJwksFrom(source: string, opts: { fetch?: typeof fetch;
       throw new Error(`cannot read the JWKS file ${source}: ${e.code ?? e.message}`);
     });
   }
+  return text;
+}
+
+/** A JWKS document's keys by kid; throws Error with one line naming where it came from. */
+export function parseJwks(text: string, source: string): Map<string, VerificationKey> {
   let doc: unknown;
   try {
     doc = JSON.parse(text);
