@@ -6,6 +6,7 @@ import { serverStore } from '../src/store/servers.js';
 import { telemetryStore, type IngestRow } from '../src/store/telemetry.js';
 import { expectProblem, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, foldRollups } from './support/db.js';
+import { aggregatesSettled } from './support/settle.js';
 
 const HOUR = 3_600_000;
 const T0 = new Date('2026-03-01T12:30:00Z');
@@ -200,6 +201,8 @@ describe(`trust reads over HTTP (${backend})`, () => {
 
 describe(`trust reads over Connect and gRPC (${backend})`, () => {
   it('answers the same figures as REST and maps errors', async () => {
+    // Earlier tests' reports settle first: two reads straddling AGGREGATE_SETTLE_MS may see two lists.
+    await aggregatesSettled();
     for (const transport of [createConnectTransport({ baseUrl: t.base, httpVersion: '1.1' }), createGrpcTransport({ baseUrl: t.base })]) {
       const c = createClient(TrustService, transport);
       const lb = await c.getLeaderboard({ limit: 2 });

@@ -5,6 +5,7 @@ Usage: polyglot_client.py HOST:PORT RUN_ID. Prints one JSON document with what i
 """
 import json
 import sys
+import time
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
@@ -47,6 +48,10 @@ with grpc.insecure_channel(target, options=[("grpc.enable_http_proxy", 0)]) as c
         yield telemetry_pb2.ReportStreamRequest(report=telemetry_pb2.ReportRequest(server_url="not-a-url", success=True, latency_ms=1))
 
     out["report_stream"] = as_dict(telemetry.ReportStream(reports(), timeout=TIMEOUT))
+    # A server's own record shows its reports at once; the category baseline its score uses and
+    # the leaderboard follow within AGGREGATE_SETTLE_MS (500 ms): wait for them, so that the
+    # figures read below are the ones REST answers afterwards.
+    time.sleep(0.6)
     out["trust_unary"] = as_dict(trust.GetTrust(trust_pb2.GetTrustRequest(url=one), timeout=TIMEOUT))
     out["trust_stream"] = as_dict(trust.GetTrust(trust_pb2.GetTrustRequest(url=many), timeout=TIMEOUT))
     out["leaderboard"] = as_dict(trust.GetLeaderboard(trust_pb2.GetLeaderboardRequest(), timeout=TIMEOUT))
