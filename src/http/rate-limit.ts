@@ -72,15 +72,21 @@ export function installRateLimits(
     const missing = [...table.keys(), ...searched].filter((url) => !registered.has(url));
     if (missing.length > 0) throw new Error(`rate limits name routes that do not exist: ${missing.join(', ')}`);
   });
-  app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
+  // A callback hook, not an async one: it runs on every request of every route, and most have no
+  // limit, so it should not cost a promise each.
+  app.addHook('onRequest', (req: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
     // The route the router matched, whatever the spelling of the URL (undefined on 404).
     const url = req.routeOptions.url;
     const name = url === undefined ? undefined : (table.get(url) ?? (searched.has(url) && isSearch((req.query as Record<string, unknown> | undefined)?.q) ? 'search' : undefined));
-    if (name === undefined) return;
+    if (name === undefined) return done();
     const d = limits.take(name, req.ip);
-    if (!d) return;
+    if (!d) return done();
     reply.headers(rateLimitHeaders(d));
-    if (!d.allowed) return sendProblem(reply, 'rate_limited', rateLimitMessage(d));
+    if (!d.allowed) {
+      sendProblem(reply, 'rate_limited', rateLimitMessage(d));
+      return;
+    }
+    done();
   });
 }
 
