@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateKeyPairSync } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient, ConnectError, Code } from '@connectrpc/connect';
@@ -29,6 +29,7 @@ let gUrlPin: BundleGate;
 const dir = mkdtempSync(join(tmpdir(), 'bundle-gate-'));
 const keptPinnedFile = join(dir, 'kept-pinned', 'gate-bundle.json');
 const keptUrlPinFile = join(dir, 'kept-url-pin.json');
+const victimFile = join(dir, 'victim.txt');
 
 let gates = 0;
 async function startGate(env: Record<string, string>, now?: () => Date): Promise<{ gate: BundleGate; base: string }> {
@@ -49,7 +50,11 @@ beforeAll(async () => {
   // The JWKS pinned from the source ahead of time (what an operator copies into the cluster).
   writeFileSync(join(dir, 'jwks.json'), JSON.stringify(await json(fetch(`${source.base}/.well-known/jwks.json`))));
   ({ gate: g, base: gateBase } = await startGate({ GATE_BUNDLE_URL: `${source.base}/v1/bundle`, GATE_BUNDLE_JWKS: join(dir, 'jwks.json'), GATE_BUNDLE_CACHE_FILE: keptPinnedFile }, () => new Date(Date.now() + offsetMs)));
-  // A second gate trusting the source's JWKS URL (the default pin), keeping its bundle too.
+  // A second gate trusting the source's JWKS URL (the default pin), keeping its bundle too. A
+  // local user planted links where a predictable temporary file would be written: the gate must
+  // neither write through them nor keep one as its bundle file.
+  writeFileSync(victimFile, 'not the gate\'s to write');
+  for (const name of [`${keptUrlPinFile}.${process.pid}.tmp`, `${keptUrlPinFile}.tmp`]) symlinkSync(victimFile, name);
   ({ gate: gUrlPin } = await startGate({ GATE_BUNDLE_URL: `${source.base}/v1/bundle`, GATE_BUNDLE_CACHE_FILE: keptUrlPinFile }));
 }, 120_000);
 afterAll(async () => {
@@ -154,6 +159,8 @@ describe(`gate from a bundle, no database (${backend} source)`, () => {
     const url = `${source.base}/v1/bundle`;
     const keptBundleId = g.mirror.status().bundle!.bundle_id;
     expect(statSync(keptPinnedFile).mode & 0o777).toBe(0o600);
+    expect(lstatSync(keptUrlPinFile).isFile()).toBe(true);
+    expect(readFileSync(victimFile, 'utf8')).toBe("not the gate's to write");
     const kept = JSON.parse(readFileSync(keptPinnedFile, 'utf8'));
     expect(kept).toMatchObject({ format: 'trust-observatory/gate-bundle-cache/v1', source: url, jwks: null });
     // Pinned JWKS file and kept bundle: answers as before the restart, and says the source is down.

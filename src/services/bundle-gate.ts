@@ -1,6 +1,7 @@
 import { indexBundle, lookupBundleEntry, InvalidServerUrl, type BundleIndex, type BundlePayload } from '../domain/bundle.js';
 import { invalidArgument, ObservatoryError } from '../errors.js';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { MAX_BUNDLE_JWS_LENGTH, parseJwks, readBundleText, readJwksText, verifyBundle } from '../signing/bundle.js';
 import type { VerificationKey } from '../signing/jws.js';
@@ -82,16 +83,22 @@ async function readLimited(res: Response, limit: number): Promise<string> {
 export function createBundleMirror(opts: BundleMirrorOptions) {
   const doFetch = opts.fetch ?? globalThis.fetch;
   const jwksSource = opts.jwks ?? defaultJwksFor(opts.url);
-  let keys: Map<string, VerificationKey> | null = null;
-  // The JWKS text `keys` came from when the pin is a URL (kept on disk with the bundle).
-  let keysText: string | null = null;
   const pinnedIsUrl = /^https?:\/\//i.test(jwksSource);
-  async function loadKeys(): Promise<Map<string, VerificationKey>> {
+  // The keys bundles are verified against, and the JWKS text they came from when the pin is a
+  // URL (kept on disk with the bundle; a pinned file is read again instead).
+  type TrustedKeys = { keys: Map<string, VerificationKey>; text: string | null };
+  let trusted: TrustedKeys | null = null;
+  async function loadTrusted(): Promise<TrustedKeys> {
     const text = await readJwksText(jwksSource, { fetch: doFetch });
-    const parsed = parseJwks(text, jwksSource);
-    keysText = pinnedIsUrl ? text : null;
-    return parsed;
+    return { keys: parseJwks(text, jwksSource), text: pinnedIsUrl ? text : null };
   }
+  const held = (v: { kid: string; payload: BundlePayload }, etag: string | null, fetchedAt: Date): MirroredBundle => ({
+    payload: v.payload,
+    index: indexBundle(v.payload.servers),
+    kid: v.kid,
+    etag,
+    fetchedAt,
+  });
   let current: MirroredBundle | null = null;
   let lastRefreshAt: Date | null = null;
   let lastSuccessAt: Date | null = null;
@@ -102,30 +109,35 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
   async function verify(text: string) {
     const read = readBundleText(text);
     if ('problem' in read) throw new Error(`${opts.url} did not answer a bundle: ${read.problem}`);
-    keys ??= await loadKeys();
-    let v = await verifyBundle(read.jws, keys, opts.now());
+    trusted ??= await loadTrusted();
+    let v = await verifyBundle(read.jws, trusted.keys, opts.now());
     // A key the pinned JWKS does not know yet (a rotation at the source): a JWKS URL is read again
     // once; a pinned file is not, so trust only ever comes from what the operator pinned.
     if (!v.valid && v.reason.startsWith('unknown key id') && pinnedIsUrl) {
-      keys = await loadKeys();
-      v = await verifyBundle(read.jws, keys, opts.now());
+      trusted = await loadTrusted();
+      v = await verifyBundle(read.jws, trusted.keys, opts.now());
     }
     if (!v.valid) throw new Error(`the bundle from ${opts.url} was refused: ${v.reason}`);
     if (v.payload.delta !== null) throw new Error('GATE_BUNDLE_URL must name a full bundle, not a delta (no since=)');
     return { ...v, jws: read.jws };
   }
 
-  /** Keeps the bundle just verified on disk (written aside, then renamed: never half a file). */
+  /**
+   * Keeps the bundle just verified on disk: written aside under a name nobody can predict, created
+   * exclusively (never through a link planted there), then renamed, so never half a file.
+   */
   async function persist(jws: string, etag: string | null, at: Date): Promise<void> {
     const file = opts.cacheFile;
     if (!file) return;
-    const doc: CachedBundleFile = { format: CACHE_FORMAT, source: opts.url, jws, etag, fetched_at: at.toISOString(), jwks: keysText };
+    const doc: CachedBundleFile = { format: CACHE_FORMAT, source: opts.url, jws, etag, fetched_at: at.toISOString(), jwks: trusted?.text ?? null };
+    const tmp = `${file}.${randomBytes(8).toString('hex')}.tmp`;
     try {
+      // A directory it creates is private; an existing one (perhaps an operator's) is left as it is.
       await mkdir(dirname(file), { recursive: true, mode: 0o700 });
-      const tmp = `${file}.${process.pid}.tmp`;
-      await writeFile(tmp, JSON.stringify(doc), { mode: 0o600 });
+      await writeFile(tmp, JSON.stringify(doc), { mode: 0o600, flag: 'wx' });
       await rename(tmp, file);
     } catch (err) {
+      await rm(tmp, { force: true }).catch(() => {});
       opts.onError?.(new Error(`could not keep the bundle in ${file}: ${(err as Error).message}`));
     }
   }
@@ -150,19 +162,18 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
       const doc = JSON.parse(text) as Partial<CachedBundleFile>;
       if (doc.format !== CACHE_FORMAT || typeof doc.jws !== 'string' || typeof doc.fetched_at !== 'string') throw new Error(`it is not a ${CACHE_FORMAT} file`);
       if (doc.source !== opts.url) throw new Error(`it was fetched from ${String(doc.source)}, not ${opts.url}`);
-      let kept: Map<string, VerificationKey>;
+      let kept: TrustedKeys;
       if (pinnedIsUrl) {
         if (typeof doc.jwks !== 'string') throw new Error('it holds no JWKS');
-        kept = parseJwks(doc.jwks, `the JWKS kept in ${file}`);
-      } else kept = await loadKeys();
-      const v = await verifyBundle(doc.jws, kept, opts.now());
+        kept = { keys: parseJwks(doc.jwks, `the JWKS kept in ${file}`), text: doc.jwks };
+      } else kept = await loadTrusted();
+      const v = await verifyBundle(doc.jws, kept.keys, opts.now());
       if (!v.valid) throw new Error(`refused: ${v.reason}`);
       if (v.payload.delta !== null) throw new Error('it is a delta');
       const fetchedAt = new Date(doc.fetched_at);
       if (Number.isNaN(fetchedAt.getTime())) throw new Error('its fetched_at is not a time');
-      keys = kept;
-      keysText = pinnedIsUrl ? (doc.jwks ?? null) : null;
-      current = { payload: v.payload, index: indexBundle(v.payload.servers), kid: v.kid, etag: typeof doc.etag === 'string' ? doc.etag : null, fetchedAt };
+      trusted = kept;
+      current = held(v, typeof doc.etag === 'string' ? doc.etag : null, fetchedAt);
     } catch (err) {
       opts.onError?.(new Error(`the kept bundle ${file} is not used: ${(err as Error).message}`));
     }
@@ -187,7 +198,7 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
         const v = await verify(await readLimited(res, MAX_BUNDLE_JWS_LENGTH + 1024 * 1024));
         // Never move back to an older bundle (a replayed one, or a source restored from backup).
         if (current && v.payload.iat < current.payload.iat) throw new Error(`the bundle from ${opts.url} is older than the one held (issued ${new Date(v.payload.iat * 1000).toISOString()}); keeping the newer one`);
-        current = { payload: v.payload, index: indexBundle(v.payload.servers), kid: v.kid, etag: res.headers.get('etag'), fetchedAt: at };
+        current = held(v, res.headers.get('etag'), at);
         await persist(v.jws, current.etag, at);
       } else {
         await res.body?.cancel().catch(() => {});
