@@ -94,8 +94,9 @@ function generatedSecret(dataDir: string): { secret: Buffer; path: string; creat
   tightenTree(dataDir);
   const path = join(dataDir, GENERATED_SECRET_FILE);
   if (!existsSync(path)) {
-    const tmp = `${path}.${process.pid}.tmp`;
-    writeFileSync(tmp, `${randomBytes(32).toString('base64url')}\n`, { mode: 0o600, flag: 'w' });
+    // Created exclusively under a name nobody can predict: never written through a planted link.
+    const tmp = `${path}.${randomBytes(8).toString('hex')}.tmp`;
+    writeFileSync(tmp, `${randomBytes(32).toString('base64url')}\n`, { mode: 0o600, flag: 'wx' });
     try {
       linkSync(tmp, path); // fails if another process created it first: then we read theirs
       rmSync(tmp, { force: true });
