@@ -7,6 +7,7 @@ import { decodeCursor, encodeCursor, filterSignature, indexAfter, InvalidCursor,
 import { BoundedMap, cacheLimits, setCacheLimits } from '../src/store/cache-limits.js';
 import { entryRemoteUrls, registryPage, startRegistry, type RegistryServer } from '../scripts/registry-generator.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { aggregatesSettled } from './support/settle.js';
 
 describe('synthetic MCP Registry v0.1 pages', () => {
   it('serves 100 entries a page with an opaque cursor, deterministic, every category, ending without nextCursor', () => {
@@ -119,6 +120,8 @@ describe('catalogue import and paged lists over HTTP', () => {
       const res = await postJson(`${t.base}/api/report`, { server_url: entryRemoteUrls(i, gen)[0], success: i % 3 !== 0, latency_ms: 50 + i });
       expect(res.status).toBe(200);
     }
+    // The list follows the reports within AGGREGATE_SETTLE_MS (the stats read above may be younger).
+    await aggregatesSettled();
     const seen: string[] = [];
     const ranks: number[] = [];
     let cursor: string | undefined;

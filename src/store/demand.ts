@@ -90,8 +90,8 @@ const demandRecorded = dbSignal();
 
 /**
  * Calls `fn` whenever this process records demand through `db` (a row counted in the buffer, a
- * write committed): caches of demand figures drop theirs, so a check followed by a read in this
- * process still shows the check.
+ * write committed): caches of demand figures settle, so a check shows in them within
+ * AGGREGATE_SETTLE_MS (src/services/cached-figure.ts).
  */
 export function onDemandRecorded(db: Queryable, fn: () => void): () => void {
   return demandRecorded.on(db, fn);
@@ -175,6 +175,21 @@ export async function flushDemand(db: Queryable): Promise<void> {
   await buffers.get(db)?.flush();
 }
 
+/**
+ * One row per target checked since the statement parameter `sinceParam` (`since` null: all time,
+ * from the per-target sums of migration 1560): checks, last check and verdict, verdict mix.
+ */
+function groupedTargets(since: Date | null, sinceParam: string): string {
+  return since === null
+    ? `SELECT target, max(nullif(server_url, '')) AS server_url, max(name) AS name, sum(checks)::int8 AS checks, max(last_checked_at) AS last_checked_at,
+              (array_agg(last_verdict ORDER BY last_checked_at DESC, last_id DESC))[1] AS last_verdict,
+              sum(pass)::int8 AS pass, sum(uncertain)::int8 AS uncertain, sum(fail)::int8 AS fail, sum(unrated)::int8 AS unrated
+         FROM preflight_demand_targets GROUP BY target`
+    : `SELECT target, max(server_url) AS server_url, max(name) AS name, count(*)::int8 AS checks, max(checked_at) AS last_checked_at,
+              (array_agg(verdict ORDER BY checked_at DESC, id DESC))[1] AS last_verdict, ${MIX}
+         FROM preflight_demand WHERE checked_at >= ${sinceParam}::timestamptz GROUP BY target`;
+}
+
 export function demandStore(db: Queryable) {
   return {
     async insert(r: DemandRow): Promise<void> {
@@ -222,21 +237,7 @@ export function demandStore(db: Queryable) {
         uncertain: number | null;
         fail: number | null;
         unrated: number | null;
-      }>(
-        since === null
-          ? `SELECT target, max(nullif(server_url, '')) AS server_url, max(name) AS name, sum(checks)::int8 AS checks,
-                    max(last_checked_at) AS last_checked_at,
-                    (array_agg(last_verdict ORDER BY last_checked_at DESC, last_id DESC))[1] AS last_verdict,
-                    sum(pass)::int8 AS pass, sum(uncertain)::int8 AS uncertain, sum(fail)::int8 AS fail, sum(unrated)::int8 AS unrated
-               FROM preflight_demand_targets
-              GROUP BY target ORDER BY checks DESC, last_checked_at DESC, target LIMIT $1`
-          : `SELECT target, max(server_url) AS server_url, max(name) AS name, count(*)::int8 AS checks,
-                max(checked_at) AS last_checked_at,
-                (array_agg(verdict ORDER BY checked_at DESC, id DESC))[1] AS last_verdict, ${MIX}
-           FROM preflight_demand WHERE checked_at >= $2::timestamptz
-          GROUP BY target ORDER BY checks DESC, last_checked_at DESC, target LIMIT $1`,
-        since === null ? [limit] : [limit, since],
-      );
+      }>(`${groupedTargets(since, '$2')} ORDER BY checks DESC, last_checked_at DESC, target LIMIT $1`, since === null ? [limit] : [limit, since]);
       return rows.map((r) => ({ ...r, ...mix(r) }));
     },
 
@@ -247,15 +248,7 @@ export function demandStore(db: Queryable) {
      */
     async topTargetsPage(since: Date | null, after: { checks: number; us: number; target: string } | null, limit: number): Promise<(DemandTarget & { last_us: number })[]> {
       await flushDemand(db);
-      const grouped =
-        since === null
-          ? `SELECT target, max(nullif(server_url, '')) AS server_url, max(name) AS name, sum(checks)::int8 AS checks, max(last_checked_at) AS last_checked_at,
-                    (array_agg(last_verdict ORDER BY last_checked_at DESC, last_id DESC))[1] AS last_verdict,
-                    sum(pass)::int8 AS pass, sum(uncertain)::int8 AS uncertain, sum(fail)::int8 AS fail, sum(unrated)::int8 AS unrated
-               FROM preflight_demand_targets GROUP BY target`
-          : `SELECT target, max(server_url) AS server_url, max(name) AS name, count(*)::int8 AS checks, max(checked_at) AS last_checked_at,
-                    (array_agg(verdict ORDER BY checked_at DESC, id DESC))[1] AS last_verdict, ${MIX}
-               FROM preflight_demand WHERE checked_at >= $5::timestamptz GROUP BY target`;
+      const grouped = groupedTargets(since, '$5');
       const rows = await db.query<DemandTarget & { last_us: number; pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }>(
         `SELECT g.*, g.us AS last_us FROM (SELECT x.*, (extract(epoch FROM x.last_checked_at) * 1000000)::int8 AS us FROM (${grouped}) x) g
           WHERE $2::int8 IS NULL OR g.checks < $2::int8 OR (g.checks = $2::int8 AND (g.us < $3::int8 OR (g.us = $3::int8 AND g.target COLLATE "C" > $4::text COLLATE "C")))
