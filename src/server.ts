@@ -1,12 +1,12 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyServerFactory } from 'fastify';
 import type http from 'node:http';
-import cors from '@fastify/cors';
 import { cors as connectCors } from '@connectrpc/connect';
 import { randomUUID } from 'node:crypto';
 import { INTERFACE_VERSION, type Config } from './config.js';
 import { openDatabase, type Db } from './db/index.js';
 import { createDualProtocolServer, type DualProtocolServer } from './http/listener.js';
 import { createMetrics } from './http/metrics.js';
+import { installCors } from './http/cors.js';
 import { connectPlugin } from './http/connect-adapter.js';
 import { installProblemHandlers, sendProblem, trackRoutes } from './http/problem.js';
 import { answerClientError } from './http/socket-answers.js';
@@ -128,16 +128,13 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
 
   for (const note of startupNotes) app.log.warn(note);
   trackRoutes(app);
+  // Before any route is added: each route gets its own metrics hook (src/http/metrics.ts).
+  metrics.install(app);
   // Every body we take is JSON (or a Connect/gRPC encoding the Connect plugin registers); plain
   // text gets 415 instead of reaching a handler as an unexpected string.
   app.removeContentTypeParser('text/plain');
   installProblemHandlers(app);
-  await app.register(cors, {
-    // Any origin, as '*'. The CORS headers (the expose list alone is ~300 bytes) go only on
-    // requests that carry an Origin, i.e. from browsers, which always send one cross-origin; other
-    // clients never read them (issue 22: the trust answer's size is part of its cost). The plugin
-    // adds `Vary: Origin` so a shared cache never hands one variant to the other kind of client.
-    origin: (origin: string | undefined, cb: (err: Error | null, allow: string | boolean) => void) => cb(null, origin ? '*' : false),
+  installCors(app, {
     methods: [...new Set(['GET', 'HEAD', 'POST', 'OPTIONS', ...connectCors.allowedMethods])],
     // x402: v1 X-Payment; v2 PAYMENT-SIGNATURE. @x402/fetch also sends Access-Control-Expose-Headers
     // on its paid retry, so a browser pre-flight names it and must be allowed.
@@ -157,7 +154,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
       'RateLimit-Policy',
       'Mcp-Session-Id',
     ],
-    maxAge: 7200,
+    maxAgeSeconds: 7200,
   });
   app.addHook('onRequest', (req, reply, done) => {
     reply.header('x-request-id', req.id);
@@ -177,7 +174,6 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   // After the request-id hook (a 429 carries it) and before any route handler runs.
   installRateLimits(app, services.limits);
 
-  metrics.install(app);
   metrics.watchConnections(() => (app.server as DualProtocolServer).connectionStats());
 
   await app.register(connectPlugin, {

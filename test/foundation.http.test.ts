@@ -135,4 +135,30 @@ describe(`telemetry and trust over plain HTTP/1.1 (${backend})`, () => {
     expect(text).toContain('observatory_http_request_duration_seconds_bucket');
     expect(text).not.toContain('never.example.com');
   });
+
+  it('counts every request once under its route pattern: HEAD routes, unmatched paths, and a histogram that adds up', async () => {
+    const scrape = async () => (await fetch(`${t.base}/metrics`)).text();
+    const value = (text: string, line: string) => Number(text.split('\n').find((l) => l.startsWith(`${line} `))?.slice(line.length + 1) ?? 0);
+    const before = await scrape();
+    for (let i = 0; i < 3; i++) await fetch(`${t.base}/healthz`);
+    await fetch(`${t.base}/healthz`, { method: 'HEAD' });
+    await fetch(`${t.base}/no/such/${'x'.repeat(10)}`);
+    await fetch(`${t.base}/api/trust/extra`, { method: 'DELETE' });
+    const after = await scrape();
+    const delta = (line: string) => value(after, line) - value(before, line);
+    expect(delta('observatory_http_requests_total{method="GET",route="/healthz",status="200"}')).toBe(3);
+    expect(delta('observatory_http_requests_total{method="HEAD",route="/healthz",status="200"}')).toBe(1);
+    expect(delta('observatory_http_requests_total{method="GET",route="unmatched",status="404"}')).toBe(1);
+    expect(delta('observatory_http_requests_total{method="DELETE",route="unmatched",status="404"}')).toBe(1);
+    expect(after).not.toContain('xxxxxxxxxx');
+    // Buckets are cumulative, +Inf equals the count, and the count equals the requests counted.
+    const h = 'observatory_http_request_duration_seconds';
+    const buckets = after.split('\n').filter((l) => l.startsWith(`${h}_bucket{method="GET",route="/healthz",`)).map((l) => Number(l.split(' ').pop()));
+    expect(buckets.length).toBe(14);
+    for (let i = 1; i < buckets.length; i++) expect(buckets[i]).toBeGreaterThanOrEqual(buckets[i - 1]!);
+    expect(buckets.at(-1)).toBe(value(after, `${h}_count{method="GET",route="/healthz"}`));
+    expect(value(after, `${h}_count{method="GET",route="/healthz"}`)).toBe(value(after, 'observatory_http_requests_total{method="GET",route="/healthz",status="200"}'));
+    expect(value(after, `${h}_sum{method="GET",route="/healthz"}`)).toBeGreaterThan(0);
+    expect(after).toMatch(new RegExp(`${h}_bucket\\{method="GET",route="/healthz",le="\\+Inf"\\} \\d+`));
+  });
 });

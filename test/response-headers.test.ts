@@ -35,4 +35,35 @@ describe(`response headers (${backend})`, () => {
     expect(b.server).toEqual(p.server);
     expect(b.metrics).toEqual(p.metrics);
   }, 60_000);
+
+  it('answers a browser preflight on any path, refuses an OPTIONS with an Origin but no method asked, and leaves the gate its own OPTIONS', async () => {
+    const origin = 'https://app.example';
+    // A POST-only path: the preflight is answered before routing matters.
+    const pre = await fetch(`${t.base}/api/report`, { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type,payment-signature' } });
+    expect(pre.status).toBe(204);
+    expect(pre.headers.get('content-length')).toBe('0');
+    expect(pre.headers.get('access-control-allow-origin')).toBe('*');
+    expect(pre.headers.get('access-control-allow-methods')).toContain('POST');
+    expect(pre.headers.get('access-control-allow-headers')?.toLowerCase()).toContain('payment-signature');
+    expect(pre.headers.get('access-control-max-age')).toBe('7200');
+    expect(pre.headers.get('vary')?.toLowerCase()).toContain('origin');
+    // Also on a path no route has.
+    expect((await fetch(`${t.base}/no/such/path`, { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'GET' } })).status).toBe(204);
+    // Not a preflight: problem+json, with the CORS headers so that the browser can read it.
+    const bad = await fetch(`${t.base}/api/report`, { method: 'OPTIONS', headers: { origin } });
+    expect(bad.status).toBe(400);
+    expect(bad.headers.get('content-type')).toContain('application/problem+json');
+    expect(bad.headers.get('access-control-allow-origin')).toBe('*');
+    expect(((await bad.json()) as { code: string }).code).toBe('invalid_argument');
+    // Without an Origin an OPTIONS is no CORS request: the router answers it (405 with Allow here).
+    const plain = await fetch(`${t.base}/api/report`, { method: 'OPTIONS' });
+    expect(plain.status).toBe(405);
+    expect(plain.headers.get('access-control-allow-origin')).toBeNull();
+    // OPTIONS on the gate is a gateway asking about an OPTIONS request: the gate decides.
+    const gate = await fetch(`${t.base}/v1/gate`, { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'GET', 'x-mcp-server': URL } });
+    expect(gate.status).toBe(200);
+    expect(gate.headers.get('x-trust-verdict')).toBeTruthy();
+    expect(gate.headers.get('access-control-allow-origin')).toBe('*');
+    expect(gate.headers.get('access-control-allow-methods')).toBeNull();
+  }, 60_000);
 });

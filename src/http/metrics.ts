@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Db } from '../db/index.js';
 import type { ConnectionStats } from './listener.js';
@@ -10,19 +10,10 @@ import type { ConnectionStats } from './listener.js';
 export function createMetrics(db: Db) {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
-  const requests = new Counter({
-    name: 'observatory_http_requests_total',
-    help: 'HTTP requests by method, route pattern and status code',
-    labelNames: ['method', 'route', 'status'] as const,
-    registers: [registry],
-  });
-  const duration = new Histogram({
-    name: 'observatory_http_request_duration_seconds',
-    help: 'HTTP request latency by method and route pattern',
-    labelNames: ['method', 'route'] as const,
-    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
-    registers: [registry],
-  });
+  // The per-request figures are counted in plain numbers by a hook of each route and handed to
+  // the registry at scrape time (routeMetrics below): prom-client's labelled observe() validates
+  // and hashes its label set on every call, a cost every request of every route paid (issue 22).
+  const http = routeMetrics(registry);
   const ingestBatch = new Histogram({
     name: 'observatory_ingest_batch_size',
     help: 'Telemetry reports written per database round trip',
@@ -91,21 +82,19 @@ export function createMetrics(db: Db) {
       });
     },
     install(app: FastifyInstance) {
-      // Label children are looked up once per (method, route[, status]) instead of hashing the
-      // label set on every request; routes are patterns, so the maps stay small.
-      const counters = new Map<string, { inc(): void }>();
-      const timers = new Map<string, { observe(v: number): void }>();
+      // Each route records into its own entry, found once when the route is added; requests that
+      // match no route (404, 405, unknown RPC methods) record under route="unmatched".
+      app.addHook('onRoute', (opts) => {
+        const methods = Array.isArray(opts.method) ? opts.method : [opts.method];
+        const entries = new Map(methods.map((m) => [m, http.entry(m, opts.url ?? opts.path)]));
+        const hook = (req: FastifyRequest, reply: FastifyReply, done: () => void) => {
+          (entries.get(req.method) ?? http.entry(req.method, opts.url ?? opts.path)).record(reply.statusCode, reply.elapsedTime / 1000);
+          done();
+        };
+        opts.onResponse = opts.onResponse === undefined ? [hook] : [...(Array.isArray(opts.onResponse) ? opts.onResponse : [opts.onResponse]), hook];
+      });
       app.addHook('onResponse', (req, reply, done) => {
-        const route = req.routeOptions.url ?? 'unmatched';
-        const key = `${req.method} ${route}`;
-        let timer = timers.get(key);
-        if (!timer) timers.set(key, (timer = duration.labels({ method: req.method, route })));
-        const status = reply.statusCode;
-        const ckey = `${key} ${status}`;
-        let counter = counters.get(ckey);
-        if (!counter) counters.set(ckey, (counter = requests.labels({ method: req.method, route, status: String(status) })));
-        counter.inc();
-        timer.observe(reply.elapsedTime / 1000);
+        if (req.is404) http.entry(req.method, 'unmatched').record(reply.statusCode, reply.elapsedTime / 1000);
         done();
       });
       app.get('/metrics', async (_req, reply) => {
@@ -117,3 +106,91 @@ export function createMetrics(db: Db) {
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+
+interface RouteEntry {
+  readonly method: string;
+  readonly route: string;
+  /** Requests by status code. */
+  readonly statuses: Map<number, number>;
+  /** Requests per duration bucket (not cumulative); the last one is +Inf. */
+  readonly buckets: Float64Array;
+  sum: number;
+  count: number;
+  record(status: number, seconds: number): void;
+}
+
+type MetricValue = { labels: Record<string, string | number>; value: number; metricName?: string };
+
+/**
+ * `observatory_http_requests_total` (method, route, status) and
+ * `observatory_http_request_duration_seconds` (method, route), kept as plain numbers per
+ * (method, route) entry and exposed to the registry as two metrics in prom-client's own shape
+ * (`get()`, as its Counter and Histogram return it), so the exposition and JSON formats are
+ * prom-client's. Route labels are route patterns, never raw URLs, so the entries stay few.
+ */
+function routeMetrics(registry: Registry) {
+  const entries = new Map<string, RouteEntry>();
+  const bounds = DURATION_BUCKETS;
+  function entry(method: string, route: string): RouteEntry {
+    const key = `${method} ${route}`;
+    let e = entries.get(key);
+    if (e === undefined) {
+      const created: RouteEntry = {
+        method,
+        route,
+        statuses: new Map(),
+        buckets: new Float64Array(bounds.length + 1),
+        sum: 0,
+        count: 0,
+        record(status, seconds) {
+          created.statuses.set(status, (created.statuses.get(status) ?? 0) + 1);
+          let i = 0;
+          while (i < bounds.length && seconds > bounds[i]!) i++;
+          created.buckets[i]!++;
+          created.sum += seconds;
+          created.count++;
+        },
+      };
+      entries.set(key, (e = created));
+    }
+    return e;
+  }
+  const metric = (name: string, help: string, type: 'counter' | 'histogram', values: () => MetricValue[]) => ({
+    name,
+    help,
+    type,
+    aggregator: 'sum' as const,
+    get: async () => ({ name, help, type, values: values(), aggregator: 'sum' as const }),
+    reset() {
+      entries.clear();
+    },
+  });
+  registry.registerMetric(
+    metric('observatory_http_requests_total', 'HTTP requests by method, route pattern and status code', 'counter', () => {
+      const out: MetricValue[] = [];
+      for (const e of entries.values()) for (const [status, n] of e.statuses) out.push({ labels: { method: e.method, route: e.route, status: String(status) }, value: n });
+      return out;
+    }) as never,
+  );
+  const name = 'observatory_http_request_duration_seconds';
+  registry.registerMetric(
+    metric(name, 'HTTP request latency by method and route pattern', 'histogram', () => {
+      const out: MetricValue[] = [];
+      for (const e of entries.values()) {
+        if (e.count === 0) continue;
+        let acc = 0;
+        bounds.forEach((le, i) => {
+          acc += e.buckets[i]!;
+          out.push({ labels: { method: e.method, route: e.route, le }, value: acc, metricName: `${name}_bucket` });
+        });
+        out.push({ labels: { method: e.method, route: e.route, le: '+Inf' }, value: e.count, metricName: `${name}_bucket` });
+        out.push({ labels: { method: e.method, route: e.route }, value: e.sum, metricName: `${name}_sum` });
+        out.push({ labels: { method: e.method, route: e.route }, value: e.count, metricName: `${name}_count` });
+      }
+      return out;
+    }) as never,
+  );
+  return { entry };
+}

@@ -65,28 +65,29 @@ export function installRateLimits(
   searched: ReadonlySet<string> = SEARCH_RATE_LIMITED,
 ) {
   const registered = new Set<string>();
+  // The hook goes only on the routes that have a limit, so the others (most of them) pay nothing.
+  // Route-level onRequest hooks run after the application's, so a 429 carries the request id.
   app.addHook('onRoute', (opts) => {
     registered.add(opts.url);
+    const fixed = table.get(opts.url);
+    if (fixed === undefined && !searched.has(opts.url)) return;
+    const hook = (req: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
+      const name = fixed ?? (isSearch((req.query as Record<string, unknown> | undefined)?.q) ? 'search' : undefined);
+      if (name === undefined) return done();
+      const d = limits.take(name, req.ip);
+      if (!d) return done();
+      reply.headers(rateLimitHeaders(d));
+      if (!d.allowed) {
+        sendProblem(reply, 'rate_limited', rateLimitMessage(d));
+        return;
+      }
+      done();
+    };
+    opts.onRequest = opts.onRequest === undefined ? [hook] : [...(Array.isArray(opts.onRequest) ? opts.onRequest : [opts.onRequest]), hook];
   });
   app.addHook('onReady', async () => {
     const missing = [...table.keys(), ...searched].filter((url) => !registered.has(url));
     if (missing.length > 0) throw new Error(`rate limits name routes that do not exist: ${missing.join(', ')}`);
-  });
-  // A callback hook, not an async one: it runs on every request of every route, and most have no
-  // limit, so it should not cost a promise each.
-  app.addHook('onRequest', (req: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
-    // The route the router matched, whatever the spelling of the URL (undefined on 404).
-    const url = req.routeOptions.url;
-    const name = url === undefined ? undefined : (table.get(url) ?? (searched.has(url) && isSearch((req.query as Record<string, unknown> | undefined)?.q) ? 'search' : undefined));
-    if (name === undefined) return done();
-    const d = limits.take(name, req.ip);
-    if (!d) return done();
-    reply.headers(rateLimitHeaders(d));
-    if (!d.allowed) {
-      sendProblem(reply, 'rate_limited', rateLimitMessage(d));
-      return;
-    }
-    done();
   });
 }
 

@@ -15,25 +15,33 @@ import { PROBLEMS, PROBLEM_CONTENT_TYPE, problemBody, type ProblemCode } from '.
  */
 export const LINGER_MS = 2_000;
 
-/** Requests of one HTTP/1.1 connection whose responses have not closed yet (pipelined ones queue). */
-const inFlight = new WeakMap<Socket, Set<{ req: IncomingMessage; res: ServerResponse }>>();
+/** What this module knows of one HTTP/1.1 connection (one object per connection, not per request). */
+interface ConnectionState {
+  /** Responses not closed yet (pipelined requests queue); `res.req` is their request. */
+  readonly pending: Set<ServerResponse>;
+  /** Bytes read from the connection when its last response closed: more since then is a next request starting. */
+  readAtLastResponse: number;
+}
+const connections = new WeakMap<Socket, ConnectionState>();
 /** Connections already answered here: node's parser reports the same error again for every later chunk. */
 const answered = new WeakSet<Socket>();
 
-/** Bytes read from the connection when its last response closed: more since then is a next request starting. */
-const readAtLastResponse = new WeakMap<Socket, number>();
+/** One listener function for every response (no closure per request: this runs on every request). */
+function responseClosed(this: ServerResponse): void {
+  const socket = this.req.socket as Socket | null;
+  const state = socket ? connections.get(socket) : undefined;
+  if (!state) return;
+  state.pending.delete(this);
+  state.readAtLastResponse = socket!.bytesRead;
+}
 
 /** 'request' listener of the HTTP/1.1 server, registered before the application's handler. */
 export function trackResponse(req: IncomingMessage, res: ServerResponse): void {
   const socket = req.socket;
-  let pending = inFlight.get(socket);
-  if (!pending) inFlight.set(socket, (pending = new Set()));
-  const entry = { req, res };
-  pending.add(entry);
-  res.once('close', () => {
-    pending.delete(entry);
-    readAtLastResponse.set(socket, socket.bytesRead);
-  });
+  let state = connections.get(socket);
+  if (!state) connections.set(socket, (state = { pending: new Set(), readAtLastResponse: 0 }));
+  state.pending.add(res);
+  res.on('close', responseClosed);
 }
 
 /**
@@ -42,12 +50,12 @@ export function trackResponse(req: IncomingMessage, res: ServerResponse): void {
  * keep-alive between requests).
  */
 export function waitingFor(socket: Socket): 'client' | 'service' | 'idle' {
-  const pending = inFlight.get(socket);
-  if (pending && pending.size > 0) {
-    for (const { req } of pending) if (!req.complete) return 'client';
+  const state = connections.get(socket);
+  if (state && state.pending.size > 0) {
+    for (const res of state.pending) if (!res.req.complete) return 'client';
     return 'service';
   }
-  return socket.bytesRead > (readAtLastResponse.get(socket) ?? 0) ? 'client' : 'idle';
+  return socket.bytesRead > (state?.readAtLastResponse ?? 0) ? 'client' : 'idle';
 }
 
 /** The error node's own request deadlines report, for a stall found by the inactivity timer. */
@@ -130,7 +138,7 @@ export function answerClientError(err: NodeJS.ErrnoException, socket: Socket, wa
   }
   const answer = answerFor(err);
   // Only complete requests are owed a response; an incomplete one is the request this answer refuses.
-  const owed = [...(inFlight.get(socket) ?? [])].filter((e) => e.req.complete);
+  const owed = [...(connections.get(socket)?.pending ?? [])].filter((res) => res.req.complete);
   if (owed.length === 0) {
     endWithAnswer(socket, answer);
     return;
@@ -139,7 +147,7 @@ export function answerClientError(err: NodeJS.ErrnoException, socket: Socket, wa
   const giveUp = setTimeout(() => socket.destroy(), waitMs);
   giveUp.unref();
   socket.once('close', () => clearTimeout(giveUp));
-  for (const { res } of owed) {
+  for (const res of owed) {
     res.once('close', () => {
       if (--left > 0) return;
       clearTimeout(giveUp);

@@ -61,7 +61,8 @@ export function complianceRoutes(app: FastifyInstance, { services }: RouteDeps) 
         GetComplianceExportResponseSchema,
         await services.compliance.getComplianceExport({ serverUrl: q.server_url, agentId: q.agent_id, startDate: q.start_date, endDate: q.end_date }),
       );
-      reply.header('vary', 'accept');
+      // Added to the Vary: Origin every answer carries (src/http/cors.ts), not in its place.
+      reply.header('vary', 'Origin, Accept');
       if (!csv) return body;
       const period = body.period as Record<string, string>;
       const file = `compliance-${String(body.server_url).replace(/[^a-z0-9]+/gi, '-').slice(0, 80)}-${period.start_date}-${period.end_date}.csv`;

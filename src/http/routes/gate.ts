@@ -57,7 +57,7 @@ export function gateRoutes(app: FastifyInstance, { services }: { services: { gat
       });
     };
     // OPTIONS here is a gateway asking about an OPTIONS request, not a browser's CORS preflight:
-    // the CORS plugin adds its headers but leaves the answer to the gate.
+    // the CORS hook (src/http/cors.ts) adds its headers but leaves the answer to the gate.
     const config = { cors: { preflight: false } };
     scope.route({ method: [...GATE_METHODS], url: '/v1/gate', config, handler });
     scope.route({ method: [...GATE_METHODS], url: '/v1/gate/*', config, handler });
