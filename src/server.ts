@@ -7,6 +7,7 @@ import { openDatabase, type Db } from './db/index.js';
 import { createDualProtocolServer, type DualProtocolServer } from './http/listener.js';
 import { createMetrics } from './http/metrics.js';
 import { installCors } from './http/cors.js';
+import { lazyRequestLogger } from './http/request-logger.js';
 import { connectPlugin } from './http/connect-adapter.js';
 import { installProblemHandlers, sendProblem, trackRoutes } from './http/problem.js';
 import { answerClientError } from './http/socket-answers.js';
@@ -122,6 +123,8 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
               res: (res) => ({ statusCode: res.statusCode }),
             },
           },
+    // Each request's child logger is made when it first logs (src/http/request-logger.ts).
+    ...(opts.logger === false ? {} : { childLoggerFactory: lazyRequestLogger }),
     // Per-request lines only at debug: the hot paths should not pay for a log line each.
     logController: new LogController({ disableRequestLogging: config.logLevel !== 'debug' && config.logLevel !== 'trace' }),
   });

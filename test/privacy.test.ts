@@ -79,6 +79,10 @@ describe(`privacy (${backend})`, () => {
     const logText = logs.join('');
     expect(logs.length).toBeGreaterThan(5); // request logging was on
     expect(logText).toContain('/api/report');
+    // Request lines come from each request's own logger (made when it first logs): they carry its id.
+    const reqLines = logs.map((l) => JSON.parse(l) as { reqId?: string; req?: { url?: string } }).filter((l) => l.req?.url === '/api/report');
+    expect(reqLines.length).toBeGreaterThan(0);
+    for (const l of reqLines) expect(l.reqId).toMatch(/^[0-9a-f-]{36}$/);
     for (const needle of NEEDLES) {
       expect(dump.includes(needle), `database contains ${needle}`).toBe(false);
       expect(logText.includes(needle), `logs contain ${needle}`).toBe(false);

@@ -75,6 +75,24 @@ const VERDICTS: readonly string[] = ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'];
  * TrustService.GetDemand. The score comes from the trust service's public scoreFor; pre-flight
  * writes only a receipt and a demand row, neither of which any score reads.
  */
+/**
+ * The identity of a pre-flight claim (receipts are shared per claim within RECEIPT_SHARE_MS):
+ * every member of the statement, joined with NUL, which none of them can hold (the target is
+ * refused with control characters; URLs are canonical; names come from the database, which
+ * cannot store NUL); a nullable member is '-' when null and '+' and its value otherwise. Built per call, so plain concatenation instead of JSON.stringify of the whole
+ * statement; only the caller's extra members (the gateway's decision) and anomaly flags are JSON.
+ */
+export function claimKey(
+  kind: string,
+  s: { target: string; server_url: string | null; name: string | null; tracked: boolean; verdict: string; trust_score: number | null; recommendation: string; total_interactions: number; anomaly_flags: readonly string[] },
+  extra: Record<string, unknown> | undefined,
+): string {
+  return (
+    `${kind}\u0000${s.target}\u0000${s.server_url === null ? '-' : `+${s.server_url}`}\u0000${s.tracked ? 1 : 0}\u0000${s.name === null ? '-' : `+${s.name}`}\u0000${s.verdict}\u0000${s.trust_score ?? ''}` +
+    `\u0000${s.recommendation}\u0000${s.total_interactions}\u0000${s.anomaly_flags.length === 0 ? '' : JSON.stringify(s.anomaly_flags)}\u0000${extra === undefined ? '' : JSON.stringify(extra)}`
+  );
+}
+
 export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustService, 'scoreFor'>) {
   const { db, now, receipts } = deps;
   const demand = demandStore(db);
@@ -157,7 +175,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     // One signature per claim, not per call: the same statement within RECEIPT_SHARE_MS shares
     // the receipt (and its checked_at). A receipt never names the caller, so sharing tells no one
     // anything about anyone else.
-    const key = `${kind}\u0000${JSON.stringify(statement)}`;
+    const key = claimKey(kind, statement, opts.claim);
     let entry = shared.get(key);
     const mono = performance.now();
     if (entry && (mono - entry.mono >= RECEIPT_SHARE_MS || at.getTime() - entry.at >= RECEIPT_SHARE_MS || at.getTime() < entry.at)) {

@@ -149,6 +149,24 @@ interface ListOptions {
   all?: boolean;
 }
 
+const listed = new WeakMap<object, { row: RegistryListingRow; res: MessageInitShape<typeof GetTrustResponseSchema> }>();
+
+/**
+ * A trust answer with the server's registry listing spread onto it (answers are plain init
+ * objects, never created messages). The same answer and listing row give the same object, so its
+ * JSON text is built once (src/http/rest-json.ts) for a listed server too, not per read. A module
+ * function, not a closure made per request: tsx (esbuild keepNames) names every such closure with
+ * Object.defineProperty when it is created.
+ */
+function withListing(r: MessageInitShape<typeof GetTrustResponseSchema>, row: RegistryListingRow | null): MessageInitShape<typeof GetTrustResponseSchema> {
+  if (!row) return r;
+  const known = listed.get(r);
+  if (known?.row === row) return known.res;
+  const res = { ...r, registry: listingMessage(row) } as MessageInitShape<typeof GetTrustResponseSchema>;
+  listed.set(r, { row, res });
+  return res;
+}
+
 export function createTrustService({ db, config, now }: ServiceDeps) {
   const servers = serverStore(db);
   const telemetry = telemetryStore(db);
@@ -404,11 +422,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       // Both from memory when fresh; each a single statement otherwise (issue 23).
       const [c, { driftFlags, mcp, listing }] = await Promise.all([engine.current(tracked, at), serverFacts(db, tracked.id, at)]);
       const server = c.server;
-      const registry = listingMessage(listing);
       const known = driftFlags.length === 0 ? trustResponses.get(c) : undefined;
-      // Responses are plain init objects (never created messages), so the listing spreads onto them.
-      const withListing = (r: MessageInitShape<typeof GetTrustResponseSchema>) => (registry ? ({ ...r, registry } as MessageInitShape<typeof GetTrustResponseSchema>) : r);
-      if (known && known.mcp === mcp) return withListing(known.res);
+      if (known && known.mcp === mcp) return withListing(known.res, listing);
       const flags = [...c.anomaly.flags, ...driftFlags, ...(mcp?.flags ?? [])];
       const n = c.totals?.n ?? 0;
       const res: MessageInitShape<typeof GetTrustResponseSchema> = {
@@ -439,7 +454,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
         serverCard: mcp?.serverCard ?? undefined,
       };
       if (driftFlags.length === 0) trustResponses.set(c, { mcp, res });
-      return withListing(res);
+      return withListing(res, listing);
     },
 
     async getLeaderboard(req: Partial<GetLeaderboardRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetLeaderboardResponseSchema>> {
