@@ -45,14 +45,49 @@ export interface CallContext {
 /** The client's address as decided by TRUST_PROXY; in memory only, never stored or logged. */
 export const clientAddressKey = createContextKey<string | undefined>(undefined, { description: 'client address' });
 
-export function callContext(headers: Record<string, string | string[] | undefined>, clientAddress?: string): CallContext {
-  const h = new Headers();
-  for (const [k, v] of Object.entries(headers)) {
-    if (v === undefined) continue;
-    if (Array.isArray(v)) for (const x of v) h.append(k, x);
-    else h.set(k, v);
+/**
+ * The CallContext of a REST adapter, from the fastify request's headers. Its fetch Headers
+ * (undici validates every name and value) are built only when something reads them: most calls
+ * read one header or none, and `requestHeaderValue` reads a raw one without building anything.
+ */
+class RestCallContext implements CallContext {
+  #requestHeader: Headers | undefined;
+  #responseHeader: Headers | undefined;
+  readonly values: ContextValues;
+  constructor(
+    readonly raw: Record<string, string | string[] | undefined>,
+    clientAddress: string | undefined,
+  ) {
+    this.values = createContextValues().set(clientAddressKey, clientAddress);
   }
-  return { requestHeader: h, values: createContextValues().set(clientAddressKey, clientAddress), responseHeader: new Headers() };
+  get requestHeader(): Headers {
+    if (this.#requestHeader === undefined) {
+      const h = new Headers();
+      for (const [k, v] of Object.entries(this.raw)) {
+        if (v === undefined) continue;
+        if (Array.isArray(v)) for (const x of v) h.append(k, x);
+        else h.set(k, v);
+      }
+      this.#requestHeader = h;
+    }
+    return this.#requestHeader;
+  }
+  get responseHeader(): Headers {
+    return (this.#responseHeader ??= new Headers());
+  }
+}
+
+export function callContext(headers: Record<string, string | string[] | undefined>, clientAddress?: string): CallContext {
+  return new RestCallContext(headers, clientAddress);
+}
+
+/** One request header (lower-case name), as Headers.get gives it, without building Headers for a REST call. */
+export function requestHeaderValue(ctx: CallContext | undefined, name: string): string | null {
+  if (ctx instanceof RestCallContext) {
+    const v = ctx.raw[name];
+    return v === undefined ? null : Array.isArray(v) ? v.join(', ') : v;
+  }
+  return ctx?.requestHeader.get(name) ?? null;
 }
 
 /** For calls that read nothing from the request context (most reads). */

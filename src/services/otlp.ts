@@ -6,7 +6,7 @@ import type { ReportRequest } from '../../gen/observatory/v1/telemetry_pb.js';
 import { createSpanJoin, type Joined } from '../domain/otlp-join.js';
 import { createHistogramStreams, latenciesOf, readMetrics } from '../domain/otlp-metrics.js';
 import { readTraces } from '../domain/otlp-spans.js';
-import { clientAddressKey, type CallContext, type ServiceDeps } from './context.js';
+import { clientAddressKey, requestHeaderValue, type CallContext, type ServiceDeps } from './context.js';
 import { serverResolver } from './otlp-servers.js';
 import type { TelemetryService } from './telemetry.js';
 
@@ -29,7 +29,7 @@ export type OtlpOutcome = 'report' | 'ignored' | 'invalid' | 'unresolved' | 'hel
 /** Only what the report source needs, detached from the request: the Bearer key and the client address. */
 function sourceContext(ctx: CallContext | undefined): CallContext {
   const headers = new Headers();
-  const auth = ctx?.requestHeader.get('authorization');
+  const auth = requestHeaderValue(ctx, 'authorization');
   if (auth) headers.set('authorization', auth);
   return { requestHeader: headers, values: createContextValues().set(clientAddressKey, ctx?.values.get(clientAddressKey)) };
 }

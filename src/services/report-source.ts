@@ -5,7 +5,7 @@ import { clientNetwork } from '../domain/client-network.js';
 import { keySource, sourceFamily } from '../domain/scoring.js';
 import { apiKeyStore } from '../store/api-keys.js';
 import { sourceSecretStore } from '../store/source-secrets.js';
-import { clientAddressKey, type CallContext } from './context.js';
+import { clientAddressKey, requestHeaderValue, type CallContext } from './context.js';
 import { BoundedMap } from '../store/cache-limits.js';
 
 /** Source of reports that carry neither a key nor a known address (in-process callers, tools). */
@@ -78,7 +78,7 @@ export function reportSourceResolver(db: Queryable) {
   const known = new BoundedMap<string, string | null>();
 
   return async function sourceOf(ctx: CallContext | undefined, now: Date): Promise<ReportSource> {
-    const token = bearerToken(ctx?.requestHeader.get('authorization') ?? null);
+    const token = bearerToken(requestHeaderValue(ctx, 'authorization'));
     if (token !== null && token !== 'malformed') {
       const hash = hashApiKey(token);
       let family = known.get(hash);
