@@ -151,6 +151,9 @@ interface ListOptions {
 
 const listed = new WeakMap<object, { row: RegistryListingRow; res: MessageInitShape<typeof GetTrustResponseSchema> }>();
 
+/** trust.scoreFor's answer per score summary (the engine hands out one summary object per computation). */
+const scoreViews = new WeakMap<ScoreSummary, { mcp: unknown; listing: RegistryListingRow | null; value: ScoreSummary & { server_card: ServerCardCheck | null; protocol_version: string | null; listing: RegistryListingRow | null } }>();
+
 /**
  * A trust answer with the server's registry listing spread onto it (answers are plain init
  * objects, never created messages). The same answer and listing row give the same object, so its
@@ -384,14 +387,20 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     async scoreFor(server: ServerRow): Promise<ScoreSummary & { server_card: ServerCardCheck | null; protocol_version: string | null; listing: RegistryListingRow | null }> {
       const at = now();
       const [s, { driftFlags, mcp, listing }] = await Promise.all([engine.scoreFor(server, at), serverFacts(db, server.id, at)]);
+      // The same summary, probe view and listing give the same (never mutated) answer: built once
+      // per summary instead of per pre-flight (drift flags depend on the time, so not with them).
+      const known = driftFlags.length === 0 ? scoreViews.get(s) : undefined;
+      if (known && known.mcp === mcp && known.listing === listing) return known.value;
       const extra = [...driftFlags, ...(mcp?.flags ?? [])];
-      return {
+      const value = {
         ...s,
         anomaly_flags: extra.length > 0 ? [...s.anomaly_flags, ...extra] : s.anomaly_flags,
         server_card: mcp?.serverCard ?? null,
         protocol_version: mcp?.protocolVersion ?? null,
         listing,
       };
+      if (driftFlags.length === 0) scoreViews.set(s, { mcp, listing, value });
+      return value;
     },
 
     /**
