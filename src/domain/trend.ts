@@ -35,8 +35,8 @@ export function groupDeltas(servers: readonly DeltaInput[], windowStart: Date): 
     if (s.trust_score === null) continue;
     if (s.prev_score !== null && s.registered_at.getTime() <= windowStart.getTime()) {
       const delta = Math.round((s.trust_score - s.prev_score) * 10) / 10;
-      if (delta > DELTA_THRESHOLD) g.servers_improved.push({ ...s, delta });
-      else if (delta < -DELTA_THRESHOLD) g.servers_degraded.push({ ...s, delta });
+      if (delta > DELTA_THRESHOLD) g.servers_improved.push(Object.assign({}, s, { delta }));
+      else if (delta < -DELTA_THRESHOLD) g.servers_degraded.push(Object.assign({}, s, { delta }));
     }
     if (s.trust_score < FAIL_THRESHOLD) g.servers_at_risk.push(s);
   }

@@ -175,9 +175,9 @@ export function gateBody(o: GateOutcome, publicBaseUrl: string): Record<string, 
     receipt_url: o.receiptId === null ? null : `${publicBaseUrl}/v1/receipt/${o.receiptId}`,
     cached_verdict: o.cached,
     decided_at: o.decidedAt,
-    ...(o.bundle
-      ? { bundle: { bundle_id: o.bundle.bundleId, issued_at: o.bundle.issuedAt, expires_at: o.bundle.expiresAt, age_seconds: o.bundle.ageSeconds } }
-      : {}),
+    // undefined (left out of the JSON) rather than a conditional spread, after which every member
+    // would be added slowly (docs/performance.md "Object spread").
+    bundle: o.bundle ? { bundle_id: o.bundle.bundleId, issued_at: o.bundle.issuedAt, expires_at: o.bundle.expiresAt, age_seconds: o.bundle.ageSeconds } : undefined,
     mcp_method: o.mcpMethod,
     tool_name: o.toolName,
     tool: o.tool ? toolFindingJson(o.tool) : null,
@@ -293,7 +293,7 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
       mcpMethod,
       toolName,
       tool: finding,
-      ...(headerProblem ? { headerProblem } : {}),
+      headerProblem,
       allow: d.allow,
       reason: d.reason,
       upstream: resolved.upstream,

@@ -160,8 +160,9 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     const recommendation = RECOMMENDATIONS[verdict];
     const at = now();
     const kind = opts.kind ?? 'preflight';
-    const statement = {
-      ...opts.claim,
+    // Object.assign, not `{ ...opts.claim, target, ... }`: on Node 20 each member added after a
+    // spread of a non-empty object costs ~0.5 us (docs/performance.md "Object spread").
+    const statement = Object.assign({}, opts.claim, {
       target,
       server_url: serverUrl,
       name: server?.name ?? null,
@@ -171,7 +172,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       recommendation,
       total_interactions: totalInteractions,
       anomaly_flags: anomalyFlags,
-    };
+    });
     // One signature per claim, not per call: the same statement within RECEIPT_SHARE_MS shares
     // the receipt (and its checked_at). A receipt never names the caller, so sharing tells no one
     // anything about anyone else.

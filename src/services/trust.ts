@@ -165,7 +165,7 @@ function withListing(r: MessageInitShape<typeof GetTrustResponseSchema>, row: Re
   if (!row) return r;
   const known = listed.get(r);
   if (known?.row === row) return known.res;
-  const res = { ...r, registry: listingMessage(row) } as MessageInitShape<typeof GetTrustResponseSchema>;
+  const res = Object.assign({}, r, { registry: listingMessage(row) }) as MessageInitShape<typeof GetTrustResponseSchema>;
   listed.set(r, { row, res });
   return res;
 }
@@ -392,13 +392,12 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       const known = driftFlags.length === 0 ? scoreViews.get(s) : undefined;
       if (known && known.mcp === mcp && known.listing === listing) return known.value;
       const extra = [...driftFlags, ...(mcp?.flags ?? [])];
-      const value = {
-        ...s,
+      const value = Object.assign({}, s, {
         anomaly_flags: extra.length > 0 ? [...s.anomaly_flags, ...extra] : s.anomaly_flags,
         server_card: mcp?.serverCard ?? null,
         protocol_version: mcp?.protocolVersion ?? null,
         listing,
-      };
+      });
       if (driftFlags.length === 0) scoreViews.set(s, { mcp, listing, value });
       return value;
     },
@@ -458,7 +457,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
           serverCount: c.baseline.server_count,
         },
         anomaly: { isAnomalous: flags.length > 0, anomalyFlags: flags },
-        scoreBreakdown: { ...c.breakdown, anomaly_details: c.anomaly.details, computed_at: c.computed_at.toISOString() },
+        scoreBreakdown: Object.assign({}, c.breakdown, { anomaly_details: c.anomaly.details, computed_at: c.computed_at.toISOString() }),
         verdict: c.verdict,
         serverCard: mcp?.serverCard ?? undefined,
       };
@@ -737,7 +736,7 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       const ratedIds = new Set(rated.map((r) => r.id));
       const extra = (await scores.serverRows([...drifted].filter((id) => !ratedIds.has(id))))
         .filter((r) => category === null || r.category === category)
-        .map((r): RankedServer => ({ ...r, trust_score: null, verdict: null, computed_at: null, anomaly_flags: null, n: 0, successes: 0, latency_sum: 0, last_at: null }));
+        .map((r): RankedServer => Object.assign({}, r, { trust_score: null, verdict: null, computed_at: null, anomaly_flags: null, n: 0, successes: 0, latency_sum: 0, last_at: null }));
       return [...rated, ...extra]
         .map((r) => {
           const rated = r.n > 0 && r.trust_score !== null;

@@ -43,7 +43,7 @@ export function createReceiptIssuer(deps: { db: Queryable; keyring: KeyRing; iss
     async issue(kind: ReceiptKind, sub: string, claim: Record<string, unknown>, opts: { persist?: boolean; db?: Queryable } = {}): Promise<IssuedReceipt> {
       const issuedAt = deps.now();
       const receiptId = newReceiptId();
-      const payload = { ...claim, iss: deps.issuer, sub, iat: Math.floor(issuedAt.getTime() / 1000), jti: receiptId, kind };
+      const payload = Object.assign({}, claim, { iss: deps.issuer, sub, iat: Math.floor(issuedAt.getTime() / 1000), jti: receiptId, kind });
       const { jws, kid } = await deps.keyring.sign(payload);
       if (opts.persist !== false) {
         await (opts.db ? receiptStore(opts.db) : store).insert({ receipt_id: receiptId, kind, sub, issued_at: issuedAt, kid, claim: payload, jws });

@@ -238,7 +238,7 @@ export function demandStore(db: Queryable) {
         fail: number | null;
         unrated: number | null;
       }>(`${groupedTargets(since, '$2')} ORDER BY checks DESC, last_checked_at DESC, target LIMIT $1`, since === null ? [limit] : [limit, since]);
-      return rows.map((r) => ({ ...r, ...mix(r) }));
+      return rows.map((r) => Object.assign({}, r, mix(r)));
     },
 
     /**
@@ -255,7 +255,7 @@ export function demandStore(db: Queryable) {
           ORDER BY g.checks DESC, g.us DESC, g.target COLLATE "C" LIMIT $1`,
         since === null ? [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null] : [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null, since],
       );
-      return rows.map(({ us: _us, ...r }: typeof rows[number] & { us?: number }) => ({ ...r, checks: Number(r.checks), last_us: Number(r.last_us), ...mix(r) }));
+      return rows.map(({ us: _us, ...r }: typeof rows[number] & { us?: number }) => Object.assign(r, { checks: Number(r.checks), last_us: Number(r.last_us) }, mix(r)));
     },
 
     /** Pre-flight checks per category of the tracked server they named (category null: targets not tracked). */

@@ -126,14 +126,14 @@ export function rollupStatements(rows: readonly RawRow[]): Statement[] {
   for (const r of rows) {
     const t = r.at.getTime();
     let tot = totals.get(r.serverId);
-    if (!tot) totals.set(r.serverId, (tot = { ...newSums(), first: t, last: t }));
+    if (!tot) totals.set(r.serverId, (tot = Object.assign(newSums(), { first: t, last: t })));
     addTo(tot, r);
     tot.first = Math.min(tot.first, t);
     tot.last = Math.max(tot.last, t);
     const bucket = Math.floor(t / HOUR_MS) * HOUR_MS;
     const hk = `${r.serverId}|${bucket}|${r.source}`;
     let h = hourly.get(hk);
-    if (!h) hourly.set(hk, (h = { ...newSums(), serverId: r.serverId, bucket, source: r.source }));
+    if (!h) hourly.set(hk, (h = Object.assign(newSums(), { serverId: r.serverId, bucket, source: r.source })));
     addTo(h, r);
     const ek = `${r.serverId}|${r.source}`;
     let e = evidence.get(ek);
@@ -186,7 +186,7 @@ export function rollupStatements(rows: readonly RawRow[]): Statement[] {
   ]);
 
   // Each group is decayed to its newest report, then merged with the stored accumulator.
-  const ev = [...evidence.values()].map((e) => ({ ...e, ...decayedGroup(e.at, e.items) })).sort((a, b) => a.serverId - b.serverId || cmp(a.source, b.source));
+  const ev = [...evidence.values()].map((e) => Object.assign({}, e, decayedGroup(e.at, e.items))).sort((a, b) => a.serverId - b.serverId || cmp(a.source, b.source));
   stmts.push([
     `INSERT INTO trust_evidence AS e (server_id, source, weight, successes, latency_sum, reports, updated_at)
      SELECT * FROM unnest($1::int8[], $2::text[], $3::float8[], $4::float8[], $5::float8[], $6::int8[], $7::timestamptz[])
@@ -218,7 +218,7 @@ export function rollupStatements(rows: readonly RawRow[]): Statement[] {
   }
   if (toolGroups.size > 0) {
     const tev = [...toolGroups.values()]
-      .map((g) => ({ ...g, ...decayedGroup(g.at, g.items) }))
+      .map((g) => Object.assign({}, g, decayedGroup(g.at, g.items)))
       .sort((a, b) => a.serverId - b.serverId || cmp(a.tool, b.tool) || cmp(a.source, b.source));
     stmts.push([
       `INSERT INTO tool_evidence AS e (server_id, tool_name, source, weight, successes, latency_sum, reports, updated_at)

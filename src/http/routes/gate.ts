@@ -49,7 +49,8 @@ export function gateRoutes(app: FastifyInstance, { services }: { services: { gat
         'http',
         callContext(req.headers, req.ip),
       );
-      const decisionHeaders = { ...gateHeaders(o), 'cache-control': 'no-store' };
+      const decisionHeaders = gateHeaders(o);
+      decisionHeaders['cache-control'] = 'no-store';
       if (o.allow) return reply.code(200).headers(decisionHeaders).send(gate.body(o));
       return sendProblem(reply, 'forbidden', denialDetail(o), {
         extra: gate.body(o),
