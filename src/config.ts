@@ -100,6 +100,12 @@ export interface BundleConfig {
   cacheSeconds: number;
   /** BUNDLE_DELTA_RETENTION_HOURS (default 168): how long an earlier bundle can be named by ?since=. */
   deltaRetentionHours: number;
+  /**
+   * BUNDLE_CACHE_MAX_ENTRIES (default 8): built bundles kept in memory, per process: at most this
+   * many filter sets and this many deltas, the oldest dropped first. Not CACHE_MAX_ENTRIES: each
+   * entry is a whole-catalogue document (~56 MB at 100,000 servers, plus its compressed forms).
+   */
+  cacheMaxEntries: number;
 }
 
 export interface GateBundleConfig {
@@ -451,6 +457,7 @@ export function loadConfig(env: Env = process.env): Config {
       ttlSeconds: int(env, 'BUNDLE_TTL_SECONDS', 86_400, 300, 30 * 86_400),
       cacheSeconds: int(env, 'BUNDLE_CACHE_SECONDS', 60, 0, 3600),
       deltaRetentionHours: int(env, 'BUNDLE_DELTA_RETENTION_HOURS', 168, 1, 90 * 24),
+      cacheMaxEntries: int(env, 'BUNDLE_CACHE_MAX_ENTRIES', 8, 1, 1000),
     },
     gateBundle: gateBundle(env, dataDir),
   };

@@ -116,7 +116,8 @@ describe('Accept-Encoding', () => {
 describe('bundle settings', () => {
   it('have defaults and refuse bad values with one line naming the variable', () => {
     const c = loadConfig({});
-    expect(c.bundle).toEqual({ ttlSeconds: 86_400, cacheSeconds: 60, deltaRetentionHours: 168 });
+    expect(c.bundle).toEqual({ ttlSeconds: 86_400, cacheSeconds: 60, deltaRetentionHours: 168, cacheMaxEntries: 8 });
+    expect(loadConfig({ BUNDLE_CACHE_MAX_ENTRIES: '1' }).bundle.cacheMaxEntries).toBe(1);
     expect(c.gateBundle).toEqual({ url: null, jwks: null, refreshSeconds: 60, cacheFile: './data/gate-bundle.json' });
     expect(loadConfig({ GATE_BUNDLE_URL: 'https://obs.example.com/v1/bundle', GATE_BUNDLE_JWKS: '/etc/jwks.json', DATA_DIR: '/var/lib/obs/' }).gateBundle).toEqual({
       url: 'https://obs.example.com/v1/bundle',
@@ -128,6 +129,9 @@ describe('bundle settings', () => {
     expectConfigRefusal('BUNDLE_TTL_SECONDS', '10');
     expectConfigRefusal('BUNDLE_CACHE_SECONDS', 'x');
     expectConfigRefusal('BUNDLE_DELTA_RETENTION_HOURS', '0');
+    expectConfigRefusal('BUNDLE_CACHE_MAX_ENTRIES', '0');
+    expectConfigRefusal('BUNDLE_CACHE_MAX_ENTRIES', '1001');
+    expectConfigRefusal('BUNDLE_CACHE_MAX_ENTRIES', 'many');
     expectConfigRefusal('GATE_BUNDLE_URL', 'ftp://x');
     expectConfigRefusal('GATE_BUNDLE_REFRESH_SECONDS', '0');
     expectConfigRefusal('GATE_BUNDLE_JWKS', '/etc/jwks.json');

@@ -263,3 +263,45 @@ describe(`GET /v1/bundle (${backend})`, () => {
     expect(!notBundle.valid && notBundle.reason).toMatch(/not an observatory bundle/);
   });
 });
+
+describe(`BUNDLE_CACHE_MAX_ENTRIES: built bundles and deltas kept in memory (${backend})`, () => {
+  let small: TestApp;
+  beforeAll(async () => {
+    // Two of each kept; BUNDLE_CACHE_SECONDS=0, so every request reads the scores again and an
+    // unchanged state keeps its signed bytes (same ETag) only while its build is still kept.
+    small = await startTestApp({ BUNDLE_CACHE_MAX_ENTRIES: '2', BUNDLE_CACHE_SECONDS: '0', RATE_LIMIT_BUNDLE_PER_MINUTE: '0' });
+    for (let i = 0; i < 20; i++) {
+      await postJson(`${small.base}/api/report`, { server_url: PASS, success: true, latency_ms: 40 });
+      await postJson(`${small.base}/api/report`, { server_url: FAIL, success: false, latency_ms: 4000, http_status: 500 });
+    }
+    await postJson(`${small.base}/api/report`, { server_url: UNCERTAIN, success: true, latency_ms: 40 });
+  }, 120_000);
+  afterAll(async () => {
+    await small?.close();
+  });
+
+  it('keeps at most that many filter sets: a third drops the oldest, which is then signed again', async () => {
+    expect(small.config.bundle.cacheMaxEntries).toBe(2);
+    const get = (verdict: string, since?: string) => small.obs.services.bundle.get(since === undefined ? { verdict } : { verdict, since });
+    const pass = await get('PASS');
+    const fail = await get('FAIL');
+    // Both kept: the same state is served with the same bytes.
+    expect((await get('PASS')).etag).toBe(pass.etag);
+    expect((await get('FAIL')).etag).toBe(fail.etag);
+    // A third filter set drops the oldest (PASS, set again before FAIL was).
+    await get('UNCERTAIN');
+    const passAgain = await get('PASS');
+    expect(passAgain.bundleId).toBe(pass.bundleId);
+    expect(passAgain.etag).not.toBe(pass.etag);
+
+    // Deltas likewise: two kept, a third drops the oldest.
+    const ids = { PASS: passAgain.bundleId, FAIL: fail.bundleId, UNCERTAIN: (await get('UNCERTAIN')).bundleId };
+    const d1 = await get('PASS', ids.PASS);
+    expect((await get('PASS', ids.PASS)).etag).toBe(d1.etag);
+    await get('FAIL', ids.FAIL);
+    await get('UNCERTAIN', ids.UNCERTAIN);
+    const d1Again = await get('PASS', ids.PASS);
+    expect(d1Again.bundleId).toBe(d1.bundleId);
+    expect(d1Again.etag).not.toBe(d1.etag);
+  }, 60_000);
+});

@@ -5,7 +5,9 @@ import { createGrpcTransport } from '@connectrpc/connect-node';
 import { Authorization } from '../gen/envoy/service/auth/v3/external_auth_pb.js';
 import { HeaderValueOption_HeaderAppendAction } from '../gen/envoy/config/core/v3/base_pb.js';
 import { StatusCode } from '../gen/envoy/type/v3/http_status_pb.js';
-import { createGateService, preflightGateSource } from '../src/services/gate.js';
+import { createGateService, preflightGateSource, type GateAssessment, type GateVerdictSource } from '../src/services/gate.js';
+import { loadConfig } from '../src/config.js';
+import { cacheLimits, setCacheLimits } from '../src/store/cache-limits.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 import { aggregatesSettled } from './support/settle.js';
@@ -327,5 +329,50 @@ describe(`Envoy ext_authz gRPC with GATE_TRUSTED_HEADERS (headers the gateway se
     });
     expect(raw.httpResponse.case).toBe('okResponse');
     expect(raw.dynamicMetadata).toMatchObject({ upstream: PASS, trust_verdict: 'PASS' });
+  });
+});
+
+describe('the gate\'s caches are bounded by CACHE_MAX_ENTRIES (verdicts per upstream, facts per tool)', () => {
+  it('holds at most that many upstreams and tools, dropping the oldest first', async () => {
+    const at = new Date('2026-11-25T12:00:00Z');
+    const assessed = new Map<string, number>();
+    const toolReads = new Map<string, number>();
+    const source: GateVerdictSource = {
+      async assess(upstream) {
+        assessed.set(upstream, (assessed.get(upstream) ?? 0) + 1);
+        return { verdict: 'PASS', trustScore: 80, serverId: 1 } satisfies GateAssessment;
+      },
+      async tool(_a, tool) {
+        toolReads.set(tool, (toolReads.get(tool) ?? 0) + 1);
+        return { drift: null, evidence: { verdict: 'UNRATED', trustScore: null, reports: 0 } };
+      },
+      async record() {
+        return { receiptId: null, jws: null };
+      },
+    };
+    const config = loadConfig({});
+    expect(config.gate.cacheSeconds).toBeGreaterThan(0);
+    const gateService = createGateService({ config, now: () => at }, source);
+    const up = (i: number) => `https://bounded-${i}.example.com/mcp`;
+    const decide = (u: string, tool?: string) =>
+      gateService.decide({ gatewayHeaders: { 'x-mcp-server': u }, mcpHeaders: tool ? { 'mcp-method': 'tools/call', 'mcp-name': tool } : {} }, 'http');
+    const before = cacheLimits().maxEntries;
+    try {
+      setCacheLimits({ maxEntries: 3 });
+      for (let i = 0; i < 4; i++) expect(await decide(up(i))).toMatchObject({ allow: true, cached: false });
+      // The newest three are cached; the first was dropped and is looked up again.
+      for (let i = 1; i < 4; i++) expect(await decide(up(i))).toMatchObject({ cached: true });
+      expect(await decide(up(0))).toMatchObject({ cached: false });
+      expect(assessed.get(up(0))).toBe(2);
+      expect([1, 2, 3].map((i) => assessed.get(up(i)))).toEqual([1, 1, 1]);
+
+      for (let i = 0; i < 4; i++) expect(await decide(up(0), `tool_${i}`)).toMatchObject({ allow: true, toolName: `tool_${i}` });
+      for (let i = 1; i < 4; i++) await decide(up(0), `tool_${i}`);
+      expect([1, 2, 3].map((i) => toolReads.get(`tool_${i}`))).toEqual([1, 1, 1]);
+      await decide(up(0), 'tool_0');
+      expect(toolReads.get('tool_0')).toBe(2);
+    } finally {
+      setCacheLimits({ maxEntries: before });
+    }
   });
 });

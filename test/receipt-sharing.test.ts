@@ -1,6 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { migrate } from '../src/db/migrate.js';
 import { openPostgres } from '../src/db/postgres.js';
+import { cacheLimits, setCacheLimits } from '../src/store/cache-limits.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 import { aggregatesSettled } from './support/settle.js';
@@ -64,6 +65,47 @@ describe(`shared receipts (${backend})`, () => {
     expect(g.receipt_id).not.toBe(a.receipt_id);
     const stored = await json(fetch(`${t.base}/v1/receipt/${g.receipt_id}`));
     expect(stored.verification).toMatchObject({ valid: true });
+  }, 60_000);
+
+  it('holds at most CACHE_MAX_ENTRIES claims: a new claim drops the oldest, which then gets a receipt of its own', async () => {
+    const check = (target: string) => t.obs.services.preflight.preflight({ target });
+    const targets = [0, 1, 2, 3].map((i) => `https://share-bounded-${i}.example.com/mcp`);
+    const before = cacheLimits().maxEntries;
+    // performance.now() stands still: every check below falls within one RECEIPT_SHARE_MS.
+    vi.useFakeTimers({ toFake: ['performance'] });
+    try {
+      setCacheLimits({ maxEntries: 3 });
+      const first = [];
+      for (const u of targets) first.push(await check(u));
+      expect(new Set(first.map((a) => a.receiptId)).size).toBe(4);
+      // The newest three are still shared...
+      for (const i of [1, 2, 3]) expect((await check(targets[i]!)).receiptId).toBe(first[i]!.receiptId);
+      // ...the first claim was dropped: a new receipt.
+      const again = await check(targets[0]!);
+      expect(again.receiptId).not.toBe(first[0]!.receiptId);
+      for (const a of [...first, again]) await verifies(t.base, a.receiptId, a.diligenceReceipt);
+    } finally {
+      vi.useRealTimers();
+      setCacheLimits({ maxEntries: before });
+    }
+  }, 60_000);
+
+  it('a claim dropped while its receipt is being issued stays valid for every caller already holding it', async () => {
+    const before = cacheLimits().maxEntries;
+    try {
+      setCacheLimits({ maxEntries: 1 });
+      const targets = [0, 1, 2].map((i) => `https://share-evicted-${i}.example.com/mcp`);
+      // Concurrent checks of three claims through a map of one: each new claim drops the others mid-issue.
+      const answers = await Promise.all(Array.from({ length: 18 }, (_, i) => t.obs.services.preflight.preflight({ target: targets[i % 3]! })));
+      for (const [i, a] of answers.entries()) {
+        expect(a.target).toBe(targets[i % 3]);
+        const claim = JSON.parse(Buffer.from(a.diligenceReceipt.split('.')[1]!, 'base64url').toString());
+        expect(claim).toMatchObject({ jti: a.receiptId, target: a.target, checked_at: a.checkedAt });
+      }
+      for (const a of answers.filter((x, i) => answers.findIndex((y) => y.receiptId === x.receiptId) === i)) await verifies(t.base, a.receiptId, a.diligenceReceipt);
+    } finally {
+      setCacheLimits({ maxEntries: before });
+    }
   }, 60_000);
 
   it('demand counted in memory reaches the table within a second or so without any read', async () => {

@@ -77,6 +77,28 @@ describe('bounded caches (CACHE_MAX_ENTRIES)', () => {
       expect([...m.keys()]).toEqual(['c', 'a', 'd']);
       for (let i = 0; i < 1000; i++) m.set(`k${i}`, i);
       expect(m.size).toBe(3);
+      // A limit lowered at run time holds from the next set on, even of a key already there.
+      setCacheLimits({ maxEntries: 5 });
+      for (let i = 0; i < 5; i++) m.set(`n${i}`, i);
+      setCacheLimits({ maxEntries: 2 });
+      m.set('n3', 30);
+      expect([...m.entries()]).toEqual([
+        ['n4', 4],
+        ['n3', 30],
+      ]);
+      // A map given its own limit follows that one, not CACHE_MAX_ENTRIES; onEvict sees each entry dropped.
+      let own = 1;
+      const evicted: [string, number][] = [];
+      const b = new BoundedMap<string, number>(
+        () => own,
+        (k, v) => evicted.push([k, v]),
+      );
+      b.set('x', 1).set('y', 2);
+      expect([...b.keys()]).toEqual(['y']);
+      expect(evicted).toEqual([['x', 1]]);
+      own = 2;
+      b.set('z', 3);
+      expect([...b.keys()]).toEqual(['y', 'z']);
       expect(() => setCacheLimits({ maxEntries: 0 })).toThrow();
     } finally {
       setCacheLimits({ maxEntries: before });

@@ -3,6 +3,7 @@ import { Code, createClient } from '@connectrpc/connect';
 import { createConnectTransport } from '@connectrpc/connect-node';
 import { TrustService } from '../gen/observatory/v1/trust_pb.js';
 import { computeSkillTrust } from '../src/domain/skill-trust.js';
+import { cacheLimits, setCacheLimits } from '../src/store/cache-limits.js';
 import { expectProblem, json, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 import { recordedSkill, startClawHub, type ClawHubStandIn } from './support/clawhub.js';
@@ -78,6 +79,26 @@ describe(`GET /v1/trust?registry=clawhub (${backend})`, () => {
     clock = new Date(clock.getTime() + 61_000);
     await trust('registry=clawhub&skill=gog');
     expect(hub.hits.get('gog')).toBe(before + 1);
+  });
+
+  it('keeps at most CACHE_MAX_ENTRIES registry answers, dropping the oldest first', async () => {
+    const slugs = ['gog', 'fresh-skill', 'sus-skill', 'bad-skill'];
+    const hits = () => slugs.map((s) => hub.hits.get(s) ?? 0);
+    const before = cacheLimits().maxEntries;
+    try {
+      setCacheLimits({ maxEntries: 3 });
+      // A new minute: every answer is read from the registry once, in this order.
+      clock = new Date(clock.getTime() + 61_000);
+      for (const s of slugs) expect((await trust(`registry=clawhub&skill=${s}`)).status).toBe(200);
+      const read = hits();
+      // The newest three are cached; the first was dropped and is read again.
+      for (const s of slugs.slice(1)) await trust(`registry=clawhub&skill=${s}`);
+      expect(hits()).toEqual(read);
+      await trust('registry=clawhub&skill=gog');
+      expect(hits()).toEqual([read[0]! + 1, ...read.slice(1)]);
+    } finally {
+      setCacheLimits({ maxEntries: before });
+    }
   });
 
   it('502 problem+json when the registry is down or answers garbage', async () => {

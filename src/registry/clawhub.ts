@@ -1,4 +1,5 @@
 import type { ClawHubSkillAnswer } from '../domain/skill-trust.js';
+import { BoundedMap } from '../store/cache-limits.js';
 
 // ClawHub reader (DECISIONS.md "Skill registry"): GET {CLAWHUB_API_URL}/skills/{slug}, with a
 // short in-memory cache. The fetch function is injectable; by default it is the global fetch with
@@ -8,7 +9,6 @@ import type { ClawHubSkillAnswer } from '../domain/skill-trust.js';
 export type FetchFn = (url: string, init: { signal: AbortSignal; headers: Record<string, string> }) => Promise<Response>;
 
 export const SKILL_CACHE_TTL_MS = 60_000;
-const CACHE_MAX = 500;
 const TIMEOUT_MS = 5000;
 const MAX_BYTES = 1024 * 1024;
 
@@ -45,7 +45,8 @@ function isAnswer(x: unknown): x is ClawHubSkillAnswer {
 export function createClawHubClient(opts: { baseUrl: string; now: () => Date; fetch?: FetchFn; ttlMs?: number }) {
   const doFetch: FetchFn = opts.fetch ?? ((url, init) => fetch(url, { ...init, redirect: 'error' }));
   const ttl = opts.ttlMs ?? SKILL_CACHE_TTL_MS;
-  const cache = new Map<string, { at: number; value: RegistryLookup }>();
+  // Bounded by CACHE_MAX_ENTRIES (src/store/cache-limits.ts): the oldest answers go first.
+  const cache = new BoundedMap<string, { at: number; value: RegistryLookup }>();
   const inflight = new Map<string, Promise<RegistryLookup>>();
 
   async function load(slug: string): Promise<RegistryLookup> {
@@ -87,7 +88,6 @@ export function createClawHubClient(opts: { baseUrl: string; now: () => Date; fe
         inflight.set(slug, p);
       }
       const value = await p;
-      if (cache.size >= CACHE_MAX) cache.delete(cache.keys().next().value as string);
       cache.set(slug, { at: t, value });
       return value;
     },

@@ -17,6 +17,7 @@ import {
 } from '../domain/bundle.js';
 import { invalidArgument, ObservatoryError } from '../errors.js';
 import { bundleStore } from '../store/bundles.js';
+import { BoundedMap } from '../store/cache-limits.js';
 import { CARD_FLAG_WINDOW_MS } from './mcp-probe.js';
 import type { ServiceDeps } from './context.js';
 import type { TrustEngine } from './trust-engine.js';
@@ -29,12 +30,6 @@ const gzipAsync = promisify(gzip);
 const gunzipAsync = promisify(gunzip);
 const brotliAsync = promisify(brotliCompress);
 const DAY_MS = 86_400_000;
-/**
- * Most filter sets (and deltas) whose built bundle is kept in memory at once. A full bundle of
- * 100,000 servers is ~56 MB (plus its compressed forms): a client cycling through filter sets
- * must not make the process hold hundreds of them.
- */
-const MAX_CACHED = 8;
 
 export type BundleEncoding = 'br' | 'gzip' | 'identity';
 
@@ -92,9 +87,14 @@ function served(file: BundleFile, jti: string, serverCount: number, iat: number,
 export function createBundleService(deps: Pick<ServiceDeps, 'db' | 'config' | 'now' | 'keyring'>, trust: { engine: Pick<TrustEngine, 'refreshNewEvidence'> }) {
   const { db, config, now, keyring } = deps;
   const store = bundleStore(db);
-  const full = new Map<string, FullBuild>();
+  // Built bundles by filter set, and deltas by filter set and `since`: at most
+  // BUNDLE_CACHE_MAX_ENTRIES of each (default 8), the oldest dropped first. A full bundle of
+  // 100,000 servers is ~56 MB (plus its compressed forms): a client cycling through filter sets
+  // must not make the process hold hundreds of them.
+  const maxCached = () => config.bundle.cacheMaxEntries;
+  const full = new BoundedMap<string, FullBuild>(maxCached);
   const fullInflight = new Map<string, Promise<FullBuild>>();
-  const deltas = new Map<string, { base: string; served: ServedBundle }>();
+  const deltas = new BoundedMap<string, { base: string; served: ServedBundle }>(maxCached);
 
   async function sign(filters: BundleFilters, bundleId: string, servers: BundleEntry[], removed: string[], serverCount: number, since: string | null): Promise<ServedBundle> {
     const at = now();
@@ -202,8 +202,7 @@ export function createBundleService(deps: Pick<ServiceDeps, 'db' | 'config' | 'n
     if (!p) {
       p = serially(() => build(key, filters, hit))
         .then((b) => {
-          full.delete(key);
-          if (full.size >= MAX_CACHED) full.delete(full.keys().next().value as string);
+          // Set again, it counts as the newest.
           full.set(key, b);
           return b;
         })
@@ -226,7 +225,6 @@ export function createBundleService(deps: Pick<ServiceDeps, 'db' | 'config' | 'n
     const pairs = JSON.parse((await gunzipAsync(base.digests)).toString('utf8')) as [string, string][];
     const d = bundleDelta(new Map(pairs), b.entries);
     const s = await sign(b.filters, b.served.bundleId, d.changed, d.removed, b.entries.length, since);
-    if (deltas.size >= MAX_CACHED) deltas.delete(deltas.keys().next().value as string);
     deltas.set(cacheKey, { base: b.served.bundleId, served: s });
     return s;
   }

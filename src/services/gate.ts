@@ -9,6 +9,7 @@ import { decideTool, readMcpHeaders, toolDriftOf, toolFindingJson, type ToolDrif
 import type { Queryable } from '../db/index.js';
 import { driftStore } from '../store/drift.js';
 import { telemetryStore } from '../store/telemetry.js';
+import { BoundedMap } from '../store/cache-limits.js';
 import { invalidArgument, ObservatoryError } from '../errors.js';
 import { PROBLEM_CONTENT_TYPE, problemBody } from '../errors.js';
 import { clientAddressKey, type CallContext, type ServiceDeps } from './context.js';
@@ -184,9 +185,6 @@ export function gateBody(o: GateOutcome, publicBaseUrl: string): Record<string, 
   };
 }
 
-/** Largest number of upstreams whose verdict is cached at once (oldest dropped first). */
-export const GATE_CACHE_MAX_ENTRIES = 10_000;
-
 /**
  * `limits` bounds the gRPC Check per client (the gateway); /v1/gate is limited by its route
  * (src/http/rate-limit.ts), so `decide` itself takes no token.
@@ -195,8 +193,8 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
   const { config, now } = deps;
   const policy = { allowUncertain: config.gate.allowUncertain, allowUnrated: config.gate.allowUnrated };
   const toolPolicy = config.gate.tools;
-  // (upstream, tool) -> facts, cached like verdicts; a Map keeps insertion order, the first key is the oldest.
-  const toolCache = new Map<string, { f: ToolFacts; expires: number }>();
+  // (upstream, tool) -> facts, cached like verdicts; at most CACHE_MAX_ENTRIES, the oldest dropped first.
+  const toolCache = new BoundedMap<string, { f: ToolFacts; expires: number }>();
   const toolInflight = new Map<string, Promise<ToolFacts>>();
 
   async function facts(upstream: string, a: A, tool: string, at: Date): Promise<ToolFacts> {
@@ -215,13 +213,13 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
     const f = await p;
     if (ttlMs > 0) {
       toolCache.set(key, { f, expires: at.getTime() + ttlMs });
-      if (toolCache.size > GATE_CACHE_MAX_ENTRIES) toolCache.delete(toolCache.keys().next().value as string);
     }
     return f;
   }
   const ttlMs = config.gate.cacheSeconds * 1000;
-  // upstream -> verdict and when it expires; a Map keeps insertion order, so the first key is the oldest.
-  const cache = new Map<string, { a: A; expires: number }>();
+  // upstream -> verdict and when it expires; at most CACHE_MAX_ENTRIES upstreams (process-wide
+  // setting, src/store/cache-limits.ts), the oldest dropped first.
+  const cache = new BoundedMap<string, { a: A; expires: number }>();
   // One lookup in flight per upstream: a burst of gateway calls shares it.
   const inflight = new Map<string, Promise<A>>();
 
@@ -239,7 +237,6 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
     const a = await p;
     if (ttlMs > 0) {
       cache.set(upstream, { a, expires: at + ttlMs });
-      if (cache.size > GATE_CACHE_MAX_ENTRIES) cache.delete(cache.keys().next().value as string);
     }
     return { a, cached: false };
   }

@@ -9,6 +9,7 @@ import { demandBuffer, demandStore, onDemandRecorded, type DemandTarget, type Ve
 import { receiptBatcher } from '../store/receipt-batcher.js';
 import type { ServerRow } from '../store/servers.js';
 import { rememberedHits } from '../store/server-cache.js';
+import { BoundedMap } from '../store/cache-limits.js';
 import type { RegistryListingRow } from '../store/registry-sync.js';
 import { listingMessage } from './registry-sync.js';
 import { resolveWithFacts } from './server-facts.js';
@@ -24,7 +25,6 @@ import type { TrustService } from './trust.js';
  * once, stored before the first answer that carries it (docs/performance.md "Pre-flight").
  */
 export const RECEIPT_SHARE_MS = 1000;
-const SHARED_MAX_ENTRIES = 10_000;
 /** Most-vetted targets listed per demand window. */
 export const DEMAND_TOP_TARGETS = 20;
 export const DEMAND_WINDOWS = [
@@ -102,10 +102,23 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
   // `answer` is the answer built for the first caller, handed to every later caller of the claim
   // whose registry listing and Server Card (not part of the claim) are the same objects; answers
   // are shared, callers must not mutate them (the REST adapter serialises each one once).
-  const shared = new Map<string, { at: number; mono: number; checkedAt: Date; ready: Promise<IssuedReceipt>; answer?: { listing: RegistryListingRow | null; serverCard: ServerCardCheck | null; value: PreflightResult } }>();
+  // At most CACHE_MAX_ENTRIES claims (src/store/cache-limits.ts), the oldest dropped first; and
+  // about once per RECEIPT_SHARE_MS the expired ones are dropped, so it holds little more than the
+  // last second's claims. Dropping an entry never invalidates it for the callers already holding
+  // it: they still await its `ready` and answer with its receipt.
+  const shared = new BoundedMap<string, { at: number; mono: number; checkedAt: Date; ready: Promise<IssuedReceipt>; answer?: { listing: RegistryListingRow | null; serverCard: ServerCardCheck | null; value: PreflightResult } }>();
   // Resolved targets (hits only) for SCORE_CACHE_MS: a server row only ever changes its category.
   // A miss by URL reads the server's side facts in the same statement (server-facts.ts).
   const resolve = rememberedHits(db, (target) => resolveWithFacts(db, target), SCORE_CACHE_MS);
+  // performance.now() of the last sweep of expired shared receipts.
+  let swept = 0;
+  function dropExpired(mono: number): void {
+    // Insertion order is age order (an entry is only set when new, with the time of that moment).
+    for (const [k, e] of shared) {
+      if (mono - e.mono < RECEIPT_SHARE_MS) break;
+      shared.delete(k);
+    }
+  }
 
   /**
    * The lookup half of a pre-flight: what the observatory knows about `target` right now. The
@@ -194,7 +207,10 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
         return receipt;
       })();
       entry = { at: at.getTime(), mono, checkedAt, ready };
-      if (shared.size >= SHARED_MAX_ENTRIES) shared.clear();
+      if (mono - swept >= RECEIPT_SHARE_MS) {
+        swept = mono;
+        dropExpired(mono);
+      }
       shared.set(key, entry);
       const mine = entry;
       // A failed issue is not shared: the next call tries again.

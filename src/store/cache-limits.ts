@@ -18,9 +18,15 @@ export function setCacheLimits(l: { maxEntries: number }): void {
   limits = { maxEntries: l.maxEntries };
 }
 
-/** A Map holding at most cacheLimits().maxEntries entries (or `max`, when given): the oldest go first. */
+/**
+ * A Map holding at most cacheLimits().maxEntries entries (or `max`, when given): the oldest go
+ * first, each passed to `onEvict` when given.
+ */
 export class BoundedMap<K, V> extends Map<K, V> {
-  constructor(private readonly max?: () => number) {
+  constructor(
+    private readonly max?: () => number,
+    private readonly onEvict?: (key: K, value: V) => void,
+  ) {
     super();
   }
 
@@ -29,14 +35,15 @@ export class BoundedMap<K, V> extends Map<K, V> {
   }
 
   override set(key: K, value: V): this {
-    if (super.has(key)) super.delete(key);
-    else {
-      const limit = this.limit;
-      while (this.size >= limit) {
-        const oldest = this.keys().next();
-        if (oldest.done) break;
-        super.delete(oldest.value);
-      }
+    // Set again, an entry counts as new. The bound is applied on every set, so a limit lowered
+    // at run time holds from the next set on.
+    super.delete(key);
+    const limit = this.limit;
+    while (this.size >= limit) {
+      const oldest = this.entries().next();
+      if (oldest.done) break;
+      super.delete(oldest.value[0]);
+      this.onEvict?.(oldest.value[0], oldest.value[1]);
     }
     return super.set(key, value);
   }

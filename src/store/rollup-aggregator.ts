@@ -100,8 +100,10 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
   // The sequence number of each server's latest append (bounded). A server evicted from it, or
   // never in it, last appended at or before `forgottenUpTo` (entries are in append order), which
   // is what a read of it then waits for: never less than the truth.
-  const lastAppend = new BoundedMap<number, number>();
   let forgottenUpTo = 0;
+  const lastAppend = new BoundedMap<number, number>(undefined, (_id, seq) => {
+    forgottenUpTo = Math.max(forgottenUpTo, seq);
+  });
   let inflight: Promise<PassResult> | null = null;
   let queued: Promise<PassResult> | null = null;
   let timer: NodeJS.Timeout | null = null;
@@ -208,13 +210,8 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
         forgottenUpTo = appendSeq;
         return;
       }
-      for (const id of serverIds) {
-        if (lastAppend.size >= lastAppend.limit && !lastAppend.has(id)) {
-          const oldest = lastAppend.entries().next();
-          if (!oldest.done) forgottenUpTo = Math.max(forgottenUpTo, oldest.value[1]);
-        }
-        lastAppend.set(id, appendSeq);
-      }
+      // Each server evicted by a set raises forgottenUpTo (onEvict above), however many go.
+      for (const id of serverIds) lastAppend.set(id, appendSeq);
     },
     async settle(serverIds) {
       let target = appendSeq;
