@@ -13,7 +13,7 @@ function time(f: () => unknown, n = 100_000): number {
 }
 const claim = { gateway: { decision: 'allow', reason: 'pass' } };
 const flat = { a: 1, b: 2, c: 3, d: 4, e: 5, f: 6, g: 7, h: 8, i: 9, j: 10 };
-const none: Record<string, unknown> | undefined = undefined;
+const none = (process.argv.length < 0 ? { z: 0 } : undefined) as Record<string, unknown> | undefined;
 const rows: [string, () => unknown][] = [
   ['{ ...claim, 1 new member }', () => ({ ...claim, x: 1 })],
   ['{ ...claim, 3 new members }', () => ({ ...claim, x: 1, y: 2, z: 3 })],
