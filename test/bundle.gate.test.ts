@@ -9,6 +9,7 @@ import { Authorization } from '../gen/envoy/service/auth/v3/external_auth_pb.js'
 import { loadConfig } from '../src/config.js';
 import { createBundleGate, type BundleGate } from '../src/bundle-gate.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { seedVerdicts } from './support/seed.js';
 import { backend } from './support/db.js';
 
 // A second instance with no database at all, started with GATE_BUNDLE_URL, answering /v1/gate
@@ -42,11 +43,7 @@ async function startGate(env: Record<string, string>, now?: () => Date): Promise
 
 beforeAll(async () => {
   source = await startTestApp({});
-  for (let i = 0; i < 20; i++) {
-    await postJson(`${source.base}/api/report`, { server_url: PASS, success: true, latency_ms: 40 });
-    await postJson(`${source.base}/api/report`, { server_url: FAIL, success: false, latency_ms: 4000, http_status: 500 });
-  }
-  await postJson(`${source.base}/api/report`, { server_url: UNCERTAIN, success: true, latency_ms: 40 });
+  await seedVerdicts(source.base, { pass: PASS, fail: FAIL, uncertain: UNCERTAIN });
   // The JWKS pinned from the source ahead of time (what an operator copies into the cluster).
   writeFileSync(join(dir, 'jwks.json'), JSON.stringify(await json(fetch(`${source.base}/.well-known/jwks.json`))));
   ({ gate: g, base: gateBase } = await startGate({ GATE_BUNDLE_URL: `${source.base}/v1/bundle`, GATE_BUNDLE_JWKS: join(dir, 'jwks.json'), GATE_BUNDLE_CACHE_FILE: keptPinnedFile }, () => new Date(Date.now() + offsetMs)));

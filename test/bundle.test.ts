@@ -7,6 +7,7 @@ import { Ajv } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { keysOfJwks, verifyBundle } from '../src/signing/bundle.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { seedVerdicts } from './support/seed.js';
 import { backend } from './support/db.js';
 
 // GET /v1/bundle over real sockets, checked by a verifier that shares no code with the service
@@ -22,11 +23,7 @@ beforeAll(async () => {
   // BUNDLE_CACHE_SECONDS=0: every request reads the cached scores again (new reports show at once).
   // The bundle's rate limit is tested in test/rate-limit.test.ts; here it would cut the file short.
   t = await startTestApp({ BUNDLE_CACHE_SECONDS: '0', RATE_LIMIT_BUNDLE_PER_MINUTE: '0' });
-  for (let i = 0; i < 20; i++) {
-    await postJson(`${t.base}/api/report`, { server_url: PASS, success: true, latency_ms: 40 });
-    await postJson(`${t.base}/api/report`, { server_url: FAIL, success: false, latency_ms: 4000, http_status: 500 });
-  }
-  await postJson(`${t.base}/api/report`, { server_url: UNCERTAIN, success: true, latency_ms: 40 });
+  await seedVerdicts(t.base, { pass: PASS, fail: FAIL, uncertain: UNCERTAIN });
   await postJson(`${t.base}/api/report`, { server_url: MOVER, success: true, latency_ms: 40 });
 }, 120_000);
 afterAll(async () => {
@@ -270,11 +267,7 @@ describe(`BUNDLE_CACHE_MAX_ENTRIES: built bundles and deltas kept in memory (${b
     // Two of each kept; BUNDLE_CACHE_SECONDS=0, so every request reads the scores again and an
     // unchanged state keeps its signed bytes (same ETag) only while its build is still kept.
     small = await startTestApp({ BUNDLE_CACHE_MAX_ENTRIES: '2', BUNDLE_CACHE_SECONDS: '0', RATE_LIMIT_BUNDLE_PER_MINUTE: '0' });
-    for (let i = 0; i < 20; i++) {
-      await postJson(`${small.base}/api/report`, { server_url: PASS, success: true, latency_ms: 40 });
-      await postJson(`${small.base}/api/report`, { server_url: FAIL, success: false, latency_ms: 4000, http_status: 500 });
-    }
-    await postJson(`${small.base}/api/report`, { server_url: UNCERTAIN, success: true, latency_ms: 40 });
+    await seedVerdicts(small.base, { pass: PASS, fail: FAIL, uncertain: UNCERTAIN });
   }, 120_000);
   afterAll(async () => {
     await small?.close();

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli } from '../src/cli.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { seedVerdicts } from './support/seed.js';
 import { backend } from './support/db.js';
 
 // A CI job with no network: `observatory bundle pull` while the service runs, then the service is
@@ -44,11 +45,7 @@ const b64json = (part: string) => JSON.parse(Buffer.from(part, 'base64url').toSt
 
 beforeAll(async () => {
   t = await startTestApp({});
-  for (let i = 0; i < 20; i++) {
-    await postJson(`${t.base}/api/report`, { server_url: PASS, success: true, latency_ms: 40 });
-    await postJson(`${t.base}/api/report`, { server_url: FAIL, success: false, latency_ms: 4000, http_status: 500 });
-  }
-  await postJson(`${t.base}/api/report`, { server_url: UNCERTAIN, success: true, latency_ms: 40 });
+  await seedVerdicts(t.base, { pass: PASS, fail: FAIL, uncertain: UNCERTAIN });
   pinned = join(dir, 'pinned-jwks.json');
   writeFileSync(pinned, JSON.stringify(await json(fetch(`${t.base}/.well-known/jwks.json`))));
 }, 120_000);

@@ -9,6 +9,7 @@ import { createGateService, preflightGateSource, type GateAssessment, type GateV
 import { loadConfig } from '../src/config.js';
 import { cacheLimits, setCacheLimits } from '../src/store/cache-limits.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { seedVerdicts } from './support/seed.js';
 import { backend } from './support/db.js';
 import { aggregatesSettled } from './support/settle.js';
 
@@ -32,11 +33,7 @@ beforeAll(async () => {
     },
     { now: () => new Date(clock) },
   );
-  for (let i = 0; i < 20; i++) {
-    await postJson(`${t.base}/api/report`, { server_url: PASS, success: true, latency_ms: 40 });
-    await postJson(`${t.base}/api/report`, { server_url: FAIL, success: false, latency_ms: 4000, http_status: 500 });
-  }
-  await postJson(`${t.base}/api/report`, { server_url: UNCERTAIN, success: true, latency_ms: 40 });
+  await seedVerdicts(t.base, { pass: PASS, fail: FAIL, uncertain: UNCERTAIN });
 }, 120_000);
 afterAll(async () => {
   await t?.close();
@@ -299,10 +296,7 @@ describe(`Envoy ext_authz gRPC with GATE_TRUSTED_HEADERS (headers the gateway se
   let g: TestApp;
   beforeAll(async () => {
     g = await startTestApp({ GATE_TRUSTED_HEADERS: 'X-Mcp-Server' });
-    for (let i = 0; i < 20; i++) {
-      await postJson(`${g.base}/api/report`, { server_url: PASS, success: true, latency_ms: 40 });
-      await postJson(`${g.base}/api/report`, { server_url: FAIL, success: false, latency_ms: 4000, http_status: 500 });
-    }
+    await seedVerdicts(g.base, { pass: PASS, fail: FAIL });
   }, 120_000);
   afterAll(async () => {
     await g?.close();

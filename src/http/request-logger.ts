@@ -15,47 +15,38 @@ class LazyRequestLogger {
     private readonly opts: ChildLoggerOptions,
   ) {}
 
-  get #logger(): FastifyBaseLogger {
+  /** The pino child, made on first use. */
+  get target(): FastifyBaseLogger {
     return (this.#child ??= this.parent.child(this.childBindings, this.opts));
   }
 
   get level(): string {
-    return this.#logger.level;
+    return this.target.level;
   }
   set level(level: string) {
-    this.#logger.level = level;
-  }
-  // Prototype methods, not arrow-function fields: nothing is made per request but the object.
-  fatal(...args: unknown[]): void {
-    (this.#logger.fatal as (...a: unknown[]) => void)(...args);
-  }
-  error(...args: unknown[]): void {
-    (this.#logger.error as (...a: unknown[]) => void)(...args);
-  }
-  warn(...args: unknown[]): void {
-    (this.#logger.warn as (...a: unknown[]) => void)(...args);
-  }
-  info(...args: unknown[]): void {
-    (this.#logger.info as (...a: unknown[]) => void)(...args);
-  }
-  debug(...args: unknown[]): void {
-    (this.#logger.debug as (...a: unknown[]) => void)(...args);
-  }
-  trace(...args: unknown[]): void {
-    (this.#logger.trace as (...a: unknown[]) => void)(...args);
-  }
-  silent(...args: unknown[]): void {
-    (this.#logger.silent as (...a: unknown[]) => void)(...args);
+    this.target.level = level;
   }
   child(bindings: Bindings, opts?: ChildLoggerOptions): FastifyBaseLogger {
-    return this.#logger.child(bindings, opts);
+    return this.target.child(bindings, opts);
   }
   isLevelEnabled(level: string): boolean {
-    return (this.#logger as unknown as { isLevelEnabled(l: string): boolean }).isLevelEnabled(level);
+    return (this.target as unknown as { isLevelEnabled(l: string): boolean }).isLevelEnabled(level);
   }
   bindings(): Bindings {
-    return (this.#logger as unknown as { bindings(): Bindings }).bindings();
+    return (this.target as unknown as { bindings(): Bindings }).bindings();
   }
+}
+
+// The log methods, one function each on the prototype (nothing is made per request but the
+// object), forwarding to the child.
+for (const level of ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const) {
+  Object.defineProperty(LazyRequestLogger.prototype, level, {
+    value(this: LazyRequestLogger, ...args: unknown[]): void {
+      (this.target[level] as (...a: unknown[]) => void)(...args);
+    },
+    writable: true,
+    configurable: true,
+  });
 }
 
 /** fastify's `childLoggerFactory`: the request's pino child, made when the request first logs. */
