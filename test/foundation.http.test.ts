@@ -153,12 +153,12 @@ describe(`telemetry and trust over plain HTTP/1.1 (${backend})`, () => {
     expect(after).not.toContain('xxxxxxxxxx');
     // Buckets are cumulative, +Inf equals the count, and the count equals the requests counted.
     const h = 'observatory_http_request_duration_seconds';
-    const buckets = after.split('\n').filter((l) => l.startsWith(`${h}_bucket{method="GET",route="/healthz",`)).map((l) => Number(l.split(' ').pop()));
+    const buckets = after.split('\n').filter((l) => l.startsWith(`${h}_bucket{le=`) && l.includes('method="GET",route="/healthz"}')).map((l) => Number(l.split(' ').pop()));
     expect(buckets.length).toBe(14);
     for (let i = 1; i < buckets.length; i++) expect(buckets[i]).toBeGreaterThanOrEqual(buckets[i - 1]!);
     expect(buckets.at(-1)).toBe(value(after, `${h}_count{method="GET",route="/healthz"}`));
     expect(value(after, `${h}_count{method="GET",route="/healthz"}`)).toBe(value(after, 'observatory_http_requests_total{method="GET",route="/healthz",status="200"}'));
     expect(value(after, `${h}_sum{method="GET",route="/healthz"}`)).toBeGreaterThan(0);
-    expect(after).toMatch(new RegExp(`${h}_bucket\\{method="GET",route="/healthz",le="\\+Inf"\\} \\d+`));
+    expect(after).toMatch(new RegExp(`${h}_bucket\\{le="\\+Inf",method="GET",route="/healthz"\\} \\d+`));
   });
 });

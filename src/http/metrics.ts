@@ -130,7 +130,7 @@ type MetricValue = { labels: Record<string, string | number>; value: number; met
  * (`get()`, as its Counter and Histogram return it), so the exposition and JSON formats are
  * prom-client's. Route labels are route patterns, never raw URLs, so the entries stay few.
  */
-function routeMetrics(registry: Registry) {
+export function routeMetrics(registry: Registry) {
   const entries = new Map<string, RouteEntry>();
   const bounds = DURATION_BUCKETS;
   function entry(method: string, route: string): RouteEntry {
@@ -163,8 +163,14 @@ function routeMetrics(registry: Registry) {
     type,
     aggregator: 'sum' as const,
     get: async () => ({ name, help, type, values: values(), aggregator: 'sum' as const }),
+    // Zeroed in place: each route's hook holds its entries.
     reset() {
-      entries.clear();
+      for (const e of entries.values()) {
+        e.statuses.clear();
+        e.buckets.fill(0);
+        e.sum = 0;
+        e.count = 0;
+      }
     },
   });
   registry.registerMetric(
@@ -183,9 +189,9 @@ function routeMetrics(registry: Registry) {
         let acc = 0;
         bounds.forEach((le, i) => {
           acc += e.buckets[i]!;
-          out.push({ labels: { method: e.method, route: e.route, le }, value: acc, metricName: `${name}_bucket` });
+          out.push({ labels: { le, method: e.method, route: e.route }, value: acc, metricName: `${name}_bucket` });
         });
-        out.push({ labels: { method: e.method, route: e.route, le: '+Inf' }, value: e.count, metricName: `${name}_bucket` });
+        out.push({ labels: { le: '+Inf', method: e.method, route: e.route }, value: e.count, metricName: `${name}_bucket` });
         out.push({ labels: { method: e.method, route: e.route }, value: e.sum, metricName: `${name}_sum` });
         out.push({ labels: { method: e.method, route: e.route }, value: e.count, metricName: `${name}_count` });
       }
