@@ -173,6 +173,19 @@ export function sumBySource(rows: readonly SourceHourRollup[]): HourRollup[] {
   return [...by.values()].sort((a, b) => a.bucket.getTime() - b.bucket.getTime());
 }
 
+/** The source family with the most reports in [from, to) (ties: the first by name). */
+function topFamily(rows: readonly SourceHourRollup[], from: number, to: number): string | undefined {
+  const per = new Map<string, number>();
+  for (const r of rows) {
+    const t = r.bucket.getTime();
+    if (t >= from && t < to) per.set(sourceFamily(r.source), (per.get(sourceFamily(r.source)) ?? 0) + Number(r.n));
+  }
+  let best: string | undefined;
+  let bestN = -1;
+  for (const [s, n] of [...per.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1))) if (n > bestN) [best, bestN] = [s, n];
+  return best;
+}
+
 /**
  * Source-robust anomaly detection (docs/integrity.md): a flag stands only when it also fires
  * without the most active source family (sourceFamily: one network's address and keys) of the
@@ -184,22 +197,11 @@ export function detectAnomaliesRobust(rows: readonly SourceHourRollup[], now: Da
   const all = detectAnomalies(sumBySource(rows), now);
   const recentStart = hourStart(now) - (RECENT_HOURS - 1) * HOUR_MS;
   const historyStart = recentStart - HISTORY_HOURS * HOUR_MS;
-  const top = (from: number, to: number): string | undefined => {
-    const per = new Map<string, number>();
-    for (const r of rows) {
-      const t = r.bucket.getTime();
-      if (t >= from && t < to) per.set(sourceFamily(r.source), (per.get(sourceFamily(r.source)) ?? 0) + Number(r.n));
-    }
-    let best: string | undefined;
-    let bestN = -1;
-    for (const [s, n] of [...per.entries()].sort((a, b) => (a[0] < b[0] ? -1 : 1))) if (n > bestN) [best, bestN] = [s, n];
-    return best;
-  };
   const sources = new Set(rows.map((r) => sourceFamily(r.source))).size;
-  const details: AnomalyResult['details'] = { ...all.details, sources };
+  const details: AnomalyResult['details'] = Object.assign({}, all.details, { sources });
   if (all.flags.length === 0) return { flags: [], details };
   let flags = all.flags;
-  const candidates = new Set([top(recentStart, hourStart(now) + HOUR_MS), top(historyStart, recentStart)].filter((s): s is string => s !== undefined));
+  const candidates = new Set([topFamily(rows, recentStart, hourStart(now) + HOUR_MS), topFamily(rows, historyStart, recentStart)].filter((s): s is string => s !== undefined));
   for (const s of candidates) {
     const without = detectAnomalies(sumBySource(rows.filter((r) => sourceFamily(r.source) !== s)), now);
     flags = flags.filter((f) => without.flags.includes(f));

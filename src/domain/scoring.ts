@@ -163,6 +163,15 @@ export function robustSuccessRate(items: readonly { rate: number; weight: number
 }
 
 /**
+ * A source's cap, decayed from its last report like the evidence itself, so a source that
+ * stopped reporting fades with the half-life however much it once sent. (A module function, not
+ * a closure per call: tsx names each closure with Object.defineProperty when it is made.)
+ */
+function capOf(s: SourceAccumulator, now: Date): number {
+  return sourceCap(s.source) * decayFactor(now.getTime() - s.updated_at.getTime());
+}
+
+/**
  * Combines sources (any age; decayed here to `now`) so that none dominates: the sources of one
  * family (sourceFamily) are pooled, each family is reduced to its own estimates (success rate,
  * mean latency) and a weight that saturates at its cap (decayed from its last report); the
@@ -170,9 +179,6 @@ export function robustSuccessRate(items: readonly { rate: number; weight: number
  * with robust weighted statistics (robustSuccessRate, weightedMedian).
  */
 export function combineSources(sources: readonly SourceAccumulator[], now: Date): CombinedEvidence {
-  // The cap decays from the source's last report like the evidence itself, so a source that
-  // stopped reporting fades with the half-life however much it once sent.
-  const capOf = (s: SourceAccumulator) => sourceCap(s.source) * decayFactor(now.getTime() - s.updated_at.getTime());
   // Sources of one family (sourceFamily) are pooled into one before saturation: twelve keys
   // registered from one network weigh what one key weighs. The family's cap is the largest of
   // its members' (a family with a key saturates at the keyed cap).
@@ -185,7 +191,7 @@ export function combineSources(sources: readonly SourceAccumulator[], now: Date)
     f.raw += s.weight;
     f.successes += s.successes;
     f.latency_sum += s.latency_sum;
-    f.cap = Math.max(f.cap, capOf(original));
+    f.cap = Math.max(f.cap, capOf(original, now));
     f.keyed ||= isKeyedSource(s.source);
     families.set(key, f);
   }
