@@ -10,12 +10,12 @@ import { createScratchDatabase, type ScratchDatabase } from '../src/db/scratch.j
 // Object.defineProperty each time it is created, about 0.6-1 us on Node 20. A hot path that makes
 // such a closure per request pays that per request (issue 22 found one per report). This test
 // runs the real process as `npm start` does (tsx), counts the names defined while it answers
-// 200 each of the hot requests, and fails for any name defined once per request or more. Per
+// 200 each of the hot requests (REST and Connect), and fails for any name defined once per request or more. Per
 // connection or per background pass is fine: those stay far below the request count.
 const N = 200;
 
 describe('hot paths make no named closure per request (tsx keepNames)', () => {
-  it('report, trust, pre-flight and gate', async () => {
+  it('report, trust, pre-flight, gate and Connect Report', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'obs-names-'));
     const env: Record<string, string> = {
       PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, LOG_LEVEL: 'info', NODE_ENV: 'production',
@@ -49,6 +49,8 @@ describe('hot paths make no named closure per request (tsx keepNames)', () => {
         [`/api/trust?url=${encodeURIComponent(server)}`],
         [`/v1/preflight?target=${encodeURIComponent(server)}`],
         ['/v1/gate', { headers: { 'x-mcp-server': server } }],
+        // Connect unary (JSON), through our adapter over connect-node.
+        ['/observatory.v1.TelemetryService/Report', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ serverUrl: server, success: true, latencyMs: 40, toolName: 'search' }) }],
       ];
       const round = async () => {
         for (const [path, init] of requests) {

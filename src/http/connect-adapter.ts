@@ -74,23 +74,27 @@ export function connectPlugin(instance: FastifyInstance, opts: ConnectPluginOpti
   done();
 }
 
+/** The client went away before its answer was written: the call's signal aborts (Canceled). */
+function wentAway(controller: AbortController, res: NodeResponse, detail: string): void {
+  if (!controller.signal.aborted && !res.writableFinished) controller.abort(new ConnectError(`the client closed the call before its answer was written (${detail})`, Code.Canceled));
+}
+
 async function universalRequest(req: NodeRequest, res: NodeResponse, readMaxBytes: number, contextValues: ContextValues | undefined): Promise<UniversalServerRequest> {
+  // Listeners below are arrow functions passed inline, never assigned to a name: tsx (esbuild
+  // keepNames) names a named closure with Object.defineProperty each time it is made, per call.
   const controller = new AbortController();
-  const wentAway = (detail: string) => () => {
-    if (!controller.signal.aborted && !res.writableFinished) controller.abort(new ConnectError(`the client closed the call before its answer was written (${detail})`, Code.Canceled));
-  };
   if ('stream' in req) {
     req.once('close', () => {
       const rst = req.stream.rstCode;
       // NGHTTP2_NO_ERROR (0) on a stream that finished is a normal end.
       if (rst !== undefined && rst !== 0 && !controller.signal.aborted) controller.abort(new ConnectError(`the client reset the stream (HTTP/2 error code ${rst})`, Code.Canceled));
-      else wentAway('stream closed')();
+      else wentAway(controller, res, 'stream closed');
     });
   } else {
     req.once('error', (e: Error) => {
       if (!controller.signal.aborted) controller.abort(new ConnectError(`the request failed: ${e.message}`, Code.Canceled));
     });
-    (res as http.ServerResponse).once('close', wentAway('connection closed'));
+    (res as http.ServerResponse).once('close', () => wentAway(controller, res, 'connection closed'));
   }
   const authority = 'authority' in req ? req.authority : req.headers.host;
   if (authority === undefined) throw new ConnectError('unable to determine request authority from Node.js server request', Code.Internal);
@@ -121,33 +125,28 @@ function bodyOf(req: NodeRequest, readMaxBytes: number): Promise<AsyncIterable<U
   const stated = req.headers['content-length'];
   const length = stated === undefined ? NaN : Number(stated);
   if (!Number.isSafeInteger(length) || length < 0 || length > readMaxBytes || req.readableEnded) return req as AsyncIterable<Uint8Array>;
+  // Inline listeners settled once by a flag (no named closures: see universalRequest).
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
-    const onData = (c: Buffer) => chunks.push(c);
-    const onEnd = () => {
-      cleanup();
-      const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-      resolve(oneChunk(body));
-    };
-    const onError = (e: Error) => {
-      cleanup();
+    let settled = false;
+    req.on('data', (c: Buffer) => {
+      chunks.push(c);
+    });
+    req.once('end', () => {
+      if (settled) return;
+      settled = true;
+      resolve(oneChunk(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
+    });
+    req.once('error', (e: Error) => {
+      if (settled) return;
+      settled = true;
       reject(new ConnectError(`the request body could not be read: ${e.message}`, Code.Canceled));
-    };
-    const onClose = () => {
-      if (req.readableEnded) return;
-      cleanup();
+    });
+    req.once('close', () => {
+      if (settled || req.readableEnded) return;
+      settled = true;
       reject(new ConnectError('the client closed the call while sending its request', Code.Canceled));
-    };
-    const cleanup = () => {
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('error', onError);
-      req.off('close', onClose);
-    };
-    req.on('data', onData);
-    req.once('end', onEnd);
-    req.once('error', onError);
-    req.once('close', onClose);
+    });
   });
 }
 
@@ -156,7 +155,7 @@ function oneChunk(body: Uint8Array): AsyncIterable<Uint8Array> {
     [Symbol.asyncIterator]() {
       let done = false;
       return {
-        next: () => {
+        next() {
           if (done) return Promise.resolve({ done: true, value: undefined });
           done = true;
           return Promise.resolve({ done: false, value: body });
