@@ -6,6 +6,7 @@ import { check, driveReports, havePostgresBinaries, ownPostgres, startService, s
 
 const port = 18900 + Math.floor(Math.random() * 300);
 const prefix = `outage${Date.now()}`;
+let stopping = false;
 
 async function main() {
   if (!havePostgresBinaries()) {
@@ -16,6 +17,11 @@ async function main() {
   try {
     pgInst.start();
     const svc = await startService({ DATABASE_URL: pgInst.url }, port);
+    // A service that dies (rather than refusing) is the failure this script exists to find: say
+    // why, with its own output, instead of only the refused connection that follows.
+    svc.child.once('exit', (code, signal) => {
+      if (!stopping) process.stderr.write(`FAIL the service exited during the outage test (code ${code}, signal ${signal}); its output:\n${svc.logs()}\n`);
+    });
     const before = driveReports(svc.base, `${prefix}-before`, 10);
     await new Promise((r) => setTimeout(r, 1500));
     await before.stop();
@@ -51,6 +57,7 @@ async function main() {
     check(recovered, `the service recovered within 5 s of the database returning (${Math.round(performance.now() - t0)} ms)`);
     const readyUp = await fetch(`${svc.base}/readyz`);
     check(readyUp.status === 200, '/readyz reports ready again');
+    stopping = true;
     svc.child.kill('SIGTERM');
     await waitExit(svc.child);
 
