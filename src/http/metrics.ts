@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Db } from '../db/index.js';
 import type { ConnectionStats } from './listener.js';
+import { withRouteHook } from './route-hooks.js';
 
 /**
  * Prometheus metrics, one registry per service instance (tests run several in one process).
@@ -91,7 +92,7 @@ export function createMetrics(db: Db) {
           (entries.get(req.method) ?? http.entry(req.method, opts.url ?? opts.path)).record(reply.statusCode, reply.elapsedTime / 1000);
           done();
         };
-        opts.onResponse = opts.onResponse === undefined ? [hook] : [...(Array.isArray(opts.onResponse) ? opts.onResponse : [opts.onResponse]), hook];
+        opts.onResponse = withRouteHook(opts.onResponse, hook);
       });
       app.addHook('onResponse', (req, reply, done) => {
         if (req.is404) http.entry(req.method, 'unmatched').record(reply.statusCode, reply.elapsedTime / 1000);

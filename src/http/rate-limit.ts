@@ -8,6 +8,7 @@ import { ObservatoryError } from '../errors.js';
 import { clientAddressKey } from '../services/context.js';
 import { rateLimitHeaders, rateLimitMessage, type RateLimiter, type RateLimitName } from '../services/rate-limits.js';
 import { sendProblem } from './problem.js';
+import { withRouteHook } from './route-hooks.js';
 
 // Where the per-client limits of src/services/rate-limits.ts apply on HTTP. A limit belongs to a
 // ROUTE, never to a spelling of a URL: REST routes are looked up by the route fastify matched
@@ -83,7 +84,7 @@ export function installRateLimits(
       }
       done();
     };
-    opts.onRequest = opts.onRequest === undefined ? [hook] : [...(Array.isArray(opts.onRequest) ? opts.onRequest : [opts.onRequest]), hook];
+    opts.onRequest = withRouteHook(opts.onRequest, hook);
   });
   app.addHook('onReady', async () => {
     const missing = [...table.keys(), ...searched].filter((url) => !registered.has(url));

@@ -71,16 +71,12 @@ export interface PreflightAssessment {
 const VERDICTS: readonly string[] = ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'];
 
 /**
- * Pre-flight checks and the demand they create: THE implementation of TrustService.Preflight and
- * TrustService.GetDemand. The score comes from the trust service's public scoreFor; pre-flight
- * writes only a receipt and a demand row, neither of which any score reads.
- */
-/**
  * The identity of a pre-flight claim (receipts are shared per claim within RECEIPT_SHARE_MS):
  * every member of the statement, joined with NUL, which none of them can hold (the target is
  * refused with control characters; URLs are canonical; names come from the database, which
- * cannot store NUL); a nullable member is '-' when null and '+' and its value otherwise. Built per call, so plain concatenation instead of JSON.stringify of the whole
- * statement; only the caller's extra members (the gateway's decision) and anomaly flags are JSON.
+ * cannot store NUL); a nullable member is '-' when null and '+' and its value otherwise. Built
+ * per call, so plain concatenation instead of JSON.stringify of the whole statement; only the
+ * caller's extra members (the gateway's decision) and anomaly flags are JSON.
  */
 export function claimKey(
   kind: string,
@@ -93,6 +89,11 @@ export function claimKey(
   );
 }
 
+/**
+ * Pre-flight checks and the demand they create: THE implementation of TrustService.Preflight and
+ * TrustService.GetDemand. The score comes from the trust service's public scoreFor; pre-flight
+ * writes only a receipt and a demand row, neither of which any score reads.
+ */
 export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustService, 'scoreFor'>) {
   const { db, now, receipts } = deps;
   const demand = demandStore(db);
