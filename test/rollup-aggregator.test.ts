@@ -261,3 +261,86 @@ describe(`rollup aggregator (${backend})`, () => {
     }
   }, 120_000);
 });
+
+// A pass folds at most a bounded number of rows, cut at a transaction boundary (the watermark
+// counts transactions). Both ways a cut went wrong lost rows for good: a single transaction with
+// more rows than the bound (the pass folded the first rows and moved the horizon past the rest),
+// and a cut among formerly pending transactions below the horizon (the pass dropped them all
+// from the pending list). A small bound makes both cheap to reach.
+describe(`rollup aggregator, passes cut short (${backend})`, () => {
+  const LIMIT = 10;
+  let tdb: TestDatabase;
+  beforeAll(async () => {
+    tdb = await createTestDatabase();
+    rollupAggregator(tdb.db, { foldMaxRows: LIMIT });
+  }, 120_000);
+  afterAll(async () => {
+    await tdb?.drop();
+  });
+
+  const passUntilComplete = async (db: Db) => {
+    let passes = 0;
+    while (!(await rollupAggregator(db).pass()).complete) passes++;
+    return passes;
+  };
+
+  it('a transaction with more rows than one pass folds is folded whole, and the backlog behind it too', async () => {
+    const servers = await seedServers(tdb.db, 3);
+    const store = telemetryStore(tdb.db);
+    await store.append(rows(servers, 25, 'big'));
+    await store.append(rows(servers, 4, 'small-1'));
+    await store.append(rows(servers, 9, 'small-2'));
+    const cut = await passUntilComplete(tdb.db);
+    const { stored, fromRaw } = await compare(tdb.db);
+    expect(stored).toEqual(fromRaw);
+    expect(cut).toBeGreaterThan(0);
+    expect(Number((await watermark(tdb.db))[0]!.folded_rows)).toBe(38);
+  }, 120_000);
+
+  it.skipIf(backend !== 'postgres')('formerly pending transactions with more rows than one pass folds are all folded, over several passes', async () => {
+    const servers = await seedServers(tdb.db, 2);
+    const handles = [openPostgres(tdb.url!), openPostgres(tdb.url!)];
+    let release!: () => void;
+    const hold = new Promise<void>((r) => (release = r));
+    let open: Promise<void>[] = [];
+    try {
+      let ready = 0;
+      let allInserted!: () => void;
+      const inserted = new Promise<void>((r) => (allInserted = r));
+      // Two transactions append 8 rows each and stay open while a pass runs: both go pending.
+      open = handles.map((h, i) =>
+        h.transaction(async (tx) => {
+          await tx.query(
+            `INSERT INTO telemetry (server_id, received_at, success, latency_ms, tool_name, http_status, source, xid)
+             SELECT $1, $2::timestamptz + g * interval '1 second', g % 2 = 0, 10 + g, 'held', 200, 'src-held', pg_current_xact_id()::text::int8
+               FROM generate_series(1, 8) g`,
+            [servers[i]!.id, T0],
+          );
+          if (++ready === handles.length) allInserted();
+          await hold;
+        }),
+      );
+      await inserted;
+      // A later transaction commits first: a snapshot's xmax is one past the latest completed
+      // transaction, so only now are the held ones below it and listed as running (pending).
+      await telemetryStore(tdb.db).append(rows(servers, 3, 'between'));
+      await passUntilComplete(tdb.db);
+      const held = await watermark(tdb.db);
+      expect(held[0]!.pending.length, JSON.stringify(held)).toBeGreaterThanOrEqual(2);
+      release();
+      await Promise.all(open);
+      // Committed now, below the horizon, 16 rows: more than one pass folds. Plus newer rows.
+      await telemetryStore(tdb.db).append(rows(servers, 5, 'after'));
+      const cut = await passUntilComplete(tdb.db);
+      const { stored, fromRaw } = await compare(tdb.db);
+      expect(stored).toEqual(fromRaw);
+      expect(cut).toBeGreaterThan(0);
+      expect((await watermark(tdb.db))[0]!.pending).toEqual([]);
+    } finally {
+      // A failed expectation must not leave the held transactions open (closing waits for them).
+      release();
+      await Promise.allSettled(open);
+      for (const h of handles) await h.close();
+    }
+  }, 120_000);
+});

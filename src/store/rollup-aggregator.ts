@@ -43,6 +43,8 @@ export interface PassResult {
 }
 
 export interface AggregatorHooks {
+  /** Most raw rows folded by one pass (default FOLD_MAX_ROWS; tests use a small one). */
+  foldMaxRows?: number;
   /** Test hook: runs inside the pass transaction after the fold statement, before the watermark update. */
   afterFold?(): Promise<void> | void;
 }
@@ -95,6 +97,7 @@ export async function settleRollups(q: Queryable, serverIds?: readonly number[])
 const toBig = (v: unknown) => BigInt(String(v));
 
 function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
+  const foldMaxRows = hooks.foldMaxRows ?? FOLD_MAX_ROWS;
   let appendSeq = 0;
   let coveredSeq = 0;
   // The sequence number of each server's latest append (bounded). A server evicted from it, or
@@ -126,25 +129,40 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
       const xmax = toBig(snap!.xmax);
       const xip = new Set(snap!.xip.map(toBig));
       const pendingDone = prevPending.filter((x) => !xip.has(x));
-      const raw = await tx.query<{ id: string; server_id: number; received_at: Date; success: boolean; latency_ms: number; http_status: number | null; source: string | null; tool_name: string | null; xid: string }>(
-        `SELECT id::text AS id, server_id, received_at, success, latency_ms, http_status, source, tool_name, xid::text AS xid FROM telemetry
+      type Raw = { id: string; server_id: number; received_at: Date; success: boolean; latency_ms: number; http_status: number | null; source: string | null; tool_name: string | null; xid: string };
+      const columns = 'id::text AS id, server_id, received_at, success, latency_ms, http_status, source, tool_name, xid::text AS xid';
+      const raw = await tx.query<Raw>(
+        `SELECT ${columns} FROM telemetry
           WHERE ((xid >= $1 AND xid < $2) OR xid = ANY($3::int8[])) AND xid <> ALL($4::int8[])
           ORDER BY xid LIMIT $5`,
-        [horizon.toString(), xmax.toString(), pendingDone.map(String), [...xip].map(String), FOLD_MAX_ROWS],
+        [horizon.toString(), xmax.toString(), pendingDone.map(String), [...xip].map(String), foldMaxRows],
       );
       let rows = raw;
       let newHorizon = xmax;
       let complete = true;
-      if (raw.length >= FOLD_MAX_ROWS) {
-        // Cut at a transaction boundary: the last transaction's rows may be incomplete.
-        const last = toBig(raw[raw.length - 1]!.xid);
-        if (last > horizon && toBig(raw[0]!.xid) !== last) {
-          rows = raw.filter((r) => toBig(r.xid) !== last);
-          newHorizon = last;
-          complete = false;
+      // Finished transactions below the horizon whose rows this pass leaves for the next one.
+      let leftPending: bigint[] = [];
+      if (raw.length >= foldMaxRows) {
+        // Cut at a transaction boundary: the rows of the last transaction may be incomplete, every
+        // earlier one's are all here (ORDER BY xid). The watermark counts transactions, so a
+        // transaction is folded whole or not at all.
+        complete = false;
+        const cut = toBig(raw[raw.length - 1]!.xid);
+        let upTo = cut;
+        rows = raw.filter((r) => toBig(r.xid) !== cut);
+        if (rows.length === 0) {
+          // One transaction with more rows than a pass folds: folded whole, alone.
+          rows = await tx.query<Raw>(`SELECT ${columns} FROM telemetry WHERE xid = $1`, [cut.toString()]);
+          upTo = cut + 1n;
         }
+        // Every transaction below upTo is folded; a cut below the horizon (in the formerly pending
+        // ones) leaves the horizon where it was and the rest of them pending.
+        newHorizon = upTo > horizon ? upTo : horizon;
+        leftPending = pendingDone.filter((x) => x >= upTo);
       }
-      const newPending = [...xip].filter((x) => prevPending.includes(x) || (x >= horizon && x < newHorizon)).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+      const newPending = [...[...xip].filter((x) => prevPending.includes(x) || (x >= horizon && x < newHorizon)), ...leftPending].sort((a, b) =>
+        a < b ? -1 : a > b ? 1 : 0,
+      );
       if (rows.length > 0) {
         const fold: RawRow[] = rows.map((r) => ({
           serverId: Number(r.server_id),
