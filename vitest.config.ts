@@ -14,6 +14,7 @@ export default defineConfig({
     hookTimeout: 300_000,
     pool: 'forks',
     maxWorkers: 2,
-    reporters: ['default'],
+    // With TEST_PROGRESS_FILE set (CI), every file and test begun is also logged there.
+    reporters: process.env.TEST_PROGRESS_FILE ? ['default', './test/support/progress-reporter.ts'] : ['default'],
   },
 });

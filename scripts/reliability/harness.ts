@@ -20,6 +20,20 @@ export interface Service {
  */
 const PRODUCTION_ENV = { NODE_ENV: 'production', KEY_ENCRYPTION_KEY: randomBytes(32).toString('base64') };
 
+// Every script is bounded: one that outlives RELIABILITY_SCRIPT_TIMEOUT_MS (default 10 min; each
+// takes well under one) fails, kills the services it started and stops the PostgreSQL instances it
+// owns, instead of holding CI until its own limit. Waits inside a script are bounded too
+// (startService, waitExit), so this is the last line, not the usual way out.
+const services = new Set<ChildProcess>();
+const instances = new Set<{ destroy(): void }>();
+const SCRIPT_TIMEOUT_MS = Number(process.env.RELIABILITY_SCRIPT_TIMEOUT_MS ?? 600_000);
+setTimeout(() => {
+  process.stdout.write(`FAIL the script did not finish within ${SCRIPT_TIMEOUT_MS} ms\n`);
+  for (const c of services) c.kill('SIGKILL');
+  for (const i of instances) i.destroy();
+  process.exit(1);
+}, SCRIPT_TIMEOUT_MS).unref();
+
 /** `wrap` runs the service under another command that execs it, e.g. ['prlimit', '--nofile=256'] (same pid). */
 export async function startService(env: Record<string, string>, port: number, wrap: string[] = []): Promise<Service> {
   const argv = [...wrap, process.execPath, '--import', 'tsx', 'src/main.ts'];
@@ -27,6 +41,8 @@ export async function startService(env: Record<string, string>, port: number, wr
     env: { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'info', ...PRODUCTION_ENV, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  services.add(child);
+  child.once('exit', () => services.delete(child));
   let logs = '';
   child.stdout!.on('data', (d: Buffer) => (logs += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (logs += d.toString()));
@@ -41,8 +57,23 @@ export async function startService(env: Record<string, string>, port: number, wr
   throw new Error(`service did not start:\n${logs}`);
 }
 
-export function waitExit(child: ChildProcess): Promise<number | null> {
-  return child.exitCode !== null ? Promise.resolve(child.exitCode) : new Promise((r) => child.once('exit', (c) => r(c)));
+/**
+ * The child's exit code once it exits. One still running after `ms` (the service's own shutdown
+ * is bounded at 15 s) is killed, reported as a failed check, and answers null.
+ */
+export function waitExit(child: ChildProcess, ms = 30_000): Promise<number | null> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      check(false, `process ${child.pid} exits within ${ms} ms (killed)`);
+      child.kill('SIGKILL');
+      resolve(null);
+    }, ms);
+    child.once('exit', (c) => {
+      clearTimeout(timer);
+      resolve(c);
+    });
+  });
 }
 
 export interface LoadResult {
@@ -127,11 +158,12 @@ export function ownPostgres(port: number) {
   }
   asPostgres([`${PG_BIN}/initdb`, '-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync']);
   const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=on`;
-  return {
+  const instance = {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
     start: () => asPostgres([`${PG_BIN}/pg_ctl`, '-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', 'start']),
     stop: () => asPostgres([`${PG_BIN}/pg_ctl`, '-D', data, '-m', 'immediate', '-w', 'stop']),
     destroy() {
+      instances.delete(instance);
       try {
         this.stop();
       } catch {
@@ -141,6 +173,8 @@ export function ownPostgres(port: number) {
     },
     client: () => new pg.Pool({ connectionString: `postgres://postgres@127.0.0.1:${port}/postgres`, max: 2 }),
   };
+  instances.add(instance);
+  return instance;
 }
 
 export function havePostgresBinaries(): boolean {
