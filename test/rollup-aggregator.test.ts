@@ -11,6 +11,9 @@ import { rollupAggregator, rollupsAppended, settleRollups } from '../src/store/r
 import { serverStore } from '../src/store/servers.js';
 import { telemetryStore, type IngestRow } from '../src/store/telemetry.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+import { latencyBin, LATENCY_BINS } from '../src/domain/latency-histogram.js';
+import { decayFactor } from '../src/domain/scoring.js';
+import { HOUR_MS } from '../src/domain/anomaly.js';
 
 // The rollup aggregator (issue 22 item 1): raw appends are the acknowledged write; rollups are
 // folded from committed raw rows, exactly once, whatever the order of commits and crashes.
@@ -342,5 +345,128 @@ describe(`rollup aggregator, passes cut short (${backend})`, () => {
       await Promise.allSettled(open);
       for (const h of handles) await h.close();
     }
+  }, 120_000);
+});
+
+// The fold runs in PostgreSQL (one statement of writable CTEs). Its figures must be exactly what
+// the domain's own functions give for the same rows: latencyBin's histogram, decayFactor's
+// weights (each group brought to its newest report, then merged with the stored accumulator),
+// the UTC hour bucket, the 5xx count, first and last report, per-tool groups only for reports
+// naming a tool. Rows cover every latency bin edge, both ends of the 5xx range and ten days of
+// reports, folded over several passes so the stored accumulators merge too.
+describe(`rollup aggregator: the SQL fold computes what the domain functions compute (${backend})`, () => {
+  let tdb: TestDatabase;
+  beforeAll(async () => {
+    tdb = await createTestDatabase();
+  }, 120_000);
+  afterAll(async () => {
+    await tdb?.drop();
+  });
+
+  it('histograms, decayed evidence, hour buckets, 5xx and per-tool groups', async () => {
+    const servers = await seedServers(tdb.db, 3);
+    const latencies = [0, 4.99, 5, 9.5, 10, 49.9, 50, 999, 1000, 5000.5, 59_999, 60_000, 125_000, 0.25, 20, 300];
+    const statuses = [null, 200, 499, 500, 503, 599, 600];
+    const all: IngestRow[] = [];
+    for (let i = 0; i < 120; i++) {
+      const s = servers[i % 3]!;
+      all.push({
+        serverId: s.id,
+        // Ten days, irregular, some in the same hour.
+        at: new Date(T0.getTime() + ((i * 7_919_111) % (10 * 86_400_000)) + (i % 4) * 61_000),
+        source: `src-${i % 4}`,
+        report: { server_url: s.url, success: i % 3 !== 0, latency_ms: latencies[i % latencies.length]!, tool_name: i % 5 === 0 ? null : `tool-${i % 2}`, http_status: statuses[i % statuses.length]! },
+      });
+    }
+    const store = telemetryStore(tdb.db);
+    for (let k = 0; k < 4; k++) {
+      await store.append(all.slice(k * 30, k * 30 + 30));
+      await rollupAggregator(tdb.db).pass();
+    }
+
+    const ids = servers.map((s) => s.id);
+    const group = (key: (r: IngestRow) => string) => {
+      const m = new Map<string, IngestRow[]>();
+      for (const r of all) m.set(key(r), [...(m.get(key(r)) ?? []), r]);
+      return m;
+    };
+    const hist = (rs: IngestRow[]) => {
+      const h = new Array<number>(LATENCY_BINS).fill(0);
+      for (const r of rs) h[latencyBin(r.report.latency_ms)]!++;
+      return h;
+    };
+    const is5xx = (r: IngestRow) => r.report.http_status !== null && r.report.http_status >= 500 && r.report.http_status <= 599;
+    const decayed = (rs: IngestRow[]) => {
+      const at = Math.max(...rs.map((r) => r.at.getTime()));
+      let w = 0, ok = 0, l = 0;
+      for (const r of rs) {
+        const f = decayFactor(at - r.at.getTime());
+        w += f;
+        if (r.report.success) ok += f;
+        l += f * r.report.latency_ms;
+      }
+      return { w, ok, l, n: rs.length, at };
+    };
+
+    const totals = await tdb.db.query<{ s: string; n: string; ok: string; f: string; l: number; hist: (string | number)[]; first_at: Date; last_at: Date }>(
+      'SELECT server_id::text AS s, n::text, successes::text AS ok, n_5xx::text AS f, latency_sum AS l, hist, first_at, last_at FROM server_totals WHERE server_id = ANY($1::int8[])', [ids]);
+    expect(totals).toHaveLength(3);
+    for (const t of totals) {
+      const rs = all.filter((r) => String(r.serverId) === t.s);
+      expect({ n: Number(t.n), ok: Number(t.ok), f: Number(t.f), hist: t.hist.map(Number), first: t.first_at.getTime(), last: t.last_at.getTime() }).toEqual({
+        n: rs.length, ok: rs.filter((r) => r.report.success).length, f: rs.filter(is5xx).length, hist: hist(rs),
+        first: Math.min(...rs.map((r) => r.at.getTime())), last: Math.max(...rs.map((r) => r.at.getTime())),
+      });
+      expect(Number(t.l)).toBeCloseTo(rs.reduce((a, r) => a + r.report.latency_ms, 0), 6);
+    }
+
+    const hourly = await tdb.db.query<{ s: string; bucket: Date; source: string; n: string; f: string; hist: (string | number)[] }>(
+      'SELECT server_id::text AS s, bucket, source, n::text, n_5xx::text AS f, hist FROM telemetry_hourly WHERE server_id = ANY($1::int8[])', [ids]);
+    const expectedHours = group((r) => `${r.serverId}|${Math.floor(r.at.getTime() / HOUR_MS) * HOUR_MS}|${r.source}`);
+    expect(hourly).toHaveLength(expectedHours.size);
+    for (const h of hourly) {
+      const rs = expectedHours.get(`${h.s}|${h.bucket.getTime()}|${h.source}`);
+      expect(rs, `${h.s} ${h.bucket.toISOString()} ${h.source}`).toBeDefined();
+      expect({ n: Number(h.n), f: Number(h.f), hist: h.hist.map(Number) }).toEqual({ n: rs!.length, f: rs!.filter(is5xx).length, hist: hist(rs!) });
+    }
+
+    const evidence = await tdb.db.query<{ s: string; source: string; weight: number; successes: number; latency_sum: number; reports: string; updated_at: Date }>(
+      'SELECT server_id::text AS s, source, weight, successes, latency_sum, reports::text, updated_at FROM trust_evidence WHERE server_id = ANY($1::int8[])', [ids]);
+    const bySource = group((r) => `${r.serverId}|${r.source}`);
+    expect(evidence).toHaveLength(bySource.size);
+    for (const e of evidence) {
+      const d = decayed(bySource.get(`${e.s}|${e.source}`)!);
+      expect({ n: Number(e.reports), at: e.updated_at.getTime() }).toEqual({ n: d.n, at: d.at });
+      expect(Number(e.weight)).toBeCloseTo(d.w, 9);
+      expect(Number(e.successes)).toBeCloseTo(d.ok, 9);
+      expect(Number(e.latency_sum)).toBeCloseTo(d.l, 6);
+    }
+
+    const tools = await tdb.db.query<{ s: string; tool: string; source: string; weight: number; reports: string }>(
+      'SELECT server_id::text AS s, tool_name AS tool, source, weight, reports::text FROM tool_evidence WHERE server_id = ANY($1::int8[])', [ids]);
+    const byTool = group((r) => `${r.serverId}|${r.report.tool_name}|${r.source}`);
+    for (const k of [...byTool.keys()]) if (k.includes('|null|')) byTool.delete(k);
+    expect(tools).toHaveLength(byTool.size);
+    for (const t of tools) {
+      const d = decayed(byTool.get(`${t.s}|${t.tool}|${t.source}`)!);
+      expect(Number(t.reports)).toBe(d.n);
+      expect(Number(t.weight)).toBeCloseTo(d.w, 9);
+    }
+  }, 120_000);
+
+  it('evidence decades apart merges to the newer report instead of failing the pass (PostgreSQL underflow)', async () => {
+    const [srv] = await seedServers(tdb.db, 1);
+    const row = (at: Date): IngestRow => ({ serverId: srv!.id, at, source: 'old-and-new', report: { server_url: srv!.url, success: true, latency_ms: 10, tool_name: 'x', http_status: 200 } });
+    const store = telemetryStore(tdb.db);
+    // Two rows 36 years apart in one pass (decayed within the group), then a third in a later pass (merged).
+    await store.append([row(new Date('1990-01-01T00:00:00Z')), row(new Date('2026-01-01T00:00:00Z'))]);
+    await rollupAggregator(tdb.db).pass();
+    await store.append([row(new Date('1989-06-01T00:00:00Z'))]);
+    await rollupAggregator(tdb.db).pass();
+    await store.append([row(T0)]);
+    await rollupAggregator(tdb.db).pass();
+    const [e] = await tdb.db.query<{ weight: number; reports: string }>("SELECT weight, reports::text FROM trust_evidence WHERE server_id = $1 AND source = 'old-and-new'", [srv!.id]);
+    expect(Number(e!.reports)).toBe(4);
+    expect(Number(e!.weight)).toBeCloseTo(1 + decayFactor(T0.getTime() - Date.parse('2026-01-01T00:00:00Z')), 9);
   }, 120_000);
 });

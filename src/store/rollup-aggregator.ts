@@ -24,9 +24,8 @@
 // ROLLUP_INTERVAL_MS (250 ms), so an acknowledged report reaches the rollups within that
 // interval plus one pass, even when the instance that took it died right after answering.
 import type { Db, Queryable } from '../db/index.js';
-import { oneStatement } from './one-statement.js';
 import { BoundedMap } from './cache-limits.js';
-import { notifyServersChanged, rollupStatements, type RawRow } from './telemetry.js';
+import { foldStatement, notifyServersChanged } from './telemetry.js';
 
 /** Period of the background pass on every serving instance. */
 export const ROLLUP_INTERVAL_MS = 250;
@@ -129,32 +128,30 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
       const xmax = toBig(snap!.xmax);
       const xip = new Set(snap!.xip.map(toBig));
       const pendingDone = prevPending.filter((x) => !xip.has(x));
-      type Raw = { id: string; server_id: number; received_at: Date; success: boolean; latency_ms: number; http_status: number | null; source: string | null; tool_name: string | null; xid: string };
-      const columns = 'id::text AS id, server_id, received_at, success, latency_ms, http_status, source, tool_name, xid::text AS xid';
-      const raw = await tx.query<Raw>(
-        `SELECT ${columns} FROM telemetry
-          WHERE ((xid >= $1 AND xid < $2) OR xid = ANY($3::int8[])) AND xid <> ALL($4::int8[])
-          ORDER BY xid LIMIT $5`,
-        [horizon.toString(), xmax.toString(), pendingDone.map(String), [...xip].map(String), foldMaxRows],
+      // The rows that became final: [horizon, xmax) minus the running transactions, plus the
+      // formerly pending ones that have finished. Counted per transaction first, to cut the pass
+      // at a transaction boundary (the watermark counts transactions: each is folded whole).
+      const finalRows = '((xid >= $1 AND xid < $2) OR xid = ANY($3::int8[])) AND xid <> ALL($4::int8[])';
+      const finalParams = [horizon.toString(), xmax.toString(), pendingDone.map(String), [...xip].map(String)];
+      const perXid = await tx.query<{ xid: string; n: number }>(
+        `SELECT xid::text AS xid, count(*)::int AS n FROM telemetry WHERE ${finalRows} GROUP BY xid ORDER BY xid`,
+        finalParams,
       );
-      let rows = raw;
       let newHorizon = xmax;
       let complete = true;
       // Finished transactions below the horizon whose rows this pass leaves for the next one.
       let leftPending: bigint[] = [];
-      if (raw.length >= foldMaxRows) {
-        // Cut at a transaction boundary: the rows of the last transaction may be incomplete, every
-        // earlier one's are all here (ORDER BY xid). The watermark counts transactions, so a
-        // transaction is folded whole or not at all.
+      let where = finalRows;
+      let params: unknown[] = finalParams;
+      // The first transaction always (one larger than the bound is folded alone), then the
+      // following ones while the bound allows.
+      let take = 0;
+      for (let n = 0; take < perXid.length && (take === 0 || n + perXid[take]!.n <= foldMaxRows); take++) n += perXid[take]!.n;
+      if (take < perXid.length) {
         complete = false;
-        const cut = toBig(raw[raw.length - 1]!.xid);
-        let upTo = cut;
-        rows = raw.filter((r) => toBig(r.xid) !== cut);
-        if (rows.length === 0) {
-          // One transaction with more rows than a pass folds: folded whole, alone.
-          rows = await tx.query<Raw>(`SELECT ${columns} FROM telemetry WHERE xid = $1`, [cut.toString()]);
-          upTo = cut + 1n;
-        }
+        const upTo = toBig(perXid[take]!.xid);
+        where = `${finalRows} AND xid < $5`;
+        params = [...finalParams, upTo.toString()];
         // Every transaction below upTo is folded; a cut below the horizon (in the formerly pending
         // ones) leaves the horizon where it was and the rest of them pending.
         newHorizon = upTo > horizon ? upTo : horizon;
@@ -163,32 +160,20 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
       const newPending = [...[...xip].filter((x) => prevPending.includes(x) || (x >= horizon && x < newHorizon)), ...leftPending].sort((a, b) =>
         a < b ? -1 : a > b ? 1 : 0,
       );
-      if (rows.length > 0) {
-        const fold: RawRow[] = rows.map((r) => ({
-          serverId: Number(r.server_id),
-          at: r.received_at,
-          source: r.source ?? '',
-          success: r.success,
-          latency_ms: Number(r.latency_ms),
-          http_status: r.http_status === null ? null : Number(r.http_status),
-          tool_name: r.tool_name,
-        }));
-        await tx.query(...oneStatement(rollupStatements(fold)));
-      }
+      let folded: { folded: number; max_id: string; server_ids: (string | number)[] } = { folded: 0, max_id: '0', server_ids: [] };
+      if (take > 0) folded = (await tx.query<typeof folded>(...foldStatement(where, params)))[0]!;
       await hooks.afterFold?.();
       const pendingChanged = newPending.length !== prevPending.length || newPending.some((x, i) => x !== prevPending[i]);
-      if (rows.length > 0 || pendingChanged) {
-        let maxId = 0n;
-        for (const r of rows) if (toBig(r.id) > maxId) maxId = toBig(r.id);
+      if (folded.folded > 0 || pendingChanged) {
         await tx.query(
           `UPDATE rollup_watermark SET horizon = $1, pending = $2::int8[], max_raw_id = greatest(max_raw_id, $3::int8),
                   folded_rows = folded_rows + $4::int8, folded_at = now() WHERE name = 'rollups'`,
-          [newHorizon.toString(), newPending.map(String), maxId.toString(), rows.length],
+          [newHorizon.toString(), newPending.map(String), folded.max_id, folded.folded],
         );
       }
       // With nothing folded and nothing pending changed, the horizon is left where it was (no write,
       // no commit to flush): the next pass scans [horizon, xmax) again, an empty index range.
-      return { result: { folded: rows.length, complete }, serverIds: [...new Set(rows.map((r) => Number(r.server_id)))] };
+      return { result: { folded: folded.folded, complete }, serverIds: folded.server_ids.map(Number) };
     });
     if (result.complete && startSeq > coveredSeq) coveredSeq = startSeq;
     // Scores computed from the rollups before this pass are stale now (rows of other instances included).

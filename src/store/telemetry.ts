@@ -1,7 +1,7 @@
 import type { Queryable } from '../db/index.js';
 import { groupByServer } from './by-server.js';
-import { emptyHistogram, latencyBin } from '../domain/latency-histogram.js';
-import { decayFactor, HALF_LIFE_HOURS, type SourceAccumulator } from '../domain/scoring.js';
+import { LATENCY_BIN_EDGES, LATENCY_BINS } from '../domain/latency-histogram.js';
+import { HALF_LIFE_HOURS, type SourceAccumulator } from '../domain/scoring.js';
 import { HOUR_MS, type HourRollup, type SourceHourRollup } from '../domain/anomaly.js';
 import type { ServerTotals } from '../domain/baseline.js';
 import type { Statement } from './one-statement.js';
@@ -34,27 +34,14 @@ export interface StoredTotals extends ServerTotals {
 }
 
 const HALF_LIFE_S = HALF_LIFE_HOURS * 3600;
+// 2^(-age / half-life) for an age in seconds. PostgreSQL raises "value out of range: underflow"
+// where JavaScript gives 0 (ages past about 1,074 half-lives, 20 years), so the exponent stops at
+// -1000: 2^-1000 is 1e-301, nothing next to any weight.
+const halfLives = (ageSeconds: string) => `power(2::float8, greatest(-1000::float8, -(${ageSeconds})::float8 / ${HALF_LIFE_S}))`;
 // Decay of a stored accumulator (alias e) or of the incoming one (EXCLUDED) to the later of both times.
-const ageFactor = (t: string) =>
-  `power(2::float8, -(extract(epoch from (greatest(e.updated_at, EXCLUDED.updated_at) - ${t}.updated_at))::float8) / ${HALF_LIFE_S})`;
+const ageFactor = (t: string) => halfLives(`extract(epoch from (greatest(e.updated_at, EXCLUDED.updated_at) - ${t}.updated_at))`);
 const decayedSum = (col: string) => `e.${col} * ${ageFactor('e')} + EXCLUDED.${col} * ${ageFactor('EXCLUDED')}`;
 const histSum = (alias: string) => `ARRAY(SELECT a + b FROM unnest(${alias}.hist, EXCLUDED.hist) AS u(a, b))`;
-
-const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
-
-/** A group of reports decayed to its newest one (`at`): weight, successes and latency sums. */
-function decayedGroup(at: number, items: readonly RawRow[]): { w: number; s: number; l: number } {
-  let w = 0;
-  let s = 0;
-  let l = 0;
-  for (const r of items) {
-    const f = decayFactor(at - r.at.getTime());
-    w += f;
-    if (r.success) s += f;
-    l += f * r.latency_ms;
-  }
-  return { w, s, l };
-}
 
 const PARTITION_RACE_RETRIES = 5;
 function isPartitionRace(err: unknown): boolean {
@@ -63,26 +50,6 @@ function isPartitionRace(err: unknown): boolean {
 }
 
 const pgArray = (xs: readonly number[]) => `{${xs.join(',')}}`;
-
-function is5xx(status: number | null): boolean {
-  return status !== null && status >= 500 && status <= 599;
-}
-
-interface Sums {
-  n: number;
-  successes: number;
-  latency_sum: number;
-  n_5xx: number;
-  hist: number[];
-}
-function addTo(s: Sums, r: { success: boolean; latency_ms: number; http_status: number | null }) {
-  s.n++;
-  if (r.success) s.successes++;
-  s.latency_sum += r.latency_ms;
-  if (is5xx(r.http_status)) s.n_5xx++;
-  s.hist[latencyBin(r.latency_ms)]!++;
-}
-const newSums = (): Sums => ({ n: 0, successes: 0, latency_sum: 0, n_5xx: 0, hist: emptyHistogram() });
 
 // In-process listeners told which servers got new telemetry, after the commit (score caches).
 const committed = dbSignal<[serverIds: number[]]>();
@@ -101,144 +68,73 @@ export function notifyServersChanged(db: Queryable, serverIds: number[]): void {
   committed.emit(db, serverIds);
 }
 
-/** A committed raw row as the rollup aggregator reads it back. */
-export interface RawRow {
-  serverId: number;
-  at: Date;
-  source: string;
-  success: boolean;
-  latency_ms: number;
-  http_status: number | null;
-  /** The report's tool_name: per-tool evidence (tool_evidence) for the gate's per-tool decisions. */
-  tool_name: string | null;
-}
+const HOUR_S = HOUR_MS / 1000;
+// The latency histogram of a group as an int8[] of LATENCY_BINS counts; `bin` is the row's
+// width_bucket over LATENCY_BIN_EDGES, which is latencyBin's bin (0 below the first edge, i for
+// [edge i-1, edge i), the last bin open-ended).
+const HIST_OF_GROUP = `ARRAY[${Array.from({ length: LATENCY_BINS }, (_, i) => `count(*) FILTER (WHERE bin = ${i})`).join(', ')}]::int8[]`;
+// A group's decayed accumulators: each row weighs decayFactor (domain/scoring.ts) of its age
+// behind the newest row of its group, 2^(-age / half-life), so the group is brought to its newest
+// report; the upsert then merges it with the stored accumulator (decayedSum).
+const decayedGroupOver = (partition: string) => halfLives(`extract(epoch from (max(received_at) OVER (PARTITION BY ${partition}) - received_at))`);
 
 /**
- * The rollup upserts for a set of raw rows (aggregated in memory first, so each rollup row is
- * written once), as statements for ONE writable-CTE statement. Rollup rows are written in key
- * order, so two writers could not deadlock (there is one at a time anyway: rollup-aggregator.ts).
+ * THE fold of committed raw rows into the rollups (server_totals, telemetry_hourly,
+ * trust_evidence, tool_evidence), in PostgreSQL: one statement whose writable CTEs aggregate the
+ * rows matching `where` (over telemetry's own columns, its parameters from $1) per rollup key
+ * and upsert each rollup row once, in key order. Nothing travels to the process but the answer:
+ * how many rows were folded, the largest raw id, and the servers they belong to.
  */
-export function rollupStatements(rows: readonly RawRow[]): Statement[] {
-  const stmts: Statement[] = [];
-  const totals = new Map<number, Sums & { first: number; last: number }>();
-  const hourly = new Map<string, Sums & { serverId: number; bucket: number; source: string }>();
-  const evidence = new Map<string, { serverId: number; source: string; at: number; items: RawRow[] }>();
-  for (const r of rows) {
-    const t = r.at.getTime();
-    let tot = totals.get(r.serverId);
-    if (!tot) totals.set(r.serverId, (tot = Object.assign(newSums(), { first: t, last: t })));
-    addTo(tot, r);
-    tot.first = Math.min(tot.first, t);
-    tot.last = Math.max(tot.last, t);
-    const bucket = Math.floor(t / HOUR_MS) * HOUR_MS;
-    const hk = `${r.serverId}|${bucket}|${r.source}`;
-    let h = hourly.get(hk);
-    if (!h) hourly.set(hk, (h = Object.assign(newSums(), { serverId: r.serverId, bucket, source: r.source })));
-    addTo(h, r);
-    const ek = `${r.serverId}|${r.source}`;
-    let e = evidence.get(ek);
-    if (!e) evidence.set(ek, (e = { serverId: r.serverId, source: r.source, at: t, items: [] }));
-    e.items.push(r);
-    e.at = Math.max(e.at, t);
-  }
-
-  const tv = [...totals.entries()].sort((a, b) => a[0] - b[0]);
-  stmts.push([
-    `INSERT INTO server_totals AS e (server_id, n, successes, latency_sum, n_5xx, hist, first_at, last_at)
-     SELECT u.id, u.n, u.s, u.l, u.f, u.h::int8[], u.a, u.b
-       FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::float8[], $5::int8[], $6::text[], $7::timestamptz[], $8::timestamptz[])
-            AS u(id, n, s, l, f, h, a, b)
-     ON CONFLICT (server_id) DO UPDATE SET
-       n = e.n + EXCLUDED.n, successes = e.successes + EXCLUDED.successes, latency_sum = e.latency_sum + EXCLUDED.latency_sum,
-       n_5xx = e.n_5xx + EXCLUDED.n_5xx, hist = ${histSum('e')},
-       first_at = least(e.first_at, EXCLUDED.first_at), last_at = greatest(e.last_at, EXCLUDED.last_at)`,
-    [
-      tv.map(([id]) => id),
-      tv.map(([, s]) => s.n),
-      tv.map(([, s]) => s.successes),
-      tv.map(([, s]) => s.latency_sum),
-      tv.map(([, s]) => s.n_5xx),
-      tv.map(([, s]) => pgArray(s.hist)),
-      tv.map(([, s]) => new Date(s.first).toISOString()),
-      tv.map(([, s]) => new Date(s.last).toISOString()),
-    ],
-  ]);
-
-  const hv = [...hourly.values()].sort((a, b) => a.serverId - b.serverId || a.bucket - b.bucket || (a.source < b.source ? -1 : a.source > b.source ? 1 : 0));
-  stmts.push([
-    `INSERT INTO telemetry_hourly AS e (server_id, bucket, source, n, successes, latency_sum, n_5xx, hist)
-     SELECT u.id, u.b, u.src, u.n, u.s, u.l, u.f, u.h::int8[]
-       FROM unnest($1::int8[], $2::timestamptz[], $3::text[], $4::int8[], $5::int8[], $6::float8[], $7::int8[], $8::text[])
-            AS u(id, b, src, n, s, l, f, h)
-     ON CONFLICT (server_id, bucket, source) DO UPDATE SET
-       n = e.n + EXCLUDED.n, successes = e.successes + EXCLUDED.successes, latency_sum = e.latency_sum + EXCLUDED.latency_sum,
-       n_5xx = e.n_5xx + EXCLUDED.n_5xx, hist = ${histSum('e')}`,
-    [
-      hv.map((h) => h.serverId),
-      hv.map((h) => new Date(h.bucket).toISOString()),
-      hv.map((h) => h.source),
-      hv.map((h) => h.n),
-      hv.map((h) => h.successes),
-      hv.map((h) => h.latency_sum),
-      hv.map((h) => h.n_5xx),
-      hv.map((h) => pgArray(h.hist)),
-    ],
-  ]);
-
-  // Each group is decayed to its newest report, then merged with the stored accumulator.
-  const ev = [...evidence.values()].map((e) => Object.assign({}, e, decayedGroup(e.at, e.items))).sort((a, b) => a.serverId - b.serverId || cmp(a.source, b.source));
-  stmts.push([
-    `INSERT INTO trust_evidence AS e (server_id, source, weight, successes, latency_sum, reports, updated_at)
-     SELECT * FROM unnest($1::int8[], $2::text[], $3::float8[], $4::float8[], $5::float8[], $6::int8[], $7::timestamptz[])
-     ON CONFLICT (server_id, source) DO UPDATE SET
-       weight = ${decayedSum('weight')}, successes = ${decayedSum('successes')}, latency_sum = ${decayedSum('latency_sum')},
-       reports = e.reports + EXCLUDED.reports, updated_at = greatest(e.updated_at, EXCLUDED.updated_at)`,
-    [
-      ev.map((e) => e.serverId),
-      ev.map((e) => e.source),
-      ev.map((e) => e.w),
-      ev.map((e) => e.s),
-      ev.map((e) => e.l),
-      ev.map((e) => e.items.length),
-      ev.map((e) => new Date(e.at).toISOString()),
-    ],
-  ]);
-
-  // Per-tool evidence (the gate's per-tool decisions): the same accumulators, keyed also by the
-  // report's tool_name; reports without one add nothing here.
-  const toolGroups = new Map<string, { serverId: number; tool: string; source: string; at: number; items: RawRow[] }>();
-  for (const r of rows) {
-    if (r.tool_name === null) continue;
-    const t = r.at.getTime();
-    const k = JSON.stringify([r.serverId, r.tool_name, r.source]);
-    let g = toolGroups.get(k);
-    if (!g) toolGroups.set(k, (g = { serverId: r.serverId, tool: r.tool_name, source: r.source, at: t, items: [] }));
-    g.items.push(r);
-    g.at = Math.max(g.at, t);
-  }
-  if (toolGroups.size > 0) {
-    const tev = [...toolGroups.values()]
-      .map((g) => Object.assign({}, g, decayedGroup(g.at, g.items)))
-      .sort((a, b) => a.serverId - b.serverId || cmp(a.tool, b.tool) || cmp(a.source, b.source));
-    stmts.push([
-      `INSERT INTO tool_evidence AS e (server_id, tool_name, source, weight, successes, latency_sum, reports, updated_at)
-       SELECT * FROM unnest($1::int8[], $2::text[], $3::text[], $4::float8[], $5::float8[], $6::float8[], $7::int8[], $8::timestamptz[])
+export function foldStatement(where: string, params: unknown[]): Statement {
+  const edges = params.length + 1;
+  return [
+    `WITH raw AS MATERIALIZED (
+       SELECT id, server_id, received_at, success, latency_ms, http_status, coalesce(source, '') AS source, tool_name,
+              width_bucket(latency_ms, $${edges}::float8[]) AS bin
+         FROM telemetry WHERE ${where}
+     ),
+     totals AS (
+       INSERT INTO server_totals AS e (server_id, n, successes, latency_sum, n_5xx, hist, first_at, last_at)
+       SELECT server_id, count(*), count(*) FILTER (WHERE success), sum(latency_ms), count(*) FILTER (WHERE http_status BETWEEN 500 AND 599),
+              ${HIST_OF_GROUP}, min(received_at), max(received_at)
+         FROM raw GROUP BY server_id ORDER BY server_id
+       ON CONFLICT (server_id) DO UPDATE SET
+         n = e.n + EXCLUDED.n, successes = e.successes + EXCLUDED.successes, latency_sum = e.latency_sum + EXCLUDED.latency_sum,
+         n_5xx = e.n_5xx + EXCLUDED.n_5xx, hist = ${histSum('e')},
+         first_at = least(e.first_at, EXCLUDED.first_at), last_at = greatest(e.last_at, EXCLUDED.last_at)
+     ),
+     hourly AS (
+       INSERT INTO telemetry_hourly AS e (server_id, bucket, source, n, successes, latency_sum, n_5xx, hist)
+       SELECT server_id, to_timestamp(floor(extract(epoch from received_at) / ${HOUR_S}) * ${HOUR_S}) AS bucket, source,
+              count(*), count(*) FILTER (WHERE success), sum(latency_ms), count(*) FILTER (WHERE http_status BETWEEN 500 AND 599), ${HIST_OF_GROUP}
+         FROM raw GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+       ON CONFLICT (server_id, bucket, source) DO UPDATE SET
+         n = e.n + EXCLUDED.n, successes = e.successes + EXCLUDED.successes, latency_sum = e.latency_sum + EXCLUDED.latency_sum,
+         n_5xx = e.n_5xx + EXCLUDED.n_5xx, hist = ${histSum('e')}
+     ),
+     evidence AS (
+       INSERT INTO trust_evidence AS e (server_id, source, weight, successes, latency_sum, reports, updated_at)
+       SELECT server_id, source, sum(f), coalesce(sum(f) FILTER (WHERE success), 0), sum(f * latency_ms), count(*), max(received_at)
+         FROM (SELECT raw.*, ${decayedGroupOver('server_id, source')} AS f FROM raw) d
+        GROUP BY server_id, source ORDER BY server_id, source
+       ON CONFLICT (server_id, source) DO UPDATE SET
+         weight = ${decayedSum('weight')}, successes = ${decayedSum('successes')}, latency_sum = ${decayedSum('latency_sum')},
+         reports = e.reports + EXCLUDED.reports, updated_at = greatest(e.updated_at, EXCLUDED.updated_at)
+     ),
+     -- Per-tool evidence (the gate's per-tool decisions): the same accumulators, keyed also by the
+     -- report's tool_name; reports without one add nothing here.
+     tools AS (
+       INSERT INTO tool_evidence AS e (server_id, tool_name, source, weight, successes, latency_sum, reports, updated_at)
+       SELECT server_id, tool_name, source, sum(f), coalesce(sum(f) FILTER (WHERE success), 0), sum(f * latency_ms), count(*), max(received_at)
+         FROM (SELECT raw.*, ${decayedGroupOver('server_id, tool_name, source')} AS f FROM raw WHERE tool_name IS NOT NULL) d
+        GROUP BY server_id, tool_name, source ORDER BY server_id, tool_name, source
        ON CONFLICT (server_id, tool_name, source) DO UPDATE SET
          weight = ${decayedSum('weight')}, successes = ${decayedSum('successes')}, latency_sum = ${decayedSum('latency_sum')},
-         reports = e.reports + EXCLUDED.reports, updated_at = greatest(e.updated_at, EXCLUDED.updated_at)`,
-      [
-        tev.map((e) => e.serverId),
-        tev.map((e) => e.tool),
-        tev.map((e) => e.source),
-        tev.map((e) => e.w),
-        tev.map((e) => e.s),
-        tev.map((e) => e.l),
-        tev.map((e) => e.items.length),
-        tev.map((e) => new Date(e.at).toISOString()),
-      ],
-    ]);
-  }
-  return stmts;
+         reports = e.reports + EXCLUDED.reports, updated_at = greatest(e.updated_at, EXCLUDED.updated_at)
+     )
+     SELECT count(*)::int AS folded, coalesce(max(id), 0)::text AS max_id, coalesce(array_agg(DISTINCT server_id), '{}')::int8[] AS server_ids FROM raw`,
+    [...params, pgArray(LATENCY_BIN_EDGES)],
+  ];
 }
 
 export function telemetryStore(db: Queryable) {
