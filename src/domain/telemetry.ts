@@ -49,17 +49,19 @@ export function unstorableText(s: string): string | null {
 
 const present = (v: unknown) => v !== undefined && v !== null;
 
+// JSON values a ReportRequest cannot hold at all (REST bodies, MCP arguments). Module-level: a
+// report is validated on every ingestion path, so nothing here is rebuilt per report.
+const TYPED: readonly (readonly [keyof ReportInput, string, (v: unknown) => boolean])[] = [
+  ['server_url', 'a string', (v) => typeof v === 'string'],
+  ['success', 'a boolean', (v) => typeof v === 'boolean'],
+  ['latency_ms', 'a number', (v) => typeof v === 'number'],
+  ['tool_name', 'a string', (v) => typeof v === 'string'],
+  ['http_status', 'an integer', (v) => typeof v === 'number' && Number.isInteger(v)],
+];
+
 /** Every reason the report is invalid (empty when it is valid): JSON types, the contract's rules, storable text. */
 export function reportViolations(r: ReportInput): RuleViolation[] {
-  // JSON values a ReportRequest cannot hold at all (REST bodies, MCP arguments).
-  const typed: [keyof ReportInput, string, (v: unknown) => boolean][] = [
-    ['server_url', 'a string', (v) => typeof v === 'string'],
-    ['success', 'a boolean', (v) => typeof v === 'boolean'],
-    ['latency_ms', 'a number', (v) => typeof v === 'number'],
-    ['tool_name', 'a string', (v) => typeof v === 'string'],
-    ['http_status', 'an integer', (v) => typeof v === 'number' && Number.isInteger(v)],
-  ];
-  const wrong = typed.filter(([k, , ok]) => present(r[k]) && !ok(r[k]));
+  const wrong = TYPED.filter(([k, , ok]) => present(r[k]) && !ok(r[k]));
   if (wrong.length) return wrong.map(([k, what]) => ({ field: k, rule: 'type', message: `must be ${what}` }));
   const msg = create(ReportRequestSchema, {
     serverUrl: (r.server_url as string | undefined) ?? '',
