@@ -76,14 +76,29 @@ function runChild(args: string[]): Promise<{ signal: NodeJS.Signals | null; code
   return new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal, out })));
 }
 
-describe(`rollup aggregator (${backend})`, () => {
-  let tdb: TestDatabase;
+/** A fresh database for the enclosing describe block: made before its tests (then `init`), dropped after them. */
+function suiteDatabase(init?: (db: Db) => void): TestDatabase {
+  let current: TestDatabase | undefined;
   beforeAll(async () => {
-    tdb = await createTestDatabase();
+    current = await createTestDatabase();
+    init?.(current.db);
   }, 120_000);
   afterAll(async () => {
-    await tdb?.drop();
+    await current?.drop();
   });
+  return {
+    get db() {
+      return current!.db;
+    },
+    get url() {
+      return current!.url;
+    },
+    drop: async () => current?.drop(),
+  };
+}
+
+describe(`rollup aggregator (${backend})`, () => {
+  const tdb = suiteDatabase();
 
   it('folds appended rows exactly once; a read in the same process sees them without waiting for the timer', async () => {
     const servers = await seedServers(tdb.db, 5);
@@ -272,14 +287,7 @@ describe(`rollup aggregator (${backend})`, () => {
 // from the pending list). A small bound makes both cheap to reach.
 describe(`rollup aggregator, passes cut short (${backend})`, () => {
   const LIMIT = 10;
-  let tdb: TestDatabase;
-  beforeAll(async () => {
-    tdb = await createTestDatabase();
-    rollupAggregator(tdb.db, { foldMaxRows: LIMIT });
-  }, 120_000);
-  afterAll(async () => {
-    await tdb?.drop();
-  });
+  const tdb = suiteDatabase((db) => rollupAggregator(db, { foldMaxRows: LIMIT }));
 
   const passUntilComplete = async (db: Db) => {
     let passes = 0;
@@ -355,13 +363,7 @@ describe(`rollup aggregator, passes cut short (${backend})`, () => {
 // naming a tool. Rows cover every latency bin edge, both ends of the 5xx range and ten days of
 // reports, folded over several passes so the stored accumulators merge too.
 describe(`rollup aggregator: the SQL fold computes what the domain functions compute (${backend})`, () => {
-  let tdb: TestDatabase;
-  beforeAll(async () => {
-    tdb = await createTestDatabase();
-  }, 120_000);
-  afterAll(async () => {
-    await tdb?.drop();
-  });
+  const tdb = suiteDatabase();
 
   it('histograms, decayed evidence, hour buckets, 5xx and per-tool groups', async () => {
     const servers = await seedServers(tdb.db, 3);
