@@ -77,6 +77,16 @@ const HIST_OF_GROUP = `ARRAY[${Array.from({ length: LATENCY_BINS }, (_, i) => `c
 // behind the newest row of its group, 2^(-age / half-life), so the group is brought to its newest
 // report; the upsert then merges it with the stored accumulator (decayedSum).
 const decayedGroupOver = (partition: string) => halfLives(`extract(epoch from (max(received_at) OVER (PARTITION BY ${partition}) - received_at))`);
+// The counts of a group (server_totals, telemetry_hourly): n, successes, latency_sum, n_5xx, hist;
+// and the same added to the stored row.
+const SUMS_OF_GROUP = `count(*), count(*) FILTER (WHERE success), sum(latency_ms), count(*) FILTER (WHERE http_status BETWEEN 500 AND 599), ${HIST_OF_GROUP}`;
+const SUMS_MERGED = `n = e.n + EXCLUDED.n, successes = e.successes + EXCLUDED.successes, latency_sum = e.latency_sum + EXCLUDED.latency_sum,
+         n_5xx = e.n_5xx + EXCLUDED.n_5xx, hist = ${histSum('e')}`;
+// The decayed accumulators of a group whose rows carry their factor `f` (trust_evidence,
+// tool_evidence): weight, successes, latency_sum, reports, updated_at; and the merge with the stored row.
+const DECAYED_OF_GROUP = 'sum(f), coalesce(sum(f) FILTER (WHERE success), 0), sum(f * latency_ms), count(*), max(received_at)';
+const DECAYED_MERGED = `weight = ${decayedSum('weight')}, successes = ${decayedSum('successes')}, latency_sum = ${decayedSum('latency_sum')},
+         reports = e.reports + EXCLUDED.reports, updated_at = greatest(e.updated_at, EXCLUDED.updated_at)`;
 
 /**
  * THE fold of committed raw rows into the rollups (server_totals, telemetry_hourly,
@@ -95,42 +105,37 @@ export function foldStatement(where: string, params: unknown[]): Statement {
      ),
      totals AS (
        INSERT INTO server_totals AS e (server_id, n, successes, latency_sum, n_5xx, hist, first_at, last_at)
-       SELECT server_id, count(*), count(*) FILTER (WHERE success), sum(latency_ms), count(*) FILTER (WHERE http_status BETWEEN 500 AND 599),
-              ${HIST_OF_GROUP}, min(received_at), max(received_at)
+       SELECT server_id, ${SUMS_OF_GROUP}, min(received_at), max(received_at)
          FROM raw GROUP BY server_id ORDER BY server_id
        ON CONFLICT (server_id) DO UPDATE SET
-         n = e.n + EXCLUDED.n, successes = e.successes + EXCLUDED.successes, latency_sum = e.latency_sum + EXCLUDED.latency_sum,
-         n_5xx = e.n_5xx + EXCLUDED.n_5xx, hist = ${histSum('e')},
+         ${SUMS_MERGED},
          first_at = least(e.first_at, EXCLUDED.first_at), last_at = greatest(e.last_at, EXCLUDED.last_at)
      ),
      hourly AS (
        INSERT INTO telemetry_hourly AS e (server_id, bucket, source, n, successes, latency_sum, n_5xx, hist)
        SELECT server_id, to_timestamp(floor(extract(epoch from received_at) / ${HOUR_S}) * ${HOUR_S}) AS bucket, source,
-              count(*), count(*) FILTER (WHERE success), sum(latency_ms), count(*) FILTER (WHERE http_status BETWEEN 500 AND 599), ${HIST_OF_GROUP}
+              ${SUMS_OF_GROUP}
          FROM raw GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
        ON CONFLICT (server_id, bucket, source) DO UPDATE SET
-         n = e.n + EXCLUDED.n, successes = e.successes + EXCLUDED.successes, latency_sum = e.latency_sum + EXCLUDED.latency_sum,
-         n_5xx = e.n_5xx + EXCLUDED.n_5xx, hist = ${histSum('e')}
+         ${SUMS_MERGED}
      ),
      evidence AS (
        INSERT INTO trust_evidence AS e (server_id, source, weight, successes, latency_sum, reports, updated_at)
-       SELECT server_id, source, sum(f), coalesce(sum(f) FILTER (WHERE success), 0), sum(f * latency_ms), count(*), max(received_at)
+       SELECT server_id, source, ${DECAYED_OF_GROUP}
          FROM (SELECT raw.*, ${decayedGroupOver('server_id, source')} AS f FROM raw) d
         GROUP BY server_id, source ORDER BY server_id, source
        ON CONFLICT (server_id, source) DO UPDATE SET
-         weight = ${decayedSum('weight')}, successes = ${decayedSum('successes')}, latency_sum = ${decayedSum('latency_sum')},
-         reports = e.reports + EXCLUDED.reports, updated_at = greatest(e.updated_at, EXCLUDED.updated_at)
+         ${DECAYED_MERGED}
      ),
      -- Per-tool evidence (the gate's per-tool decisions): the same accumulators, keyed also by the
      -- report's tool_name; reports without one add nothing here.
      tools AS (
        INSERT INTO tool_evidence AS e (server_id, tool_name, source, weight, successes, latency_sum, reports, updated_at)
-       SELECT server_id, tool_name, source, sum(f), coalesce(sum(f) FILTER (WHERE success), 0), sum(f * latency_ms), count(*), max(received_at)
+       SELECT server_id, tool_name, source, ${DECAYED_OF_GROUP}
          FROM (SELECT raw.*, ${decayedGroupOver('server_id, tool_name, source')} AS f FROM raw WHERE tool_name IS NOT NULL) d
         GROUP BY server_id, tool_name, source ORDER BY server_id, tool_name, source
        ON CONFLICT (server_id, tool_name, source) DO UPDATE SET
-         weight = ${decayedSum('weight')}, successes = ${decayedSum('successes')}, latency_sum = ${decayedSum('latency_sum')},
-         reports = e.reports + EXCLUDED.reports, updated_at = greatest(e.updated_at, EXCLUDED.updated_at)
+         ${DECAYED_MERGED}
      )
      SELECT count(*)::int AS folded, coalesce(max(id), 0)::text AS max_id, coalesce(array_agg(DISTINCT server_id), '{}')::int8[] AS server_ids FROM raw`,
     [...params, pgArray(LATENCY_BIN_EDGES)],
