@@ -15,8 +15,10 @@ descendants() {
   done
 }
 
+# hang_report PROGRESS REPORTS PID...: the step's pids, its own first.
 hang_report() {
-  local progress=$1 pid=$2 reports=$3 p
+  local progress=$1 reports=$2 p
+  shift 2
   if [ -s "$progress" ]; then
     echo "-- test files begun and not ended, with the last test begun in each:"
     awk -F'\t' '$2 == "start" { s[$3] = $1 } $2 == "end" { delete s[$3] } $2 == "test" { t[$3] = $1 " " $4 }
@@ -25,10 +27,9 @@ hang_report() {
     tail -n 5 "$progress" | sed 's/^/   /' || true
   fi
   echo "-- its processes (pid ppid seconds cpu-time state rss command):"
-  # shellcheck disable=SC2046
-  ps -o pid,ppid,etimes,time,stat,rss,args --forest -p "$(echo "$pid" $(descendants "$pid") | tr ' ' ',')" | cut -c1-240 | head -n 80 || true
+  ps -o pid,ppid,etimes,time,stat,rss,args --forest -p "$(echo "$@" | tr ' ' ',')" | cut -c1-240 | head -n 80 || true
   echo "-- its Node.js processes: JavaScript stack and active handles (diagnostic reports):"
-  for p in $pid $(descendants "$pid"); do
+  for p in "$@"; do
     if [ "$(ps -o comm= -p "$p" 2>/dev/null)" = node ]; then kill -URG "$p" 2>/dev/null || true; fi
   done
   sleep 3
@@ -49,9 +50,10 @@ bounded() {
   while kill -0 "$pid" 2>/dev/null; do
     if [ "$waited" -ge "$limit" ]; then
       echo "== HANG: $label still running after ${limit} s; what was running:"
-      # The report is best effort: nothing in it may stop the kill below.
-      hang_report "$progress" "$pid" "$reports" || true
       pids="$pid $(descendants "$pid")"
+      # The report is best effort: nothing in it may stop the kill below.
+      # shellcheck disable=SC2086
+      hang_report "$progress" "$reports" $pids || true
       # shellcheck disable=SC2086
       kill -TERM $pids 2>/dev/null || true
       sleep 5
