@@ -7,6 +7,8 @@ import { ReceiptService } from '../gen/observatory/v1/receipt_pb.js';
 import { canonicalJson, endpointHealth } from '../src/services/receipt.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
+import { aggregatesSettled } from './support/settle.js';
+import { MARKET_FIGURES_MS } from '../src/services/trust.js';
 
 // A fixed clock so the trust record is byte-identical across reads.
 const T0 = new Date('2026-11-25T12:00:00Z');
@@ -183,6 +185,34 @@ describe(`pre-flight (${backend})`, () => {
     const mix = d.verdict_mix;
     expect(mix.pass + mix.uncertain + mix.fail + mix.unrated).toBe(d.total_preflight_checks);
     expect(d.note).toMatch(/never feed trust scores/);
+  });
+
+  it('counts every call of a shared claim: identical checks are one row with their number, and every figure counts each call', async () => {
+    clock = new Date(clock.getTime() + 2 * 24 * 3600_000); // two days on: the 24h window holds only this test's checks
+    const stats0 = await json(fetch(`${t.base}/api/stats`));
+    const d0 = await json(fetch(`${t.base}/api/demand`));
+    const all0 = d0.windows[3].servers.find((s: { target: string }) => s.target === GOOD);
+    const answers = await Promise.all([...Array.from({ length: 7 }, () => GOOD), ...Array.from({ length: 3 }, () => BAD)].map((u) => json(preflight(u))));
+    const goodIds = new Set(answers.slice(0, 7).map((a) => a.receipt_id));
+    expect(goodIds.size).toBe(1); // one claim, one receipt
+    await aggregatesSettled(); // demand figures follow within AGGREGATE_SETTLE_MS
+    const d = await json(fetch(`${t.base}/api/demand`));
+    expect(d.total_preflight_checks).toBe(d0.total_preflight_checks + 10);
+    const w24 = d.windows[0];
+    expect(w24.total_checks).toBe(10);
+    expect(w24.verdict_mix.pass).toBe(7);
+    expect(w24.verdict_mix.pass + w24.verdict_mix.uncertain + w24.verdict_mix.fail + w24.verdict_mix.unrated).toBe(10);
+    expect(w24.servers.find((s: { target: string }) => s.target === GOOD)).toMatchObject({ checks: 7, last_verdict: 'PASS', last_checked_at: clock.toISOString() });
+    expect(w24.servers.find((s: { target: string }) => s.target === BAD).checks).toBe(3);
+    // All time comes from the per-target sums the trigger keeps (migration 1560, 1580).
+    expect(d.windows[3].servers.find((s: { target: string }) => s.target === GOOD).checks).toBe(all0.checks + 7);
+    clock = new Date(clock.getTime() + MARKET_FIGURES_MS); // the market figures are counted at most once per MARKET_FIGURES_MS
+    const stats = await json(fetch(`${t.base}/api/stats`));
+    expect(stats.market_validation.preflight_checks_total).toBe(stats0.market_validation.preflight_checks_total + 10);
+    expect(stats.market_validation.preflight_checks_last_24h).toBe(10);
+    // The table grows with claims, not calls: the seven checks are one row counting seven.
+    const rows = await t.obs.db.query<{ checks: number }>('SELECT checks FROM preflight_demand WHERE receipt_id = $1', [[...goodIds][0]]);
+    expect(rows.map((r) => r.checks)).toEqual([7]);
   });
 
   it('serves Preflight, GetDemand, GetReceipt and Verify over Connect and gRPC', async () => {

@@ -204,7 +204,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
         // Signed here, stored by the group commit with other concurrent receipts; nobody is
         // answered with it before the statement holding it committed.
         const receipt = await receipts.issue(kind, sub, { ...statement, checked_at: checkedAt.toISOString() }, { persist: false });
-        await store.submit([{ receipt: { receipt_id: receipt.receiptId, kind, sub, issued_at: receipt.issuedAt, kid: receipt.kid, claim: receipt.payload, jws: receipt.jws }, demand: null }]);
+        await store.submit([{ receipt_id: receipt.receiptId, kind, sub, issued_at: receipt.issuedAt, kid: receipt.kid, claim: receipt.payload, jws: receipt.jws }]);
         return receipt;
       })();
       entry = { at: at.getTime(), mono, checkedAt, ready };
@@ -221,7 +221,8 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     }
     const receipt = await entry.ready;
     const checkedAt = entry.checkedAt;
-    // Demand stays per call: counted in memory, written within DEMAND_FLUSH_MS.
+    // Demand stays per call: counted in memory (one row per claim's receipt and write, with its
+    // number of calls), written within DEMAND_FLUSH_MS.
     if (opts.recordDemand !== false) {
       demandRows.add({ checked_at: at, target: serverUrl ?? target, server_url: serverUrl, name: server?.name ?? null, verdict, kind, receipt_id: receipt.receiptId });
     }

@@ -13,6 +13,11 @@ export interface DemandRow {
   verdict: string;
   kind: string;
   receipt_id: string | null;
+  /**
+   * Calls this row stands for (default 1): the demand buffer writes identical checks (same
+   * receipt, target, verdict and kind) counted within one write as one row, dated by the last.
+   */
+  checks?: number;
 }
 
 export interface VerdictCounts {
@@ -36,10 +41,11 @@ export interface DemandTarget extends VerdictCounts {
   last_verdict: string;
 }
 
-const MIX = `sum(CASE WHEN verdict = 'PASS' THEN 1 ELSE 0 END)::int8 AS pass,
-  sum(CASE WHEN verdict = 'UNCERTAIN' THEN 1 ELSE 0 END)::int8 AS uncertain,
-  sum(CASE WHEN verdict = 'FAIL' THEN 1 ELSE 0 END)::int8 AS fail,
-  sum(CASE WHEN verdict = 'UNRATED' THEN 1 ELSE 0 END)::int8 AS unrated`;
+// Each demand row counts `checks` calls (migration 1580).
+const MIX = `sum(CASE WHEN verdict = 'PASS' THEN checks ELSE 0 END)::int8 AS pass,
+  sum(CASE WHEN verdict = 'UNCERTAIN' THEN checks ELSE 0 END)::int8 AS uncertain,
+  sum(CASE WHEN verdict = 'FAIL' THEN checks ELSE 0 END)::int8 AS fail,
+  sum(CASE WHEN verdict = 'UNRATED' THEN checks ELSE 0 END)::int8 AS unrated`;
 
 const mix = (r: { pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }): VerdictCounts => ({
   pass: r.pass ?? 0,
@@ -48,11 +54,11 @@ const mix = (r: { pass: number | null; uncertain: number | null; fail: number | 
   unrated: r.unrated ?? 0,
 });
 
-/** The multi-row INSERT of demand rows (also part of the pre-flight group commit's one statement). */
+/** The multi-row INSERT of demand rows. */
 export function insertDemandStatement(rows: readonly DemandRow[]): Statement {
   return [
-    `INSERT INTO preflight_demand (checked_at, target, server_url, name, verdict, kind, receipt_id)
-     SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])`,
+    `INSERT INTO preflight_demand (checked_at, target, server_url, name, verdict, kind, receipt_id, checks)
+     SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int4[])`,
     [
       rows.map((r) => r.checked_at.toISOString()),
       rows.map((r) => r.target),
@@ -61,6 +67,7 @@ export function insertDemandStatement(rows: readonly DemandRow[]): Statement {
       rows.map((r) => r.verdict),
       rows.map((r) => r.kind),
       rows.map((r) => r.receipt_id),
+      rows.map((r) => r.checks ?? 1),
     ],
   ];
 }
@@ -102,16 +109,37 @@ export function notifyDemandRecorded(db: Queryable): void {
   demandRecorded.emit(db);
 }
 
+/** The row a counted check adds to: identical checks (same receipt, target, verdict, kind) share it. */
+function demandKey(r: DemandRow): string {
+  // \u0000 cannot occur in these texts (PostgreSQL text refuses it); \u0001 marks a null.
+  return `${r.receipt_id ?? '\u0001'}\u0000${r.target}\u0000${r.server_url ?? '\u0001'}\u0000${r.name ?? '\u0001'}\u0000${r.verdict}\u0000${r.kind}`;
+}
+
+/** Adds `r` (its checks, its time when later) to the row of its key in `rows`. */
+function countInto(rows: Map<string, DemandRow & { checks: number }>, r: DemandRow): void {
+  const key = demandKey(r);
+  const had = rows.get(key);
+  if (had === undefined) {
+    rows.set(key, Object.assign({}, r, { checks: r.checks ?? 1 }));
+    return;
+  }
+  had.checks += r.checks ?? 1;
+  if (r.checked_at > had.checked_at) had.checked_at = r.checked_at;
+}
+
 /**
- * Pre-flight demand, one row per call, counted in memory and written every DEMAND_FLUSH_MS in
- * one multi-row INSERT (issue 22): the answer to a check no longer waits for its demand row. A
- * crash loses at most the last DEMAND_FLUSH_MS of demand rows (docs/performance.md); reads of
- * demand in this process (demandStore) write the buffer first, so they always see their own calls.
+ * Pre-flight demand, counted per call in memory and written every DEMAND_FLUSH_MS in one
+ * multi-row INSERT (issue 22): the answer to a check no longer waits for its demand. Identical
+ * checks counted between two writes (same receipt, target, verdict and kind: the calls that share
+ * one claim's receipt) are written as one row with their number in `checks`, dated by the last of
+ * them, so the table grows with claims rather than with calls; every call is still counted. A
+ * crash loses at most the last DEMAND_FLUSH_MS of demand (docs/performance.md); reads of demand in
+ * this process (demandStore) write the buffer first, so they always see their own calls.
  */
 export function demandBuffer(db: Queryable, onError?: (err: unknown) => void): DemandBuffer {
   let b = buffers.get(db);
   if (b) return b;
-  let rows: DemandRow[] = [];
+  let rows = new Map<string, DemandRow & { checks: number }>();
   const inflight = new Set<Promise<void>>();
   let timer: NodeJS.Timeout | null = null;
   let closed = false;
@@ -119,18 +147,24 @@ export function demandBuffer(db: Queryable, onError?: (err: unknown) => void): D
   // After a failed write only the periodic tick retries (no write per added row against a database that is down).
   let failing = false;
   function write(): Promise<void> {
-    if (rows.length === 0) return Promise.all(inflight).then(() => undefined);
+    if (rows.size === 0) return Promise.all(inflight).then(() => undefined);
     const batch = rows;
-    rows = [];
+    rows = new Map();
     const p = db
-      .query(...insertDemandStatement(batch))
+      .query(...insertDemandStatement([...batch.values()]))
       .then(() => {
         failing = false;
         notifyDemandRecorded(db);
       })
       .catch((err: unknown) => {
-        // Kept for the next write (bounded), reported, and the flush that asked fails.
-        rows = [...batch, ...rows].slice(-DEMAND_BUFFER_MAX);
+        // Kept for the next write (bounded, oldest dropped first), reported, and the flush that asked fails.
+        const kept = batch;
+        for (const r of rows.values()) countInto(kept, r);
+        for (const key of kept.keys()) {
+          if (kept.size <= DEMAND_BUFFER_MAX) break;
+          kept.delete(key);
+        }
+        rows = kept;
         failing = true;
         throw err;
       })
@@ -140,19 +174,19 @@ export function demandBuffer(db: Queryable, onError?: (err: unknown) => void): D
   }
   b = {
     add(row) {
-      rows.push(row);
+      countInto(rows, row);
       notifyDemandRecorded(db);
-      if (rows.length >= DEMAND_WRITE_ROWS && !soon && !failing && inflight.size === 0) {
+      if (rows.size >= DEMAND_WRITE_ROWS && !soon && !failing && inflight.size === 0) {
         // Written after the answers of this event-loop turn went out.
         soon = true;
         setImmediate(() => {
           soon = false;
-          if (rows.length >= DEMAND_WRITE_ROWS && inflight.size === 0) write().catch((err: unknown) => onError?.(err));
+          if (rows.size >= DEMAND_WRITE_ROWS && inflight.size === 0) write().catch((err: unknown) => onError?.(err));
         });
       }
       if (!timer && !closed) {
         timer = setInterval(() => {
-          if (rows.length === 0) return;
+          if (rows.size === 0) return;
           write().catch((err: unknown) => onError?.(err));
         }, DEMAND_FLUSH_MS);
         timer.unref();
@@ -185,7 +219,7 @@ function groupedTargets(since: Date | null, sinceParam: string): string {
               (array_agg(last_verdict ORDER BY last_checked_at DESC, last_id DESC))[1] AS last_verdict,
               sum(pass)::int8 AS pass, sum(uncertain)::int8 AS uncertain, sum(fail)::int8 AS fail, sum(unrated)::int8 AS unrated
          FROM preflight_demand_targets GROUP BY target`
-    : `SELECT target, max(server_url) AS server_url, max(name) AS name, count(*)::int8 AS checks, max(checked_at) AS last_checked_at,
+    : `SELECT target, max(server_url) AS server_url, max(name) AS name, sum(checks)::int8 AS checks, max(checked_at) AS last_checked_at,
               (array_agg(verdict ORDER BY checked_at DESC, id DESC))[1] AS last_verdict, ${MIX}
          FROM preflight_demand WHERE checked_at >= ${sinceParam}::timestamptz GROUP BY target`;
 }
@@ -194,8 +228,8 @@ export function demandStore(db: Queryable) {
   return {
     async insert(r: DemandRow): Promise<void> {
       await db.query(
-        'INSERT INTO preflight_demand (checked_at, target, server_url, name, verdict, kind, receipt_id) VALUES ($1, $2, $3, $4, $5, $6, $7)',
-        [r.checked_at, r.target, r.server_url, r.name, r.verdict, r.kind, r.receipt_id],
+        'INSERT INTO preflight_demand (checked_at, target, server_url, name, verdict, kind, receipt_id, checks) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)',
+        [r.checked_at, r.target, r.server_url, r.name, r.verdict, r.kind, r.receipt_id, r.checks ?? 1],
       );
       notifyDemandRecorded(db);
     },
@@ -215,7 +249,7 @@ export function demandStore(db: Queryable) {
         since === null
           ? `SELECT coalesce(sum(checks), 0)::int8 AS n, count(DISTINCT target)::int8 AS u, sum(pass)::int8 AS pass, sum(uncertain)::int8 AS uncertain,
                     sum(fail)::int8 AS fail, sum(unrated)::int8 AS unrated FROM preflight_demand_targets`
-          : `SELECT count(*)::int8 AS n, count(DISTINCT target)::int8 AS u, ${MIX}
+          : `SELECT coalesce(sum(checks), 0)::int8 AS n, count(DISTINCT target)::int8 AS u, ${MIX}
                FROM preflight_demand WHERE checked_at >= $1::timestamptz`,
         since === null ? [] : [since],
       );
@@ -265,7 +299,7 @@ export function demandStore(db: Queryable) {
         since === null
           ? `SELECT s.category, sum(d.checks)::int8 AS checks FROM preflight_demand_targets d LEFT JOIN servers s ON s.url = nullif(d.server_url, '')
               GROUP BY s.category ORDER BY checks DESC`
-          : `SELECT s.category, count(*)::int8 AS checks FROM preflight_demand d LEFT JOIN servers s ON s.url = d.server_url
+          : `SELECT s.category, sum(d.checks)::int8 AS checks FROM preflight_demand d LEFT JOIN servers s ON s.url = d.server_url
               WHERE d.checked_at >= $1::timestamptz GROUP BY s.category ORDER BY checks DESC`,
         since === null ? [] : [since],
       );

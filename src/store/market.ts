@@ -33,11 +33,11 @@ export function marketStore(db: Queryable) {
                 (SELECT count(*)::int8 FROM api_keys) AS agent_keys_issued,
                 (SELECT count(*)::int8 FROM payments WHERE receipt_id IS NOT NULL) AS paid_verdicts,
                 (SELECT count(*)::int8 FROM receipts) AS receipts_issued
-           FROM (SELECT count(*)::int8 AS total,
-                        count(*) FILTER (WHERE checked_at >= $1)::int8 AS last_24h,
+           FROM (SELECT coalesce(sum(checks), 0)::int8 AS total,
+                        coalesce(sum(checks) FILTER (WHERE checked_at >= $1), 0)::int8 AS last_24h,
                         count(DISTINCT target)::int8 AS targets,
-                        count(*) FILTER (WHERE kind = 'gateway')::int8 AS gateway,
-                        count(*) FILTER (WHERE kind = 'agent_query')::int8 AS agent_query
+                        coalesce(sum(checks) FILTER (WHERE kind = 'gateway'), 0)::int8 AS gateway,
+                        coalesce(sum(checks) FILTER (WHERE kind = 'agent_query'), 0)::int8 AS agent_query
                    FROM preflight_demand) d`,
         [since24h],
       );
