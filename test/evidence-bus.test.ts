@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openPostgres } from '../src/db/postgres.js';
-import { EVIDENCE_CHANNEL, evidencePayloads, parseEvidencePayload, startEvidenceBus, type EvidenceBus } from '../src/services/evidence-bus.js';
-import { onTelemetryCommitted } from '../src/store/telemetry.js';
+import { EVIDENCE_CHANNEL, EVIDENCE_NOTIFY_MS, evidencePayloads, parseEvidencePayload, startEvidenceBus, type EvidenceBus } from '../src/services/evidence-bus.js';
+import { notifyServersChanged, onTelemetryCommitted } from '../src/store/telemetry.js';
+import type { Db } from '../src/db/index.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { eventually } from './support/connections.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
@@ -18,6 +19,53 @@ describe('evidence payloads', () => {
     for (const p of payloads) expect(Buffer.byteLength(p)).toBeLessThan(8000);
     expect(payloads.flatMap((p) => parseEvidencePayload(p)!.ids)).toEqual(ids);
     for (const bad of ['', '|1', 'me|', 'me|1,,2', 'me|1;DROP', 'me|-1', 'me|1e9', `me|${'1'.repeat(16)}`, `me|${'1,'.repeat(5000)}1`]) expect(parseEvidencePayload(bad)).toBeNull();
+  });
+});
+
+describe('evidence bus rounds', () => {
+  // A stand-in database that records every pg_notify (the bus only needs query and listen).
+  function recordingDb() {
+    const sent: string[] = [];
+    const db = {
+      kind: 'postgres',
+      async query(sql: string, params: unknown[]) {
+        if (sql.includes('pg_notify')) sent.push(String(params[1]));
+        return [];
+      },
+      async listen() {
+        return { close: async () => {} };
+      },
+    } as unknown as Db;
+    return { db, sent };
+  }
+  const turn = () => new Promise((r) => setImmediate(r));
+
+  it('announces continuous commits in at most one round per EVIDENCE_NOTIFY_MS, every id included', async () => {
+    const { db, sent } = recordingDb();
+    const bus = await startEvidenceBus(db);
+    const t0 = performance.now();
+    for (let i = 1; i <= 50; i++) {
+      notifyServersChanged(db, [i]); // a commit per event-loop turn, as under continuous ingestion
+      await turn();
+    }
+    const elapsed = performance.now() - t0;
+    // The first commit is announced at once; the rest wait for the next round.
+    expect(sent.length).toBeGreaterThanOrEqual(1);
+    expect(sent.length).toBeLessThanOrEqual(Math.ceil(elapsed / EVIDENCE_NOTIFY_MS) + 1);
+    expect(await eventually(() => sent.flatMap((p) => parseEvidencePayload(p)!.ids).length === 50, 5_000)).toBe(true);
+    expect(sent.flatMap((p) => parseEvidencePayload(p)!.ids).sort((x, y) => x - y)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
+    // A commit after a quiet spell goes out after its own turn, not after a round.
+    await new Promise((r) => setTimeout(r, EVIDENCE_NOTIFY_MS + 20));
+    const before = sent.length;
+    notifyServersChanged(db, [99]);
+    await turn();
+    await turn();
+    expect(sent.slice(before).map((p) => parseEvidencePayload(p)!.ids)).toEqual([[99]]);
+    // What waits for its round when the bus closes is sent by close().
+    notifyServersChanged(db, [100]);
+    await turn();
+    await bus.close();
+    expect(sent.flatMap((p) => parseEvidencePayload(p)!.ids)).toContain(100);
   });
 });
 

@@ -1,12 +1,13 @@
 // Instances tell each other about new evidence (docs/deployment.md "New evidence reaches every
-// instance at once"). Every instance caches scores, ranked lists and baselines for SCORE_CACHE_MS;
+// instance within 100 ms"). Every instance caches scores, ranked lists and baselines for SCORE_CACHE_MS;
 // evidence committed by this process drops its own entries at once (onTelemetryCommitted), and
 // this bus carries the same signal to the other instances on the same PostgreSQL through
-// LISTEN/NOTIFY, so a report on instance A shows on instance B at once instead of after the bound.
+// LISTEN/NOTIFY, so a report on instance A shows on instance B within EVIDENCE_NOTIFY_MS instead
+// of after the bound.
 //
 // Hooked where evidence becomes visible (the cache invalidation), whatever wrote it: the server
-// ids of each commit are sent with pg_notify after the commit, coalesced per event-loop turn and
-// split to stay under NOTIFY's 8000-byte payload limit. A notification received from another
+// ids of each commit are sent with pg_notify after the commit, coalesced into at most one round
+// per EVIDENCE_NOTIFY_MS and split to stay under NOTIFY's 8000-byte payload limit. A notification received from another
 // instance is applied exactly like a local commit (notifyServersChanged) and not sent on again.
 // A listener connection that drops is reconnected; what was sent meanwhile is missed, and the
 // caches fall back to their bound. PGlite is one process: there is nobody to tell, the bus is off.
@@ -18,6 +19,14 @@ import { notifyServersChanged, onTelemetryCommitted } from '../store/telemetry.j
 export const EVIDENCE_CHANNEL = 'observatory_evidence';
 /** NOTIFY payloads must stay under 8000 bytes. */
 const MAX_PAYLOAD = 7900;
+/**
+ * At most one round of notifications per this long: commits within it are announced together.
+ * The first commit after a quiet spell is announced at once (after its event-loop turn); under
+ * continuous ingestion every commit (a group commit every few milliseconds) was a NOTIFY of its
+ * own, about a quarter of the database's CPU per report (docs/performance.md "Fewer, larger
+ * commits"). So another instance sees a commit within this bound plus the delivery.
+ */
+export const EVIDENCE_NOTIFY_MS = 100;
 
 export interface EvidenceBus {
   /** False on PGlite (one process: nothing to tell). */
@@ -66,11 +75,15 @@ export async function startEvidenceBus(db: Db, opts: { onError?: (err: unknown) 
   let applyingRemote = false;
   let pending = new Set<number>();
   let scheduled = false;
+  let timer: NodeJS.Timeout | null = null;
+  let lastFlush = -Infinity;
   let closed = false;
   let inflight: Promise<void> = Promise.resolve();
 
   const flush = () => {
     scheduled = false;
+    timer = null;
+    lastFlush = performance.now();
     const ids = [...pending];
     pending = new Set();
     if (ids.length === 0 || closed) return;
@@ -91,7 +104,9 @@ export async function startEvidenceBus(db: Db, opts: { onError?: (err: unknown) 
     for (const id of ids) pending.add(id);
     if (!scheduled) {
       scheduled = true;
-      setImmediate(flush);
+      const wait = lastFlush + EVIDENCE_NOTIFY_MS - performance.now();
+      if (wait <= 0) setImmediate(flush);
+      else timer = setTimeout(flush, wait);
     }
   });
 
@@ -118,6 +133,11 @@ export async function startEvidenceBus(db: Db, opts: { onError?: (err: unknown) 
     enabled: true,
     counts: () => ({ ...n }),
     async close() {
+      // What waits for its round is announced now, so the others need not wait for their bound.
+      if (timer) {
+        clearTimeout(timer);
+        flush();
+      }
       closed = true;
       off();
       await inflight;
