@@ -1,14 +1,15 @@
 // Instances tell each other about new evidence (docs/deployment.md "New evidence reaches every
-// instance within 100 ms"). Every instance caches scores, ranked lists and baselines for SCORE_CACHE_MS;
-// evidence committed by this process drops its own entries at once (onTelemetryCommitted), and
-// this bus carries the same signal to the other instances on the same PostgreSQL through
-// LISTEN/NOTIFY, so a report on instance A shows on instance B within EVIDENCE_NOTIFY_MS instead
-// of after the bound.
+// instance within 100 ms"). Every instance caches scores, ranked lists and baselines for
+// SCORE_CACHE_MS; evidence committed by this process drops its own entries at once
+// (onTelemetryCommitted), and this bus carries the same signal to the other instances on the same
+// PostgreSQL through LISTEN/NOTIFY, so a report on instance A shows on instance B within
+// EVIDENCE_NOTIFY_MS instead of after the bound.
 //
 // Hooked where evidence becomes visible (the cache invalidation), whatever wrote it: the server
 // ids of each commit are sent with pg_notify after the commit, coalesced into at most one round
-// per EVIDENCE_NOTIFY_MS and split to stay under NOTIFY's 8000-byte payload limit. A notification received from another
-// instance is applied exactly like a local commit (notifyServersChanged) and not sent on again.
+// per EVIDENCE_NOTIFY_MS and split to stay under NOTIFY's 8000-byte payload limit. A notification
+// received from another instance is applied exactly like a local commit (notifyServersChanged)
+// and not sent on again.
 // A listener connection that drops is reconnected; what was sent meanwhile is missed, and the
 // caches fall back to their bound. PGlite is one process: there is nobody to tell, the bus is off.
 import { randomUUID } from 'node:crypto';
