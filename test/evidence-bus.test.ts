@@ -67,6 +67,15 @@ describe('evidence bus rounds', () => {
     await bus.close();
     expect(sent.flatMap((p) => parseEvidencePayload(p)!.ids)).toContain(100);
   });
+
+  it('close() also sends a commit of the current turn after a quiet spell (not yet sent, no round waiting)', async () => {
+    const { db, sent } = recordingDb();
+    const bus = await startEvidenceBus(db);
+    notifyServersChanged(db, [7]);
+    await bus.close();
+    await turn();
+    expect(sent.map((p) => parseEvidencePayload(p)!.ids)).toEqual([[7]]);
+  });
 });
 
 describe.skipIf(backend !== 'pglite')('evidence bus on PGlite', () => {

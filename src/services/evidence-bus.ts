@@ -134,9 +134,10 @@ export async function startEvidenceBus(db: Db, opts: { onError?: (err: unknown) 
     enabled: true,
     counts: () => ({ ...n }),
     async close() {
-      // What waits for its round is announced now, so the others need not wait for their bound.
-      if (timer) {
-        clearTimeout(timer);
+      // What waits (for its round, or for the end of this turn) is announced now, so the others
+      // need not wait for their bound; the flush already scheduled then finds nothing to send.
+      if (scheduled) {
+        if (timer) clearTimeout(timer);
         flush();
       }
       closed = true;
