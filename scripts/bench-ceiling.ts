@@ -1,7 +1,13 @@
 // The ceiling for `npm run bench`: a bare fastify doing the same HTTP work as the service with no
 // logic. POST /api/report validates the very same JSON schema and answers 200; GET /fixed answers
-// a small fixed JSON; GET /sized/<n> a fixed JSON of n bytes. Run as its own process so it gets its own event loop, like the service.
+// a small fixed JSON; GET /sized/<n> a fixed JSON of n bytes. On PORT + 1, a bare fastify over
+// cleartext HTTP/2 answers a gRPC unary `Report` with a fixed message and grpc-status 0 (the
+// HTTP/2 framing, headers and trailers of the service's answer, no logic, no gRPC library): the
+// ceiling that separates node's HTTP/2 from the gRPC handler's own cost. Run as its own process
+// so it gets its own event loop, like the service.
 import Fastify from 'fastify';
+import { create, toBinary } from '@bufbuild/protobuf';
+import { ReportResponseSchema } from '../gen/observatory/v1/telemetry_pb.js';
 import { reportBody } from '../src/http/routes/telemetry.js';
 
 const port = Number(process.env.PORT ?? 18090);
@@ -19,5 +25,19 @@ app.get<{ Params: { n: string } }>('/sized/:n', (req, reply) => {
   reply.type('application/json; charset=utf-8').send(body);
 });
 await app.listen({ port, host: '127.0.0.1' });
+
+const h2 = Fastify({ logger: false, http2: true });
+h2.addContentTypeParser(/^application\/grpc(\+proto)?$/, { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
+// A gRPC length-prefixed message: flag byte (uncompressed), 4-byte big-endian length, message.
+const message = toBinary(ReportResponseSchema, create(ReportResponseSchema, { recorded: true, serverUrl: 'https://bench-5.example.com/mcp' }));
+const answer = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), message]);
+answer.writeUInt32BE(message.length, 1);
+h2.post('/observatory.v1.TelemetryService/Report', (_req, reply) => {
+  reply
+    .header('content-type', 'application/grpc')
+    .trailer('grpc-status', (_reply, _payload, done) => done(null, '0'))
+    .send(answer);
+});
+await h2.listen({ port: port + 1, host: '127.0.0.1' });
 process.stdout.write('ready\n');
-process.on('SIGTERM', () => void app.close().then(() => process.exit(0)));
+process.on('SIGTERM', () => void Promise.all([app.close(), h2.close()]).then(() => process.exit(0)));

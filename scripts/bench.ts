@@ -62,7 +62,11 @@ export interface Row {
   /** The adjacent ceiling run this row is compared with. */
   ceiling?: { name: string; rps: number };
   ratio?: number;
-  /** For GET rows: the ceiling answering a body of the same size as the service's answer. */
+  /**
+   * A second ceiling doing more of the row's own work: for GET rows the ceiling answering a body
+   * of the same size as the service's answer; for gRPC unary, a bare fastify over HTTP/2 answering
+   * with gRPC framing and trailers.
+   */
   sameSize?: { name: string; rps: number; ratio: number };
   target?: string;
   met?: boolean;
@@ -248,6 +252,8 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
   cpuWatch.ceiling = ceil.pid;
   const S = `http://127.0.0.1:${SVC_PORT}`;
   const C = `http://127.0.0.1:${CEIL_PORT}`;
+  // The ceiling's HTTP/2 (h2c) listener: a gRPC unary answer with no logic (scripts/bench-ceiling.ts).
+  const C2 = `http://127.0.0.1:${CEIL_PORT + 1}`;
   const rows: Row[] = [];
   const step = (what: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} load ${load1()}: ${what}...\n`);
   const ceilPost = async () => {
@@ -406,12 +412,19 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
     }
     if (wanted('grpc-unary') && H2LOAD !== null) {
       lastPost ??= await ceilPost();
-      step('gRPC Report (unary, HTTP/2, h2load)');
       // The same calls from nghttp2's h2load (C): the connect-node client above spends more CPU
       // per call than the service, in the same process that measures, so its figure is the
       // client's. h2load counts HTTP statuses and cannot read gRPC trailers, so the very message
       // it sends is first sent once through the official client, which checks grpc-status.
       await createClient(TelemetryService, createGrpcTransport({ baseUrl: S })).report({ serverUrl: serverUrl(5), success: true, latencyMs: 42 });
+      // The HTTP/2 ceiling first, checked the same way: node's HTTP/2 and fastify answering the
+      // same call with a fixed message, so the row below separates their cost from the gRPC handler's.
+      step('ceiling: bare gRPC unary over HTTP/2');
+      await createClient(TelemetryService, createGrpcTransport({ baseUrl: C2 })).report({ serverUrl: serverUrl(5), success: true, latencyMs: 42 });
+      const c2 = await h2loadGrpcUnary(`${C2}/observatory.v1.TelemetryService/Report`, serverUrl(5));
+      const h2Name = 'bare gRPC unary over HTTP/2 (fastify http2, fixed answer, h2load)';
+      rows.push({ name: `ceiling: ${h2Name}`, rps: Math.round(c2.rps), mean: c2.mean, p50: NaN, p99: NaN, errors: c2.errors, load: c2.load, cpu: cpuOf(c2.cpu, c2.done, 'ceiling') });
+      step('gRPC Report (unary, HTTP/2, h2load)');
       const r = await h2loadGrpcUnary(`${S}/observatory.v1.TelemetryService/Report`, serverUrl(5));
       rows.push(
         target(
@@ -426,6 +439,7 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
             cpu: cpuOf(r.cpu, r.done, 'service'),
             ceiling: { name: lastPost.name, rps: Math.round(lastPost.r.requests.average) },
             ratio: r.rps / lastPost.r.requests.average,
+            sameSize: { name: h2Name, rps: Math.round(c2.rps), ratio: r.rps / c2.rps },
           },
           0.25,
         ),
