@@ -3,6 +3,8 @@
 // bulk-inserted with SQL (as the trust engine and the drift probe would have left them), then the
 // bundle is built cold, served warm, compressed, and verified. A fresh in-memory PGlite, or
 // DATABASE_URL (a scratch database, dropped at the end). BENCH_SERVERS changes the count.
+// The serving process's V8 settings first, so the service in this process runs as it does in production.
+import '../src/runtime-flags.js';
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { request as httpRequest } from 'node:http';

@@ -12,6 +12,8 @@
 // OBSERVE_CONCURRENCY (32), OBSERVE_RATE_PER_MINUTE (100000), FLEET_LATENCY_MS (20),
 // FLEET_JITTER_MS (80), FLEET_DEAD (0.02), FLEET_FAILURES (0.01), FLEET_CHANGE_SHARE (0.05),
 // FLEET_CHANGE_EVERY_MS (60000), INSTANCES (1; >1 needs DATABASE_URL).
+// The serving process's V8 settings first, so the service in this process runs as it does in production.
+import '../src/runtime-flags.js';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';

@@ -4,6 +4,8 @@
 // process on a scratch PostgreSQL database (DATABASE_URL or the local default), profiled with
 // node:inspector from the end of the warm-up to the end of the load; the profile is written to
 // bench-profiles/ and summarised (scripts/cpuprofile-top.ts).
+// The serving process's V8 settings first, so the service in this process runs as it does in production.
+import '../src/runtime-flags.js';
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';

@@ -1,6 +1,8 @@
 // `npm run bench:trust`: measures a trust lookup on servers with 100, 100,000 and 1,000,000
 // reports, each spread over 30 days from 10 sources (docs/performance.md). Uses a fresh in-memory PGlite, or DATABASE_URL when set
 // (then it creates and drops a scratch database). Reports go through the ingestion store.
+// The serving process's V8 settings first, so the service in this process runs as it does in production.
+import '../src/runtime-flags.js';
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { loadConfig } from '../src/config.js';

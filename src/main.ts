@@ -1,3 +1,5 @@
+// First: the V8 settings of the serving process (src/runtime-flags.ts), before any other module runs.
+import './runtime-flags.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { DataDirBusyError } from './db/pglite.js';
 import { KeyEncryptionError } from './signing/key-encryption.js';
