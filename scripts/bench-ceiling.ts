@@ -7,6 +7,7 @@
 // so it gets its own event loop, like the service.
 import Fastify from 'fastify';
 import { create, toBinary } from '@bufbuild/protobuf';
+import { encodeEnvelope } from '@connectrpc/connect/protocol';
 import { ReportResponseSchema } from '../gen/observatory/v1/telemetry_pb.js';
 import { reportBody } from '../src/http/routes/telemetry.js';
 
@@ -28,10 +29,8 @@ await app.listen({ port, host: '127.0.0.1' });
 
 const h2 = Fastify({ logger: false, http2: true });
 h2.addContentTypeParser(/^application\/grpc(\+proto)?$/, { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
-// A gRPC length-prefixed message: flag byte (uncompressed), 4-byte big-endian length, message.
-const message = toBinary(ReportResponseSchema, create(ReportResponseSchema, { recorded: true, serverUrl: 'https://bench-5.example.com/mcp' }));
-const answer = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), message]);
-answer.writeUInt32BE(message.length, 1);
+// One gRPC length-prefixed message (flags 0: uncompressed), framed by connect's own encoder.
+const answer = encodeEnvelope(0, toBinary(ReportResponseSchema, create(ReportResponseSchema, { recorded: true, serverUrl: 'https://bench-5.example.com/mcp' })));
 h2.post('/observatory.v1.TelemetryService/Report', (_req, reply) => {
   reply
     .header('content-type', 'application/grpc')

@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Session } from 'node:inspector/promises';
 import { toBinary, create } from '@bufbuild/protobuf';
+import { encodeEnvelope } from '@connectrpc/connect/protocol';
 import { ReportRequestSchema } from '../gen/observatory/v1/telemetry_pb.js';
 import { loadConfig } from '../src/config.js';
 import { createScratchDatabase } from '../src/db/scratch.js';
@@ -84,13 +85,12 @@ try {
     if (!res.ok) throw new Error(`seeding: ${res.status}`);
   }
   // A binary body cannot travel as a command-line argument: autocannon reads it from a file.
-  const bodyFile = join(mkdtempSync(join(tmpdir(), 'obs-profile-')), 'report.bin');
-  writeFileSync(bodyFile, toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: serverUrl(1), success: true, latencyMs: 42 })));
   const msg = toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: serverUrl(1), success: true, latencyMs: 42 }));
+  const bodyFile = join(mkdtempSync(join(tmpdir(), 'obs-profile-')), 'report.bin');
+  writeFileSync(bodyFile, msg);
+  // The same message as one gRPC length-prefixed message (flags 0: uncompressed), framed by connect's own encoder.
   const grpcFile = join(bodyFile, '..', 'report.grpc');
-  const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), msg]);
-  frame.writeUInt32BE(msg.length, 1);
-  writeFileSync(grpcFile, frame);
+  writeFileSync(grpcFile, encodeEnvelope(0, msg));
   // autocannon's [<id>] placeholder does not exist; rotate with a few fixed URLs instead.
   const args: Record<string, string[]> = {
     report: ['-m', 'POST', '-H', 'content-type=application/json', '-b', JSON.stringify({ server_url: serverUrl(3), success: true, latency_ms: 42, tool_name: 'search' }), `${base}/api/report`],

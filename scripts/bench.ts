@@ -20,6 +20,7 @@ import { join } from 'node:path';
 import { toBinary, create } from '@bufbuild/protobuf';
 import { createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
+import { encodeEnvelope } from '@connectrpc/connect/protocol';
 import { ReportRequestSchema, TelemetryService } from '../gen/observatory/v1/telemetry_pb.js';
 import { ExportTraceServiceRequestSchema } from '../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
 import { Span_SpanKind } from '../gen/opentelemetry/proto/trace/v1/trace_pb.js';
@@ -67,7 +68,7 @@ export interface Row {
    * of the same size as the service's answer; for gRPC unary, a bare fastify over HTTP/2 answering
    * with gRPC framing and trailers.
    */
-  sameSize?: { name: string; rps: number; ratio: number };
+  nearCeiling?: { name: string; rps: number; ratio: number };
   target?: string;
   met?: boolean;
   errors: number;
@@ -206,10 +207,8 @@ const H2LOAD = ['/usr/bin/h2load', '/usr/local/bin/h2load'].find((p) => existsSy
 
 /** Unary gRPC calls driven by h2load for DURATION s after a warm-up: calls/s, mean latency, and failures. */
 async function h2loadGrpcUnary(url: string, server: string): Promise<{ rps: number; mean: number; done: number; errors: number; load: number; cpu: CpuUse }> {
-  const msg = Buffer.from(toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: server, success: true, latencyMs: 42 })));
-  // gRPC length-prefixed message: flag byte (uncompressed), 4-byte big-endian length, message.
-  const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), msg]);
-  frame.writeUInt32BE(msg.length, 1);
+  // One gRPC length-prefixed message (flags 0: uncompressed), framed by connect's own encoder.
+  const frame = encodeEnvelope(0, toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: server, success: true, latencyMs: 42 })));
   const file = join(mkdtempSync(join(tmpdir(), 'obs-h2load-')), 'report.grpc');
   writeFileSync(file, frame);
   const args = ['-c', '1', '-m', String(CONNECTIONS), '-H', 'content-type: application/grpc', '-H', 'te: trailers', '-d', file];
@@ -271,7 +270,7 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
     rows.push(row(`ceiling: ${name}`, r, undefined, 'ceiling'));
     return { name, r };
   };
-  const withSameSize = (r: Row, c: { name: string; r: autocannon.Result }): Row => ({ ...r, sameSize: { name: c.name, rps: Math.round(c.r.requests.average), ratio: r.rps / c.r.requests.average } });
+  const withSameSize = (r: Row, c: { name: string; r: autocannon.Result }): Row => ({ ...r, nearCeiling: { name: c.name, rps: Math.round(c.r.requests.average), ratio: r.rps / c.r.requests.average } });
   const ceilGet = async () => {
     step('ceiling: bare GET');
     const r = await measure({ url: `${C}/fixed` }, 1);
@@ -439,7 +438,7 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
             cpu: cpuOf(r.cpu, r.done, 'service'),
             ceiling: { name: lastPost.name, rps: Math.round(lastPost.r.requests.average) },
             ratio: r.rps / lastPost.r.requests.average,
-            sameSize: { name: h2Name, rps: Math.round(c2.rps), ratio: r.rps / c2.rps },
+            nearCeiling: { name: h2Name, rps: Math.round(c2.rps), ratio: r.rps / c2.rps },
           },
           0.25,
         ),
@@ -561,7 +560,7 @@ function hotTable(rows: Row[]): string {
   const busy = (r: Row) => (r.cpu ? `${Math.round(r.cpu.busy * 100)}%` : '-');
   const lines = rows.map(
     (r) =>
-      `| ${r.name} | ${r.rps} | ${fmt(r.mean)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${r.ratio === undefined ? '-' : `${(r.ratio * 100).toFixed(0)}% of ${r.ceiling!.name} (${r.ceiling!.rps}/s)`}${r.sameSize ? `; ${(r.sameSize.ratio * 100).toFixed(0)}% of ${r.sameSize.name} (${r.sameSize.rps}/s)` : ''} | ${r.target ? `${r.target}: ${r.met ? 'met' : '**not met**'}` : '-'} | ${cpu(r)} | ${busy(r)} | ${r.load} | ${r.errors} |`,
+      `| ${r.name} | ${r.rps} | ${fmt(r.mean)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${r.ratio === undefined ? '-' : `${(r.ratio * 100).toFixed(0)}% of ${r.ceiling!.name} (${r.ceiling!.rps}/s)`}${r.nearCeiling ? `; ${(r.nearCeiling.ratio * 100).toFixed(0)}% of ${r.nearCeiling.name} (${r.nearCeiling.rps}/s)` : ''} | ${r.target ? `${r.target}: ${r.met ? 'met' : '**not met**'}` : '-'} | ${cpu(r)} | ${busy(r)} | ${r.load} | ${r.errors} |`,
   );
   return `${header}\n${lines.join('\n')}\n`;
 }
