@@ -9,7 +9,7 @@
 //
 // Flags: --only=scale100k (scripts/bench-scale100k.ts: 100,000 servers imported from a synthetic
 // registry, then lookups, pages and memory at that size; writes its own block), --pglite, --no-write, --no-scale (skips the 10 thousand vs 10 million stored reports
-// comparison, which runs on PostgreSQL only and takes about 3 of the bench's ~6 minutes), --only=report,trust,preflight,gate,leaderboard,mixed,connect,connect-json,grpc-unary,stream,stream1000,otlp,
+// comparison, which runs on PostgreSQL only and takes about 3 of the bench's ~6 minutes), --only=report,trust,preflight,gate,leaderboard,mixed,connect,connect-json,grpc-unary,floor,stream,stream1000,otlp,
 // --repeat=N (the hot paths N times, each on a fresh database, plus a table of median ratios),
 // --profile (CPU profile of the whole service child, summarised at the end; for one scenario
 // alone use `npm run bench:profile -- <scenario>`).
@@ -29,6 +29,7 @@ import { createScratchDatabase } from '../src/db/scratch.js';
 import { CONNECTIONS, cpuWatch, cpuWindow, DURATION, load1, measure, startChild, stopChild, WARMUP, type CpuUse } from './bench-harness.js';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { runHandlerFloor } from './bench-handler-floor.js';
 import { runScale, type ScaleResult } from './bench-scale.js';
 import { runScale100k, scale100kTable, SCALE100K_SERVERS } from './bench-scale100k.js';
 import { summarize } from './cpuprofile-top.js';
@@ -443,6 +444,29 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
           0.25,
         ),
       );
+    }
+    if (wanted('floor')) {
+      lastPost ??= await ceilPost();
+      // What @connectrpc/connect's handler alone costs per unary call (scripts/bench-handler-floor.ts:
+      // in a child process, no socket, no database, a method answering a fixed message). One event
+      // loop cannot run more calls a second than these rows, whatever the service around it does.
+      step('library floor: the Connect and gRPC handlers alone');
+      const load = load1();
+      for (const f of await runHandlerFloor(Math.max(2, Math.round(DURATION / 3)))) {
+        const rps = 1e6 / f.wallUs;
+        rows.push({
+          name: `library floor: @connectrpc/connect's handler alone, ${f.protocol} (in-process, no HTTP, no database, no-op method; calls/s = 1 / main-thread time per call)`,
+          rps: Math.round(rps),
+          mean: NaN,
+          p50: NaN,
+          p99: NaN,
+          errors: 0,
+          load,
+          cpu: { us: f.cpuUs, pgUs: NaN, busy: 1 },
+          ceiling: { name: lastPost.name, rps: Math.round(lastPost.r.requests.average) },
+          ratio: rps / lastPost.r.requests.average,
+        });
+      }
     }
     if (wanted('stream1000')) {
       lastPost ??= await ceilPost();
