@@ -67,7 +67,38 @@ export interface GateVerdictSource<A extends GateAssessment = GateAssessment> {
   assess(upstream: string): Promise<A>;
   /** One tool's drift and evidence (per-tool decisions); absent: no tool ever has any. */
   tool?(a: A, tool: string, at: Date): Promise<ToolFacts>;
-  record(upstream: string, assessment: A, claim: Record<string, unknown>): Promise<GateEvidence>;
+  /** `claimKey`: the claim's identity for receipt sharing (gatewayClaimKey of its `gateway` member). */
+  record(upstream: string, assessment: A, claim: { gateway: GatewayClaim }, claimKey: string): Promise<GateEvidence>;
+}
+
+/** The gateway's decision as a gate receipt's claim states it, beside the pre-flight statement. */
+export interface GatewayClaim {
+  decision: 'allow' | 'deny';
+  reason: string;
+  via: 'http' | 'envoy_grpc';
+  upstream_source: UpstreamSource;
+  policy: { allow_uncertain: boolean; allow_unrated: boolean };
+  cached_verdict: boolean;
+  mcp_method: string | null;
+  tool_name: string | null;
+  tool: Record<string, unknown> | null;
+}
+
+const member = (s: string | null) => (s === null ? '-' : `${s.length}:${s}`);
+
+/**
+ * The identity of a gateway claim for receipt sharing (pre-flight's claimKey): equal exactly when
+ * the claims are. Read left to right it parses back: each string member is `-` (null) or its
+ * length, a colon and itself, so no content (not even NUL, which a base64 Mcp-Name can hold) runs
+ * two members together; the three flags are one digit each; the tool finding, rare, is JSON.
+ * Built on every decision, where JSON.stringify of the whole claim cost ten times as much.
+ */
+export function gatewayClaimKey(g: GatewayClaim): string {
+  return (
+    member(g.decision) + member(g.reason) + member(g.via) + member(g.upstream_source) +
+    `${g.policy.allow_uncertain ? 1 : 0}${g.policy.allow_unrated ? 1 : 0}${g.cached_verdict ? 1 : 0}` +
+    member(g.mcp_method) + member(g.tool_name) + (g.tool === null ? '-' : JSON.stringify(g.tool))
+  );
 }
 
 /**
@@ -107,8 +138,8 @@ export function preflightGateSource(
       if (!tools || a.serverId === null || a.serverId === undefined) return NO_TOOL_FACTS;
       return toolFacts(tools.db, a.serverId, tool, at, tools.driftWindowMs);
     },
-    async record(upstream, a, claim) {
-      const r = await preflight.preflight({ target: upstream }, undefined, { kind: 'gateway', claim, assessment: a.found });
+    async record(upstream, a, claim, claimKey) {
+      const r = await preflight.preflight({ target: upstream }, undefined, { kind: 'gateway', claim, claimKey, assessment: a.found });
       return { receiptId: r.receiptId, jws: r.diligenceReceipt };
     },
   };
@@ -192,6 +223,8 @@ export function gateBody(o: GateOutcome, publicBaseUrl: string): Record<string, 
 export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDeps, 'config' | 'now'>, source: GateVerdictSource<A>, limits?: RateLimiter) {
   const { config, now } = deps;
   const policy = { allowUncertain: config.gate.allowUncertain, allowUnrated: config.gate.allowUnrated };
+  // The policy as every receipt states it: fixed for the process, one frozen object for all of them.
+  const claimPolicy = Object.freeze({ allow_uncertain: policy.allowUncertain, allow_unrated: policy.allowUnrated });
   const toolPolicy = config.gate.tools;
   // (upstream, tool) -> facts, cached like verdicts; at most CACHE_MAX_ENTRIES, the oldest dropped first.
   const toolCache = new BoundedMap<string, { f: ToolFacts; expires: number }>();
@@ -273,19 +306,18 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
         finding = tool.finding;
       }
     }
-    const { receiptId, jws, bundle } = await source.record(resolved.upstream, a, {
-      gateway: {
-        decision: d.allow ? 'allow' : 'deny',
-        reason: d.reason,
-        via,
-        upstream_source: resolved.source,
-        policy: { allow_uncertain: policy.allowUncertain, allow_unrated: policy.allowUnrated },
-        cached_verdict: cached,
-        mcp_method: mcpMethod,
-        tool_name: toolName,
-        tool: finding ? toolFindingJson(finding) : null,
-      },
-    });
+    const gateway: GatewayClaim = {
+      decision: d.allow ? 'allow' : 'deny',
+      reason: d.reason,
+      via,
+      upstream_source: resolved.source,
+      policy: claimPolicy,
+      cached_verdict: cached,
+      mcp_method: mcpMethod,
+      tool_name: toolName,
+      tool: finding ? toolFindingJson(finding) : null,
+    };
+    const { receiptId, jws, bundle } = await source.record(resolved.upstream, a, { gateway }, gatewayClaimKey(gateway));
     return {
       mcpMethod,
       toolName,

@@ -48,6 +48,11 @@ export interface PreflightOptions {
   kind?: ReceiptKind;
   /** Extra members of the signed claim (e.g. the gateway's decision); cannot override the verdict fields. */
   claim?: Record<string, unknown>;
+  /**
+   * The identity of `claim` for receipt sharing, equal exactly when the claims are (the gate's
+   * gatewayClaimKey); without it, JSON.stringify(claim).
+   */
+  claimKey?: string;
   /** Record the check as a demand signal (default true). */
   recordDemand?: boolean;
   /** A recent `assess(target)` result to reuse instead of looking the target up again. */
@@ -75,17 +80,22 @@ const VERDICTS: readonly string[] = ['PASS', 'UNCERTAIN', 'FAIL', 'UNRATED'];
  * every member of the statement, joined with NUL, which none of them can hold (the target is
  * refused with control characters; URLs are canonical; names come from the database, which
  * cannot store NUL); a nullable member is '-' when null and '+' and its value otherwise. Built
- * per call, so plain concatenation instead of JSON.stringify of the whole statement; only the
- * caller's extra members (the gateway's decision) and anomaly flags are JSON.
+ * per call, so plain concatenation instead of JSON.stringify of the whole statement; anomaly
+ * flags are JSON, and so are the caller's extra members unless it gives their identity itself
+ * (`extraKey`: the gate's gatewayClaimKey).
  */
 export function claimKey(
   kind: string,
   s: { target: string; server_url: string | null; name: string | null; tracked: boolean; verdict: string; trust_score: number | null; recommendation: string; total_interactions: number; anomaly_flags: readonly string[] },
   extra: Record<string, unknown> | undefined,
+  extraKey?: string,
 ): string {
+  // The extra members: none (''), their JSON ('{...}'), or the caller's own identity of them,
+  // which never starts with '{' (gatewayClaimKey starts with '-' or a digit).
+  const e = extra === undefined ? '' : (extraKey ?? JSON.stringify(extra));
   return (
     `${kind}\u0000${s.target}\u0000${s.server_url === null ? '-' : `+${s.server_url}`}\u0000${s.tracked ? 1 : 0}\u0000${s.name === null ? '-' : `+${s.name}`}\u0000${s.verdict}\u0000${s.trust_score ?? ''}` +
-    `\u0000${s.recommendation}\u0000${s.total_interactions}\u0000${s.anomaly_flags.length === 0 ? '' : JSON.stringify(s.anomaly_flags)}\u0000${extra === undefined ? '' : JSON.stringify(extra)}`
+    `\u0000${s.recommendation}\u0000${s.total_interactions}\u0000${s.anomaly_flags.length === 0 ? '' : JSON.stringify(s.anomaly_flags)}\u0000${e}`
   );
 }
 
@@ -174,9 +184,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     const recommendation = RECOMMENDATIONS[verdict];
     const at = now();
     const kind = opts.kind ?? 'preflight';
-    // Object.assign, not `{ ...opts.claim, target, ... }`: on Node 20 each member added after a
-    // spread of a non-empty object costs ~0.5 us (docs/performance.md "Object spread").
-    const statement = Object.assign({}, opts.claim, {
+    const verdictMembers = {
       target,
       server_url: serverUrl,
       name: server?.name ?? null,
@@ -186,11 +194,11 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       recommendation,
       total_interactions: totalInteractions,
       anomaly_flags: anomalyFlags,
-    });
+    };
     // One signature per claim, not per call: the same statement within RECEIPT_SHARE_MS shares
     // the receipt (and its checked_at). A receipt never names the caller, so sharing tells no one
     // anything about anyone else.
-    const key = claimKey(kind, statement, opts.claim);
+    const key = claimKey(kind, verdictMembers, opts.claim, opts.claimKey);
     let entry = shared.get(key);
     const mono = performance.now();
     if (entry && (mono - entry.mono >= RECEIPT_SHARE_MS || at.getTime() - entry.at >= RECEIPT_SHARE_MS || at.getTime() < entry.at)) {
@@ -203,7 +211,11 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
       const ready = (async () => {
         // Signed here, stored by the group commit with other concurrent receipts; nobody is
         // answered with it before the statement holding it committed.
-        const receipt = await receipts.issue(kind, sub, { ...statement, checked_at: checkedAt.toISOString() }, { persist: false });
+        // The statement: the caller's extra members, then the verdict's, which they cannot
+        // override. Object.assign, not `{ ...opts.claim, target, ... }`: on Node 20 each member
+        // added after a spread of a non-empty object costs ~0.5 us (docs/performance.md "Object spread").
+        const statement = Object.assign({}, opts.claim, verdictMembers, { checked_at: checkedAt.toISOString() });
+        const receipt = await receipts.issue(kind, sub, statement, { persist: false });
         await store.submit([{ receipt_id: receipt.receiptId, kind, sub, issued_at: receipt.issuedAt, kid: receipt.kid, claim: receipt.payload, jws: receipt.jws }]);
         return receipt;
       })();
