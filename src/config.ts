@@ -21,6 +21,12 @@ export interface Config {
   databaseReadUrl: string | null;
   /** DATABASE_READ_MAX_LAG_MS (default 2000): the replica serves reads only while at most this far behind the primary. */
   databaseReadMaxLagMs: number;
+  /**
+   * DATABASE_PREPARED_STATEMENTS (default true): the hot writes run as named prepared statements on
+   * PostgreSQL. Off for a pooler that cannot carry them (PgBouncer before 1.21, or without
+   * max_prepared_statements, in transaction mode).
+   */
+  databasePreparedStatements: boolean;
   dataDir: string;
   publicBaseUrl: string;
   allowPrivateTargets: boolean;
@@ -391,6 +397,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseUrl,
     databaseReadUrl,
     databaseReadMaxLagMs: int(env, 'DATABASE_READ_MAX_LAG_MS', 2000, 100, 600_000),
+    databasePreparedStatements: boolDefault(env, 'DATABASE_PREPARED_STATEMENTS', true),
     dataDir,
     publicBaseUrl: httpUrl('PUBLIC_BASE_URL', str(env, 'PUBLIC_BASE_URL') ?? `http://localhost:${port}`),
     allowPrivateTargets: bool(env, 'ALLOW_PRIVATE_TARGETS'),

@@ -7,6 +7,9 @@ import { openPglite, DataDirBusyError } from '../src/db/pglite.js';
 import { openPostgres } from '../src/db/postgres.js';
 import { openDatabase } from '../src/db/index.js';
 import { backend, createTestDatabase } from './support/db.js';
+import { loadConfig } from '../src/config.js';
+import { telemetryStore } from '../src/store/telemetry.js';
+import { receiptStore } from '../src/store/receipts.js';
 
 describe(`storage (${backend})`, () => {
   it('applies every migration once; a second run applies nothing', async () => {
@@ -43,6 +46,47 @@ describe(`storage (${backend})`, () => {
     } finally {
       await t.drop();
     }
+  });
+
+  it('runs a statement given a prepare name like any other, again and again, in and out of a transaction', async () => {
+    const t = await createTestDatabase();
+    try {
+      for (let i = 0; i < 3; i++) expect(await t.db.query('SELECT $1::int + 1 AS x', [i], { prepare: 'test_add_one' })).toEqual([{ x: i + 1 }]);
+      expect(await t.db.transaction((tx) => tx.query('SELECT $1::int + 1 AS x', [41], { prepare: 'test_add_one' }))).toEqual([{ x: 42 }]);
+    } finally {
+      await t.drop();
+    }
+  });
+
+  it.runIf(backend === 'postgres')('PostgreSQL keeps a statement given a prepare name prepared on its connection, the hot appends among them; DATABASE_PREPARED_STATEMENTS=off prepares none', async () => {
+    const t = await createTestDatabase();
+    // One connection, so that pg_prepared_statements (per session) shows what the pool's statements left.
+    const on = openPostgres(t.url!, { max: 1 });
+    const off = openPostgres(t.url!, { max: 1, prepared: false });
+    const prepared = async (db: typeof on) => (await db.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name')).map((r) => r.name);
+    try {
+      const { id } = (await on.query<{ id: number }>("INSERT INTO servers (url, name, slug, category) VALUES ('https://prepared.example.com/mcp', 'prepared', 'prepared', 'general') RETURNING id"))[0]!;
+      const row = { serverId: id, at: new Date(), source: 'anon:test', report: { success: true, latency_ms: 12, tool_name: 'search', http_status: 200 } };
+      for (const db of [on, off]) {
+        await telemetryStore(db).append([row as never, row as never]);
+        await receiptStore(db).insertMany([{ receipt_id: `r-${db === on ? 'on' : 'off'}`, kind: 'preflight', sub: 'https://prepared.example.com/mcp', issued_at: new Date(), kid: 'k', claim: { verdict: 'PASS' }, jws: 'a.b.c' }]);
+        await db.query('SELECT $1::int AS x', [1], { prepare: 'test_one' });
+        await db.transaction((tx) => tx.query('SELECT $1::int AS x', [2], { prepare: 'test_one' }));
+      }
+      expect(await prepared(on)).toEqual(['receipts_append', 'telemetry_append', 'test_one']);
+      expect(await prepared(off)).toEqual([]);
+      expect((await on.query<{ n: number }>('SELECT count(*)::int AS n FROM telemetry WHERE server_id = $1', [id]))[0]!.n).toBe(4);
+    } finally {
+      await on.close();
+      await off.close();
+      await t.drop();
+    }
+  });
+
+  it('DATABASE_PREPARED_STATEMENTS is on unless turned off, and refuses what is not a boolean', () => {
+    expect(loadConfig({}).databasePreparedStatements).toBe(true);
+    expect(loadConfig({ DATABASE_PREPARED_STATEMENTS: 'off' }).databasePreparedStatements).toBe(false);
+    expect(() => loadConfig({ DATABASE_PREPARED_STATEMENTS: 'sometimes' })).toThrow(/DATABASE_PREPARED_STATEMENTS/);
   });
 
   it('splits scripts on statement ends but keeps $$ bodies whole', () => {

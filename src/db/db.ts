@@ -3,9 +3,20 @@
 
 export type Row = Record<string, unknown>;
 
+/** How one statement runs. */
+export interface QueryOptions {
+  /**
+   * A name under which PostgreSQL keeps the statement parsed and planned on each pooled connection
+   * (a named prepared statement), for the statements a hot path runs all the time: one name, one
+   * text, always. PGlite, and PostgreSQL with DATABASE_PREPARED_STATEMENTS=off (a pooler that
+   * cannot carry prepared statements), run it unnamed.
+   */
+  prepare?: string;
+}
+
 export interface Queryable {
   /** Runs one parameterised statement and returns its rows. */
-  query<T = Row>(sql: string, params?: readonly unknown[]): Promise<T[]>;
+  query<T = Row>(sql: string, params?: readonly unknown[], opts?: QueryOptions): Promise<T[]>;
 }
 
 export type Liveness = { live: true } | { live: false; reason: string };

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import type { Db, Queryable, Row } from './db.js';
+import type { Db, Queryable, QueryOptions, Row } from './db.js';
 import { createTransactionGuard, transactionGuardDefault } from './transaction-guard.js';
 
 // pg returns int8 and numeric as strings to protect precision; our counts and sums stay far
@@ -16,6 +16,13 @@ export interface PostgresOptions {
   connectionTimeoutMillis?: number;
   /** Refuse pool statements from inside an open transaction (src/db/transaction-guard.ts); default on unless NODE_ENV=production. */
   guard?: boolean;
+  /** Run statements given a `prepare` name as named prepared statements (DATABASE_PREPARED_STATEMENTS; default true). */
+  prepared?: boolean;
+}
+
+/** The statement as pg runs it: named (parsed and planned once per connection) or not. */
+function statementOf(prepared: boolean, sql: string, params: readonly unknown[] | undefined, opts: QueryOptions | undefined): pg.QueryConfig {
+  return prepared && opts?.prepare ? { name: opts.prepare, text: sql, values: params as unknown[] | undefined } : { text: sql, values: params as unknown[] | undefined };
 }
 
 export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
@@ -29,9 +36,10 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
   // An idle client losing its connection must not crash the process; the pool replaces it.
   pool.on('error', () => {});
   const guard = createTransactionGuard('postgres', opts.guard ?? transactionGuardDefault());
-  const query = async <T = Row>(sql: string, params?: readonly unknown[]): Promise<T[]> => {
+  const prepared = opts.prepared ?? true;
+  const query = async <T = Row>(sql: string, params?: readonly unknown[], qopts?: QueryOptions): Promise<T[]> => {
     guard.check('a query');
-    const res = await pool.query(sql, params as unknown[] | undefined);
+    const res = await pool.query(statementOf(prepared, sql, params, qopts));
     return res.rows as T[];
   };
   return {
@@ -46,8 +54,8 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
       guard.check('a nested transaction');
       const client = await pool.connect();
       const tx: Queryable = {
-        async query<T = Row>(sql: string, params?: readonly unknown[]) {
-          const res = await client.query(sql, params as unknown[] | undefined);
+        async query<T = Row>(sql: string, params?: readonly unknown[], qopts?: QueryOptions) {
+          const res = await client.query(statementOf(prepared, sql, params, qopts));
           return res.rows as T[];
         },
       };

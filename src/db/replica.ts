@@ -11,7 +11,7 @@
 // ages out at the bound by itself; one that cannot be reached is dropped at once and retried at
 // the next poll. A read the replica fails for a connection reason or a recovery conflict runs on
 // the primary instead.
-import { isConnectionError, type Db, type Queryable, type Row } from './db.js';
+import { isConnectionError, type Db, type Queryable, type QueryOptions, type Row } from './db.js';
 import { openPostgres } from './postgres.js';
 
 export interface ReplicaState {
@@ -43,8 +43,8 @@ export function parseLsn(text: string): bigint {
 /** SQLSTATE of "canceling statement due to conflict with recovery" (and serialization failures). */
 const RECOVERY_CONFLICT = '40001';
 
-export function createReadRouter(primary: Queryable, replicaUrl: string, opts: { maxLagMs: number; pollMs?: number; poolMax?: number }): ReadRouter {
-  const replica = openPostgres(replicaUrl, { max: opts.poolMax ?? 10, connectionTimeoutMillis: 1000, guard: false });
+export function createReadRouter(primary: Queryable, replicaUrl: string, opts: { maxLagMs: number; pollMs?: number; poolMax?: number; prepared?: boolean }): ReadRouter {
+  const replica = openPostgres(replicaUrl, { max: opts.poolMax ?? 10, connectionTimeoutMillis: 1000, guard: false, prepared: opts.prepared });
   const pollMs = opts.pollMs ?? Math.max(50, Math.min(250, Math.floor(opts.maxLagMs / 4)));
   // Primary WAL positions with their (monotonic) times, oldest first; only samples the replica has
   // not yet passed are kept, plus the newest one it has.
@@ -115,10 +115,10 @@ export function createReadRouter(primary: Queryable, replicaUrl: string, opts: {
   });
 
   return {
-    async query<T = Row>(sql: string, params?: readonly unknown[]): Promise<T[]> {
+    async query<T = Row>(sql: string, params?: readonly unknown[], qopts?: QueryOptions): Promise<T[]> {
       if (state().serving) {
         try {
-          const rows = await replica.query<T>(sql, params);
+          const rows = await replica.query<T>(sql, params, qopts);
           n.replica++;
           return rows;
         } catch (err) {
@@ -128,7 +128,7 @@ export function createReadRouter(primary: Queryable, replicaUrl: string, opts: {
         }
       }
       n.primary++;
-      return primary.query<T>(sql, params);
+      return primary.query<T>(sql, params, qopts);
     },
     state,
     counts: () => ({ ...n }),
@@ -149,7 +149,7 @@ export function createReadRouter(primary: Queryable, replicaUrl: string, opts: {
  * The primary `db` with a replica for stale-tolerant reads: the same Db (everything goes to the
  * primary), plus `staleReads` routed as above; closing it closes both pools.
  */
-export function withReadReplica(db: Db, replicaUrl: string, opts: { maxLagMs: number; pollMs?: number }): Db & { staleReads: ReadRouter } {
+export function withReadReplica(db: Db, replicaUrl: string, opts: { maxLagMs: number; pollMs?: number; prepared?: boolean }): Db & { staleReads: ReadRouter } {
   const router = createReadRouter(db, replicaUrl, opts);
   return {
     ...db,

@@ -1,7 +1,9 @@
+import type { QueryOptions } from '../db/index.js';
+
 // Several data-modifying statements as ONE statement (writable CTEs): atomic without BEGIN and
 // COMMIT, one round trip instead of one per statement plus two. Group commits pay this per batch.
 
-export type Statement = [sql: string, params: unknown[]];
+export type Statement = [sql: string, params: unknown[], opts?: QueryOptions];
 
 /** Combines statements (each numbering its own $1..$n) into one; the last one's result is returned. */
 export function oneStatement(stmts: readonly Statement[]): Statement {

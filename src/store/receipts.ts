@@ -26,6 +26,7 @@ export function insertReceiptsStatement(rows: readonly ReceiptRow[]): Statement 
       rows.map((r) => JSON.stringify(r.claim)),
       rows.map((r) => r.jws),
     ],
+    { prepare: 'receipts_append' },
   ];
 }
 
