@@ -83,6 +83,29 @@ describe(`storage (${backend})`, () => {
     }
   });
 
+  it.runIf(backend === 'postgres')('a named statement the server no longer has (a pooler that does not carry them) runs unnamed, and names are off from then on, with one warning', async () => {
+    const t = await createTestDatabase();
+    const db = openPostgres(t.url!, { max: 1 });
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+    process.on('warning', onWarning);
+    try {
+      expect(await db.query('SELECT $1::int AS x', [1], { prepare: 'test_lost' })).toEqual([{ x: 1 }]);
+      // Behind the client's back, as a pooler handing over another server connection would.
+      await db.query('DEALLOCATE test_lost');
+      expect(await db.query('SELECT $1::int AS x', [2], { prepare: 'test_lost' })).toEqual([{ x: 2 }]);
+      expect(await db.query('SELECT $1::int AS x', [3], { prepare: 'test_lost_too' })).toEqual([{ x: 3 }]);
+      expect(await db.query('SELECT name FROM pg_prepared_statements')).toEqual([]);
+      await new Promise((r) => setImmediate(r));
+      expect(warnings.filter((w) => w.startsWith('PreparedStatementsWarning'))).toHaveLength(1);
+      expect(warnings.join('\n')).toMatch(/26000.*DATABASE_PREPARED_STATEMENTS=off/);
+    } finally {
+      process.off('warning', onWarning);
+      await db.close();
+      await t.drop();
+    }
+  });
+
   it('DATABASE_PREPARED_STATEMENTS is on unless turned off, and refuses what is not a boolean', () => {
     expect(loadConfig({}).databasePreparedStatements).toBe(true);
     expect(loadConfig({ DATABASE_PREPARED_STATEMENTS: 'off' }).databasePreparedStatements).toBe(false);

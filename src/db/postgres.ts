@@ -21,8 +21,19 @@ export interface PostgresOptions {
 }
 
 /** The statement as pg runs it: named (parsed and planned once per connection) or not. */
-function statementOf(prepared: boolean, sql: string, params: readonly unknown[] | undefined, opts: QueryOptions | undefined): pg.QueryConfig {
-  return prepared && opts?.prepare ? { name: opts.prepare, text: sql, values: params as unknown[] | undefined } : { text: sql, values: params as unknown[] | undefined };
+function statementOf(named: boolean, sql: string, params: readonly unknown[] | undefined, opts: QueryOptions | undefined): pg.QueryConfig {
+  return named && opts?.prepare ? { name: opts.prepare, text: sql, values: params as unknown[] | undefined } : { text: sql, values: params as unknown[] | undefined };
+}
+
+/**
+ * The server does not have the named statement the client prepared on this connection (26000), or
+ * has another of that name (42P05): a pooler in transaction mode that hands each transaction a
+ * different server connection without carrying prepared statements. Refused at Parse or Bind,
+ * before anything ran.
+ */
+function isPreparedStatementMixup(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === '26000' || code === '42P05';
 }
 
 export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
@@ -36,11 +47,28 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
   // An idle client losing its connection must not crash the process; the pool replaces it.
   pool.on('error', () => {});
   const guard = createTransactionGuard('postgres', opts.guard ?? transactionGuardDefault());
-  const prepared = opts.prepared ?? true;
+  let prepared = opts.prepared ?? true;
+  // Behind a pooler that cannot carry named statements the service must not stop ingesting: the
+  // first mix-up turns them off for this process, says so once, and the statement runs unnamed.
+  const unprepare = (err: unknown) => {
+    if (!prepared) return;
+    prepared = false;
+    const e = err as { code?: string; message?: string };
+    process.emitWarning(
+      `PostgreSQL refused a named prepared statement (${e.code}: ${e.message}), as a pooler in transaction mode that does not carry them does; statements run unnamed from now on (set DATABASE_PREPARED_STATEMENTS=off to start that way)`,
+      'PreparedStatementsWarning',
+    );
+  };
   const query = async <T = Row>(sql: string, params?: readonly unknown[], qopts?: QueryOptions): Promise<T[]> => {
     guard.check('a query');
-    const res = await pool.query(statementOf(prepared, sql, params, qopts));
-    return res.rows as T[];
+    const named = prepared && qopts?.prepare !== undefined;
+    try {
+      return (await pool.query(statementOf(named, sql, params, qopts))).rows as T[];
+    } catch (err) {
+      if (!named || !isPreparedStatementMixup(err)) throw err;
+      unprepare(err);
+      return (await pool.query(statementOf(false, sql, params, qopts))).rows as T[];
+    }
   };
   return {
     kind: 'postgres',
@@ -55,8 +83,14 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
       const client = await pool.connect();
       const tx: Queryable = {
         async query<T = Row>(sql: string, params?: readonly unknown[], qopts?: QueryOptions) {
-          const res = await client.query(statementOf(prepared, sql, params, qopts));
-          return res.rows as T[];
+          const named = prepared && qopts?.prepare !== undefined;
+          try {
+            return (await client.query(statementOf(named, sql, params, qopts))).rows as T[];
+          } catch (err) {
+            // The transaction is aborted with it: it fails, the next ones run unnamed.
+            if (named && isPreparedStatementMixup(err)) unprepare(err);
+            throw err;
+          }
         },
       };
       try {
