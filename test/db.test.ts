@@ -10,6 +10,8 @@ import { backend, createTestDatabase } from './support/db.js';
 import { loadConfig } from '../src/config.js';
 import { telemetryStore } from '../src/store/telemetry.js';
 import { receiptStore } from '../src/store/receipts.js';
+import { scoreInputs } from '../src/store/score-inputs.js';
+import { scoreStore } from '../src/store/scores.js';
 
 describe(`storage (${backend})`, () => {
   it('applies every migration once; a second run applies nothing', async () => {
@@ -58,7 +60,7 @@ describe(`storage (${backend})`, () => {
     }
   });
 
-  it.runIf(backend === 'postgres')('PostgreSQL keeps a statement given a prepare name prepared on its connection, the hot appends among them; DATABASE_PREPARED_STATEMENTS=off prepares none', async () => {
+  it.runIf(backend === 'postgres')('PostgreSQL keeps a statement given a prepare name prepared on its connection, the hot appends and score computations among them; DATABASE_PREPARED_STATEMENTS=off prepares none', async () => {
     const t = await createTestDatabase();
     // One connection, so that pg_prepared_statements (per session) shows what the pool's statements left.
     const on = openPostgres(t.url!, { max: 1 });
@@ -73,7 +75,12 @@ describe(`storage (${backend})`, () => {
         await db.query('SELECT $1::int AS x', [1], { prepare: 'test_one' });
         await db.transaction((tx) => tx.query('SELECT $1::int AS x', [2], { prepare: 'test_one' }));
       }
-      expect(await prepared(on)).toEqual(['receipts_append', 'telemetry_append', 'test_one']);
+      // A score computation: its read of the inputs and its write of the result.
+      for (const db of [on, off]) {
+        expect((await scoreInputs(db, [id], new Date(0), new Date())).size).toBe(1);
+        await scoreStore(db).save([{ server_id: id, trust_score: 50, verdict: 'UNCERTAIN', anomaly_flags: [], evidence_reports: 2, computed_at: new Date(), bucket: new Date() } as never]);
+      }
+      expect(await prepared(on)).toEqual(['receipts_append', 'score_inputs', 'scores_save', 'telemetry_append', 'test_one']);
       expect(await prepared(off)).toEqual([]);
       expect((await on.query<{ n: number }>('SELECT count(*)::int AS n FROM telemetry WHERE server_id = $1', [id]))[0]!.n).toBe(4);
     } finally {

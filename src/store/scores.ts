@@ -92,7 +92,8 @@ export function scoreStore(db: Queryable) {
           rows.map((r) => r.computed_at.toISOString()),
         ],
       ];
-      await db.query(...oneStatement([current, snapshot]));
+      const [sql, params] = oneStatement([current, snapshot]);
+      await db.query(sql, params, { prepare: 'scores_save' });
     },
 
     async current(serverIds: readonly number[]): Promise<Map<number, ScoreRow>> {
