@@ -14,7 +14,7 @@ import { loadConfig } from '../src/config.js';
 let app: FastifyInstance;
 let base: string;
 /** The signals of the calls the handlers saw, in arrival order, with what they said when the handler returned. */
-const calls: { method: string; signal: AbortSignal; service: string }[] = [];
+const calls: { method: string; signal: AbortSignal; service: string; abortedAtStart: boolean }[] = [];
 const READ_MAX = 4096;
 
 beforeAll(async () => {
@@ -25,11 +25,11 @@ beforeAll(async () => {
     routes: (router) =>
       router.service(Health, {
         async check(req, ctx) {
-          calls.push({ method: 'check', signal: ctx.signal, service: req.service });
+          calls.push({ method: 'check', signal: ctx.signal, service: req.service, abortedAtStart: ctx.signal.aborted });
           return { status: Status.SERVING };
         },
         async *watch(req, ctx) {
-          calls.push({ method: 'watch', signal: ctx.signal, service: req.service });
+          calls.push({ method: 'watch', signal: ctx.signal, service: req.service, abortedAtStart: ctx.signal.aborted });
           yield { status: Status.SERVING };
           // Held open until the client goes away.
           await new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve(), { once: true }));
@@ -48,9 +48,9 @@ const until = async (cond: () => boolean) => {
   return cond();
 };
 
-function rawPost(path: string, headers: Record<string, string | number>, body?: Buffer): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> {
+function rawPost(path: string, headers: Record<string, string | number>, body?: Buffer, agent?: http.Agent): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> {
   return new Promise((resolve, reject) => {
-    const req = http.request(`${base}${path}`, { method: 'POST', headers }, (res) => {
+    const req = http.request(`${base}${path}`, { method: 'POST', headers, agent }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
@@ -127,6 +127,45 @@ describe('thin Connect adapter', () => {
       await it.next().catch(() => {});
       expect(await until(() => call.signal.aborted)).toBe(true);
       expect(ConnectError.from(call.signal.reason).code).toBe(Code.Canceled);
+    }
+  });
+
+  it('over HTTP/1.1 the calls of one connection share its signal: after refused bodies, errors and 60 calls none starts canceled, and nothing piles up on it', async () => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    let connections = 0;
+    const onConnection = () => connections++;
+    app.server.on('connection', onConnection);
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+    process.on('warning', onWarning);
+    try {
+      const client = createClient(Health, createConnectTransport({ baseUrl: base, httpVersion: '1.1', nodeOptions: { agent } }));
+      const viaGet = createClient(Health, createConnectTransport({ baseUrl: base, httpVersion: '1.1', useHttpGet: true, nodeOptions: { agent } }));
+      const big = Buffer.from(JSON.stringify({ service: 'x'.repeat(READ_MAX * 2) }));
+      for (let i = 0; i < 60; i++) {
+        if (i % 10 === 0) {
+          // Bodies the handler stops reading (stated too long, or chunked past the limit: the
+          // request's stream is destroyed, the request fails, its connection lives on), a GET (no
+          // body), and a message that does not parse.
+          const refused = await rawPost('/grpc.health.v1.Health/Check', { 'content-type': 'application/json', 'content-length': big.length }, big, agent);
+          expect(JSON.parse(refused.body.toString())).toMatchObject({ code: 'resource_exhausted' });
+          const chunked = await rawPost('/grpc.health.v1.Health/Check', { 'content-type': 'application/json', 'transfer-encoding': 'chunked' }, big, agent);
+          expect(JSON.parse(chunked.body.toString())).toMatchObject({ code: 'resource_exhausted' });
+          expect((await viaGet.check({ service: `get-${i}` })).status).toBe(Status.SERVING);
+          const bad = await rawPost('/grpc.health.v1.Health/Check', { 'content-type': 'application/json' }, Buffer.from('{"service":'), agent);
+          expect(bad.status).toBe(400);
+        }
+        expect((await client.check({ service: `seq-${i}` })).status).toBe(Status.SERVING);
+        expect(last()).toMatchObject({ service: `seq-${i}`, abortedAtStart: false });
+      }
+      // Still one connection or close to it (a refused body may cost one): the calls did share them.
+      expect(connections).toBeLessThanOrEqual(13);
+      await new Promise((r) => setImmediate(r));
+      expect(warnings.filter((w) => w.startsWith('MaxListenersExceededWarning'))).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+      app.server.off('connection', onConnection);
+      agent.destroy();
     }
   });
 

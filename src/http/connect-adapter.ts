@@ -15,7 +15,8 @@
 // codecs, compression, limits, errors) and changes only how bytes move between node:http and the
 // universal handler:
 // - the signal aborts only when the call really ends early (the client went away before the answer
-//   was finished, a request error, an HTTP/2 reset), with a ConnectError saying so;
+//   was finished, a request error, an HTTP/2 reset), with a ConnectError saying so; over HTTP/1.1
+//   it is the connection's (one controller per connection, not per call);
 // - a body with a Content-Length of at most readMaxBytes is read with plain 'data' events into one
 //   chunk; anything else (chunked, larger: the handler answers resource_exhausted) streams as before;
 // - a Connect unary answer (application/json or application/proto, no trailers) is written with a
@@ -79,22 +80,58 @@ function wentAway(controller: AbortController, res: NodeResponse, detail: string
   if (!controller.signal.aborted && !res.writableFinished) controller.abort(new ConnectError(`the client closed the call before its answer was written (${detail})`, Code.Canceled));
 }
 
+/**
+ * HTTP/1.1: one AbortController per connection, not per call (on Node 20 a controller and its
+ * signal cost microseconds: an EventTarget built with a prototype switch). The calls of one
+ * connection follow each other, and a call stops listening to the signal when it ends (connect
+ * removes its listener when the call's own context is aborted at its end), so what the
+ * connection's closing aborts is the call still in flight on it, if any: the client went away
+ * before its answer. A request that fails without its connection (its body stream destroyed by the
+ * handler that stopped reading it) aborts the controller its call holds, and the connection's next
+ * call gets a new one.
+ */
+interface Connection {
+  controller: AbortController | null;
+}
+const connections = new WeakMap<object, Connection>();
+
+function connectionOf(req: http.IncomingMessage): Connection {
+  const socket = req.socket;
+  let conn = connections.get(socket);
+  if (conn === undefined) {
+    const c: Connection = { controller: null };
+    conn = c;
+    connections.set(socket, c);
+    socket.once('close', () => {
+      const controller = c.controller;
+      if (controller !== null && !controller.signal.aborted) controller.abort(new ConnectError('the client closed the call before its answer was written (connection closed)', Code.Canceled));
+    });
+  }
+  return conn;
+}
+
 async function universalRequest(req: NodeRequest, res: NodeResponse, readMaxBytes: number, contextValues: ContextValues | undefined): Promise<UniversalServerRequest> {
   // Listeners below are arrow functions passed inline, never assigned to a name: tsx (esbuild
   // keepNames) names a named closure with Object.defineProperty each time it is made, per call.
-  const controller = new AbortController();
+  let controller: AbortController;
   if ('stream' in req) {
+    // HTTP/2: a stream per call, and a controller per stream.
+    const c = new AbortController();
+    controller = c;
     req.once('close', () => {
       const rst = req.stream.rstCode;
       // NGHTTP2_NO_ERROR (0) on a stream that finished is a normal end.
-      if (rst !== undefined && rst !== 0 && !controller.signal.aborted) controller.abort(new ConnectError(`the client reset the stream (HTTP/2 error code ${rst})`, Code.Canceled));
-      else wentAway(controller, res, 'stream closed');
+      if (rst !== undefined && rst !== 0 && !c.signal.aborted) c.abort(new ConnectError(`the client reset the stream (HTTP/2 error code ${rst})`, Code.Canceled));
+      else wentAway(c, res, 'stream closed');
     });
   } else {
+    const conn = connectionOf(req);
+    const c = (conn.controller ??= new AbortController());
+    controller = c;
     req.once('error', (e: Error) => {
-      if (!controller.signal.aborted) controller.abort(new ConnectError(`the request failed: ${e.message}`, Code.Canceled));
+      if (conn.controller === c) conn.controller = null;
+      if (!c.signal.aborted) c.abort(new ConnectError(`the request failed: ${e.message}`, Code.Canceled));
     });
-    (res as http.ServerResponse).once('close', () => wentAway(controller, res, 'connection closed'));
   }
   const authority = 'authority' in req ? req.authority : req.headers.host;
   if (authority === undefined) throw new ConnectError('unable to determine request authority from Node.js server request', Code.Internal);
