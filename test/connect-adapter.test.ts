@@ -2,6 +2,8 @@
 // between node:http and connect's handlers, tested on a real socket with the official clients.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import http from 'node:http';
+import net from 'node:net';
+import { getEventListeners } from 'node:events';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
@@ -14,7 +16,7 @@ import { loadConfig } from '../src/config.js';
 let app: FastifyInstance;
 let base: string;
 /** The signals of the calls the handlers saw, in arrival order, with what they said when the handler returned. */
-const calls: { method: string; signal: AbortSignal; service: string; abortedAtStart: boolean }[] = [];
+const calls: { method: string; signal: AbortSignal; service: string; abortedAtStart: boolean; requestSignal?: AbortSignal }[] = [];
 const READ_MAX = 4096;
 
 beforeAll(async () => {
@@ -25,7 +27,8 @@ beforeAll(async () => {
     routes: (router) =>
       router.service(Health, {
         async check(req, ctx) {
-          calls.push({ method: 'check', signal: ctx.signal, service: req.service, abortedAtStart: ctx.signal.aborted });
+          // requestSignal: the adapter's signal, which connect keeps on the context it builds (not typed).
+          calls.push({ method: 'check', signal: ctx.signal, service: req.service, abortedAtStart: ctx.signal.aborted, requestSignal: (ctx as { requestSignal?: AbortSignal }).requestSignal });
           return { status: Status.SERVING };
         },
         async *watch(req, ctx) {
@@ -160,12 +163,43 @@ describe('thin Connect adapter', () => {
       }
       // Still one connection or close to it (a refused body may cost one): the calls did share them.
       expect(connections).toBeLessThanOrEqual(13);
-      await new Promise((r) => setImmediate(r));
-      expect(warnings.filter((w) => w.startsWith('MaxListenersExceededWarning'))).toEqual([]);
+      // No call left a listener behind on the connection's signal.
+      const signals = new Set(calls.slice(-60).map((c) => c.requestSignal));
+      expect(signals.has(undefined)).toBe(false);
+      // Shared: a new one only on a new connection or after a refused body (at most two a round).
+      expect(signals.size).toBeLessThanOrEqual(connections + 12);
+      for (const sig of signals) expect(getEventListeners(sig!, 'abort')).toHaveLength(0);
     } finally {
       process.off('warning', onWarning);
       app.server.off('connection', onConnection);
       agent.destroy();
+    }
+  });
+
+  it('answers 30 calls pipelined on one connection, each on its own, without a listener warning', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+    process.on('warning', onWarning);
+    try {
+      const { port } = new URL(base);
+      const body = '{"service":"piped"}';
+      const one = `POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+      const text = await new Promise<string>((resolve, reject) => {
+        const socket = net.connect(Number(port), '127.0.0.1', () => socket.end(one.repeat(30)));
+        let got = '';
+        socket.on('data', (c: Buffer) => (got += c.toString()));
+        socket.on('end', () => resolve(got));
+        socket.on('error', reject);
+      });
+      expect(text.match(/HTTP\/1\.1 200 OK/g)).toHaveLength(30);
+      expect(text.match(/"status":"SERVING"/g)).toHaveLength(30);
+      const piped = calls.filter((c) => c.service === 'piped');
+      expect(piped).toHaveLength(30);
+      expect(piped.every((c) => !c.abortedAtStart)).toBe(true);
+      await new Promise((r) => setImmediate(r));
+      expect(warnings.filter((w) => w.startsWith('MaxListenersExceededWarning'))).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
     }
   });
 
