@@ -89,7 +89,8 @@ function wentAway(controller: AbortController, res: NodeResponse, detail: string
  * connection's closing aborts is the call still in flight on it, if any: the client went away
  * before its answer. A request that fails without its connection (its body stream destroyed by the
  * handler that stopped reading it) aborts the controller its call holds, and the connection's next
- * call gets a new one.
+ * call gets a new one (calls a client pipelined on that connection and still in flight hold the
+ * same controller and end with it: the client's own calls only).
  */
 interface Connection {
   controller: AbortController | null;
