@@ -21,8 +21,8 @@ export interface PostgresOptions {
 }
 
 /** The statement as pg runs it: named (parsed and planned once per connection) or not. */
-function statementOf(named: boolean, sql: string, params: readonly unknown[] | undefined, opts: QueryOptions | undefined): pg.QueryConfig {
-  return named && opts?.prepare ? { name: opts.prepare, text: sql, values: params as unknown[] | undefined } : { text: sql, values: params as unknown[] | undefined };
+function statementOf(name: string | undefined, sql: string, params: readonly unknown[] | undefined): pg.QueryConfig {
+  return name !== undefined ? { name, text: sql, values: params as unknown[] | undefined } : { text: sql, values: params as unknown[] | undefined };
 }
 
 /**
@@ -61,13 +61,13 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
   };
   const query = async <T = Row>(sql: string, params?: readonly unknown[], qopts?: QueryOptions): Promise<T[]> => {
     guard.check('a query');
-    const named = prepared && qopts?.prepare !== undefined;
+    const name = prepared ? qopts?.prepare : undefined;
     try {
-      return (await pool.query(statementOf(named, sql, params, qopts))).rows as T[];
+      return (await pool.query(statementOf(name, sql, params))).rows as T[];
     } catch (err) {
-      if (!named || !isPreparedStatementMixup(err)) throw err;
+      if (name === undefined || !isPreparedStatementMixup(err)) throw err;
       unprepare(err);
-      return (await pool.query(statementOf(false, sql, params, qopts))).rows as T[];
+      return (await pool.query(statementOf(undefined, sql, params))).rows as T[];
     }
   };
   return {
@@ -83,12 +83,12 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
       const client = await pool.connect();
       const tx: Queryable = {
         async query<T = Row>(sql: string, params?: readonly unknown[], qopts?: QueryOptions) {
-          const named = prepared && qopts?.prepare !== undefined;
+          const name = prepared ? qopts?.prepare : undefined;
           try {
-            return (await client.query(statementOf(named, sql, params, qopts))).rows as T[];
+            return (await client.query(statementOf(name, sql, params))).rows as T[];
           } catch (err) {
             // The transaction is aborted with it: it fails, the next ones run unnamed.
-            if (named && isPreparedStatementMixup(err)) unprepare(err);
+            if (name !== undefined && isPreparedStatementMixup(err)) unprepare(err);
             throw err;
           }
         },
