@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import http from 'node:http';
 import net from 'node:net';
 import { getEventListeners } from 'node:events';
+import { collectWarnings } from './support/warnings.js';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
@@ -138,9 +139,6 @@ describe('thin Connect adapter', () => {
     let connections = 0;
     const onConnection = () => connections++;
     app.server.on('connection', onConnection);
-    const warnings: string[] = [];
-    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
-    process.on('warning', onWarning);
     try {
       const client = createClient(Health, createConnectTransport({ baseUrl: base, httpVersion: '1.1', nodeOptions: { agent } }));
       const viaGet = createClient(Health, createConnectTransport({ baseUrl: base, httpVersion: '1.1', useHttpGet: true, nodeOptions: { agent } }));
@@ -170,16 +168,13 @@ describe('thin Connect adapter', () => {
       expect(signals.size).toBeLessThanOrEqual(connections + 12);
       for (const sig of signals) expect(getEventListeners(sig!, 'abort')).toHaveLength(0);
     } finally {
-      process.off('warning', onWarning);
       app.server.off('connection', onConnection);
       agent.destroy();
     }
   });
 
   it('answers 30 calls pipelined on one connection, each on its own, without a listener warning', async () => {
-    const warnings: string[] = [];
-    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
-    process.on('warning', onWarning);
+    const warnings = collectWarnings();
     try {
       const { port } = new URL(base);
       const body = '{"service":"piped"}';
@@ -197,9 +192,9 @@ describe('thin Connect adapter', () => {
       expect(piped).toHaveLength(30);
       expect(piped.every((c) => !c.abortedAtStart)).toBe(true);
       await new Promise((r) => setImmediate(r));
-      expect(warnings.filter((w) => w.startsWith('MaxListenersExceededWarning'))).toEqual([]);
+      expect(warnings.named('MaxListenersExceededWarning')).toEqual([]);
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
     }
   });
 

@@ -7,6 +7,7 @@ import { openPglite, DataDirBusyError } from '../src/db/pglite.js';
 import { openPostgres } from '../src/db/postgres.js';
 import { openDatabase } from '../src/db/index.js';
 import { backend, createTestDatabase } from './support/db.js';
+import { collectWarnings } from './support/warnings.js';
 import { loadConfig } from '../src/config.js';
 import { telemetryStore } from '../src/store/telemetry.js';
 import { receiptStore } from '../src/store/receipts.js';
@@ -93,9 +94,7 @@ describe(`storage (${backend})`, () => {
   it.runIf(backend === 'postgres')('a named statement the server no longer has (a pooler that does not carry them) runs unnamed, and names are off from then on, with one warning', async () => {
     const t = await createTestDatabase();
     const db = openPostgres(t.url!, { max: 1 });
-    const warnings: string[] = [];
-    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
-    process.on('warning', onWarning);
+    const warnings = collectWarnings();
     try {
       expect(await db.query('SELECT $1::int AS x', [1], { prepare: 'test_lost' })).toEqual([{ x: 1 }]);
       // Behind the client's back, as a pooler handing over another server connection would.
@@ -104,10 +103,10 @@ describe(`storage (${backend})`, () => {
       expect(await db.query('SELECT $1::int AS x', [3], { prepare: 'test_lost_too' })).toEqual([{ x: 3 }]);
       expect(await db.query('SELECT name FROM pg_prepared_statements')).toEqual([]);
       await new Promise((r) => setImmediate(r));
-      expect(warnings.filter((w) => w.startsWith('PreparedStatementsWarning'))).toHaveLength(1);
-      expect(warnings.join('\n')).toMatch(/26000.*DATABASE_PREPARED_STATEMENTS=off/);
+      expect(warnings.named('PreparedStatementsWarning')).toHaveLength(1);
+      expect(warnings.list.join('\n')).toMatch(/26000.*DATABASE_PREPARED_STATEMENTS=off/);
     } finally {
-      process.off('warning', onWarning);
+      warnings.stop();
       await db.close();
       await t.drop();
     }
