@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import pg from 'pg';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -87,6 +88,54 @@ describe(`storage (${backend})`, () => {
     } finally {
       await on.close();
       await off.close();
+      await t.drop();
+    }
+  });
+
+  it.runIf(backend === 'postgres')('a transaction whose connection the server ends (between statements or during one) fails, and the process lives on', async () => {
+    const t = await createTestDatabase();
+    // pg emits 'error' on a client whose connection ends; a checked-out client has no listener of
+    // the pool's, so without one of ours that error ends the process (the reliability script's
+    // database outage did so now and then: a transaction open when PostgreSQL stopped).
+    const uncaught: unknown[] = [];
+    const onUncaught = (e: unknown) => uncaught.push(e);
+    process.on('uncaughtException', onUncaught);
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    // The server ends the connection as a restart or failover does: from another session.
+    const admin = new pg.Client({ connectionString: t.url! });
+    await admin.connect();
+    const terminate = (pid: number) => admin.query('SELECT pg_terminate_backend($1)', [pid]);
+    try {
+      // Ended while the transaction waits between two statements (no statement in flight).
+      await expect(
+        t.db.transaction(async (tx) => {
+          const { pid } = (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid'))[0]!;
+          await terminate(pid);
+          await sleep(300);
+          await tx.query('SELECT 1');
+        }),
+      ).rejects.toThrow();
+      // Ended during a statement; the caller's code goes on awaiting before the failure surfaces.
+      await expect(
+        t.db.transaction(async (tx) => {
+          const { pid } = (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid'))[0]!;
+          const killer = sleep(100).then(() => terminate(pid));
+          try {
+            await tx.query('SELECT pg_sleep(5)');
+          } catch (e) {
+            await killer;
+            await sleep(300);
+            throw e;
+          }
+        }),
+      ).rejects.toThrow();
+      await sleep(100);
+      expect(uncaught).toEqual([]);
+      // The pool replaced the lost connections.
+      expect(await t.db.transaction((tx) => tx.query<{ x: number }>('SELECT 1 AS x'))).toEqual([{ x: 1 }]);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+      await admin.end();
       await t.drop();
     }
   });

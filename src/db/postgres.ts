@@ -36,6 +36,9 @@ function isPreparedStatementMixup(err: unknown): boolean {
   return code === '26000' || code === '42P05';
 }
 
+/** The listener a checked-out client holds (see transaction()): its queries report the error. */
+function ignoreConnectionError(): void {}
+
 export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
   const pool = new pg.Pool({
     connectionString: url,
@@ -81,6 +84,12 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
     async transaction(fn) {
       guard.check('a nested transaction');
       const client = await pool.connect();
+      // A checked-out client has no 'error' listener of the pool's (pg-pool takes its own off until
+      // release), and pg emits 'error' when the server ends a connection: a restart, a failover or
+      // pg_terminate_backend while this transaction waits between two statements, or the socket's
+      // end after a statement already failed with it. Unheard, that error would end the process;
+      // the statement in flight, or the next one, fails instead, and the transaction with it.
+      client.on('error', ignoreConnectionError);
       const tx: Queryable = {
         async query<T = Row>(sql: string, params?: readonly unknown[], qopts?: QueryOptions) {
           const name = prepared ? qopts?.prepare : undefined;
@@ -93,18 +102,23 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
           }
         },
       };
+      // Back to the pool, which listens to it again itself (a broken one is ended).
+      const release = (broken: boolean) => {
+        client.removeListener('error', ignoreConnectionError);
+        client.release(broken);
+      };
       try {
         await client.query('BEGIN');
         const out = await guard.run(() => fn(tx));
         await client.query('COMMIT');
-        client.release();
+        release(false);
         return out;
       } catch (err) {
         try {
           await client.query('ROLLBACK');
-          client.release();
+          release(false);
         } catch {
-          client.release(true);
+          release(true);
         }
         throw err;
       }

@@ -27,6 +27,8 @@ export async function createScratchDatabase(baseUrl: string, prefix: string): Pr
 
 async function adminQuery(baseUrl: string, sql: string): Promise<void> {
   const admin = new pg.Client({ connectionString: baseUrl });
+  // The server ending this connection fails the statement; unheard, pg's 'error' would end the process.
+  admin.on('error', () => {});
   await admin.connect();
   try {
     await admin.query(sql);
