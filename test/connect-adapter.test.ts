@@ -52,6 +52,46 @@ const until = async (cond: () => boolean) => {
   return cond();
 };
 
+/** A Health service behind the adapter on a fastify of its own, its log lines kept. */
+async function adapterApp(contextValues?: () => never): Promise<{ app: FastifyInstance; url: string; logs: { level: number; msg: string }[] }> {
+  const logs: { level: number; msg: string }[] = [];
+  const own = Fastify({
+    logger: { level: 'info', stream: { write: (line: string) => void logs.push(JSON.parse(line)) } },
+    serverFactory: ((handler: Parameters<typeof createDualProtocolServer>[0]) => createDualProtocolServer(handler, loadConfig({}).http)) as never,
+  });
+  await own.register(connectPlugin, {
+    contextValues,
+    routes: (router) =>
+      router.service(Health, {
+        async check() {
+          return { status: Status.SERVING };
+        },
+      }),
+  });
+  const url = (await own.listen({ port: 0, host: '127.0.0.1' })).replace('localhost', '127.0.0.1');
+  return { app: own, url, logs };
+}
+
+/** One request written as is on a fresh connection; the answer parsed once the server closes it. */
+function rawExchange(port: string, request: string): Promise<{ status: number; headers: Record<string, string>; body: string }> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), '127.0.0.1');
+    let text = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (d: string) => (text += d));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const [head = '', ...rest] = text.split('\r\n\r\n');
+      const [statusLine = '', ...lines] = head.split('\r\n');
+      const headers: Record<string, string> = {};
+      for (const l of lines) headers[l.slice(0, l.indexOf(':')).toLowerCase()] = l.slice(l.indexOf(':') + 1).trim();
+      resolve({ status: Number(statusLine.split(' ')[1]), headers, body: rest.join('\r\n\r\n') });
+    });
+    // Written, not ended: node's HTTP server drops a request in flight when its client half-closes.
+    socket.write(request, 'latin1');
+  });
+}
+
 function rawPost(path: string, headers: Record<string, string | number>, body?: Buffer, agent?: http.Agent): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> {
   return new Promise((resolve, reject) => {
     const req = http.request(`${base}${path}`, { method: 'POST', headers, agent }, (res) => {
@@ -195,6 +235,51 @@ describe('thin Connect adapter', () => {
       expect(warnings.named('MaxListenersExceededWarning')).toEqual([]);
     } finally {
       warnings.stop();
+    }
+  });
+
+  it('answers a request whose Host is no authority, or that names none, with invalid_argument in its protocol (never an empty 200), and logs nothing', async () => {
+    const { app: own, url, logs } = await adapterApp();
+    try {
+      const port = new URL(url).port;
+      const path = '/grpc.health.v1.Health/Check';
+      // Connect unary, HTTP/1.1, a Host with a space in it.
+      const connect = await rawExchange(port, `POST ${path} HTTP/1.1\r\nHost: a b\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`);
+      expect(connect.status).toBe(400);
+      expect(connect.headers['content-type']).toMatch(/^application\/json/);
+      expect(JSON.parse(connect.body)).toEqual({ code: 'invalid_argument', message: expect.stringMatching(/host "a b" is not a valid authority/) });
+      // gRPC-Web, the same Host.
+      const web = await rawExchange(port, `POST ${path} HTTP/1.1\r\nHost: a b\r\nContent-Type: application/grpc-web+proto\r\nContent-Length: 5\r\nConnection: close\r\n\r\n\u0000\u0000\u0000\u0000\u0000`);
+      expect(web.status).toBe(200);
+      expect(web.headers['grpc-status']).toBe(String(Code.InvalidArgument));
+      // HTTP/1.0 needs no Host; without one there is no URL to form.
+      const none = await rawExchange(port, `POST ${path} HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`);
+      expect(none.status).toBe(400);
+      expect(JSON.parse(none.body)).toEqual({ code: 'invalid_argument', message: expect.stringMatching(/names no host/) });
+      // The same call with a proper Host is served.
+      const fine = await rawExchange(port, `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`);
+      expect(fine.status).toBe(200);
+      expect(JSON.parse(fine.body)).toEqual({ status: 'SERVING' });
+      expect(logs.filter((l) => l.level >= 50)).toEqual([]);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it('answers a failure of its own as an internal error in the caller\'s protocol (never an empty 200), and logs it', async () => {
+    const { app: own, url, logs } = await adapterApp(() => {
+      throw new Error('a bug in the context values');
+    });
+    try {
+      const client = createClient(Health, createConnectTransport({ baseUrl: url, httpVersion: '1.1' }));
+      await expect(client.check({ service: 'x' })).rejects.toMatchObject({ code: Code.Internal });
+      const web = createClient(Health, createGrpcWebTransport({ baseUrl: url, httpVersion: '1.1' }));
+      await expect(web.check({ service: 'x' })).rejects.toMatchObject({ code: Code.Internal });
+      const grpc = createClient(Health, createGrpcTransport({ baseUrl: url }));
+      await expect(grpc.check({ service: 'x' })).rejects.toMatchObject({ code: Code.Internal });
+      expect(logs.filter((l) => l.level >= 50).map((l) => l.msg)).toEqual(Array(3).fill('handler for rpc Check of grpc.health.v1.Health failed'));
+    } finally {
+      await own.close();
     }
   });
 

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
+import net from 'node:net';
 import { PENDING } from '../src/http/routes/pending.js';
 import { MCP_TOOL_NAMES } from '../src/agents/mcp-tool-names.js';
 import { postJson, startTestApp, type TestApp } from './support/app.js';
@@ -141,6 +142,28 @@ async function check(what: string, res: Response, allowed: Set<number>, rest = t
 // A hang is a failure, but a slow answer on a loaded machine is not: the bound is far above the
 // slowest request measured (well under a second), so only a request that never ends trips it.
 const send = (url: string, init: RequestInit = {}) => fetch(url, { ...init, signal: AbortSignal.timeout(90_000) });
+/** One request written as is on a fresh connection; the answer once the server closes it. */
+function rawExchange(port: string, request: Buffer): Promise<{ status: number; headers: Record<string, string>; body: string }> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), '127.0.0.1');
+    let text = '';
+    socket.setEncoding('latin1');
+    socket.setTimeout(30_000, () => socket.destroy(new Error('no answer within 30 s')));
+    socket.on('data', (d: string) => (text += d));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const [head = '', ...rest] = text.split('\r\n\r\n');
+      const [statusLine = '', ...lines] = head.split('\r\n');
+      const headers: Record<string, string> = {};
+      for (const l of lines) headers[l.slice(0, l.indexOf(':')).toLowerCase()] = l.slice(l.indexOf(':') + 1).trim();
+      resolve({ status: Number(statusLine.split(' ')[1]), headers, body: rest.join('\r\n\r\n') });
+    });
+    // Written, not ended: node's HTTP server drops the requests in flight on a connection whose
+    // client half-closes (Connection: close makes the server close it after the answer).
+    socket.write(request);
+  });
+}
+
 async function healthy() {
   const r = await send(`${t.base}/healthz`);
   await r.arrayBuffer();
@@ -288,6 +311,39 @@ describe(`hostile input (${backend})`, () => {
       );
       for (const raw of RAW_BODIES) {
         await check(`${path} raw ${raw.slice(0, 40)}`, await send(`${t.base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: raw }), new Set(), false);
+      }
+    }
+    expect(failures).toEqual([]);
+    expect(await healthy()).toBe(true);
+  }, 120_000);
+
+  it('a Host that is no authority, or none at all, on every door: never a 5xx, and the RPC doors answer invalid_argument in their protocol', async () => {
+    const port = new URL(t.base).port;
+    const hosts = ['a b', '[::1', 'x:notaport', '%00', 'h\u00e9llo.example', 'a/b?c#d', ''];
+    const formsUrl = (host: string) => URL.canParse(`http://${host}/`);
+    const doors: { method: string; path: string; type?: string; body?: string; rpc?: 'connect' | 'grpc-web' }[] = [
+      ...ops.filter((o) => !o.body).map((o) => ({ method: o.method, path: fill(o, {}) })),
+      { method: 'POST', path: '/api/report', type: 'application/json', body: JSON.stringify({ server_url: TRACKED, success: true, latency_ms: 1 }) },
+      { method: 'POST', path: '/mcp', type: 'application/json', body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }) },
+      { method: 'POST', path: '/a2a', type: 'application/json', body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tasks/get', params: { id: 'x' } }) },
+      { method: 'POST', path: '/observatory.v1.TrustService/GetTrust', type: 'application/json', body: JSON.stringify({ url: TRACKED }), rpc: 'connect' },
+      { method: 'POST', path: '/observatory.v1.TrustService/GetTrust', type: 'application/grpc-web+proto', body: '\u0000\u0000\u0000\u0000\u0000', rpc: 'grpc-web' },
+    ];
+    for (const host of hosts) {
+      for (const d of doors) {
+        const head = [`${d.method} ${d.path} HTTP/1.1`, ...(host === '' ? [] : [`Host: ${host}`]), 'Connection: close'];
+        if (d.type) head.push(`Content-Type: ${d.type}`, 'Accept: application/json, text/event-stream');
+        const body = Buffer.from(d.body ?? '', 'latin1');
+        if (d.body !== undefined) head.push(`Content-Length: ${body.length}`);
+        const answer = await rawExchange(port, Buffer.concat([Buffer.from(`${head.join('\r\n')}\r\n\r\n`, 'latin1'), body]));
+        const what = `${d.method} ${d.path} with Host ${JSON.stringify(host)}`;
+        if (!(answer.status > 0 && answer.status < 500)) failures.push(`${what} -> ${answer.status} ${answer.body.slice(0, 200)}`);
+        if (!d.rpc) continue;
+        // node's parser answers a bare 400 to an HTTP/1.1 request without Host before any door
+        // sees it; a Host that forms no URL cannot become a call: invalid_argument, in the
+        // protocol of the request; a strange Host that still forms a URL is served as usual.
+        const refused = d.rpc === 'connect' ? answer.status === 400 && (host === '' || JSON.parse(answer.body).code === 'invalid_argument') : host === '' ? answer.status === 400 : answer.headers['grpc-status'] === '3';
+        if (refused !== (host === '' || !formsUrl(host))) failures.push(`${what} -> ${answer.status} grpc-status ${answer.headers['grpc-status']} ${answer.body.slice(0, 200)}`);
       }
     }
     expect(failures).toEqual([]);

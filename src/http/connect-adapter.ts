@@ -31,7 +31,8 @@ import * as protoConnect from '@connectrpc/connect/protocol-connect';
 import * as protoGrpc from '@connectrpc/connect/protocol-grpc';
 import * as protoGrpcWeb from '@connectrpc/connect/protocol-grpc-web';
 import { compressionBrotli, compressionGzip, universalResponseToNodeResponse } from '@connectrpc/connect-node';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { rpcProtocolOf, sendRpcProblem } from './rpc-errors.js';
 
 export interface ConnectPluginOptions extends ConnectRouterOptions {
   routes: (router: ConnectRouter) => void;
@@ -66,14 +67,34 @@ export function connectPlugin(instance: FastifyInstance, opts: ConnectPluginOpti
         if (isUnaryConnectAnswer(uRes)) await writeUnary(uRes, reply.raw);
         else await universalResponseToNodeResponse(uRes, reply.raw);
       } catch (e) {
-        // The client went away: nothing to answer. Anything else is a bug of this adapter or of
-        // node:http (the handlers turn their own errors into protocol errors).
-        if (ConnectError.from(e).code === Code.Aborted || ConnectError.from(e).code === Code.Canceled) return;
+        // A request that cannot become a call is the client's to fix, answered in its protocol.
+        if (e instanceof UnusableRequest) return sendRpcProblem(req, reply, rpcProtocolOf(req) ?? 'connect', 'invalid_argument', e.message);
+        // The client went away: nothing to answer.
+        const code = ConnectError.from(e).code;
+        if (code === Code.Aborted || code === Code.Canceled) return leaveUnanswered(reply);
+        // Anything else is a bug of this adapter or of node:http (the handlers turn their own
+        // errors into protocol errors): said in the log, and to the caller as an internal error in
+        // its protocol while nothing was written yet (fastify would otherwise answer an empty 200,
+        // which no RPC client can read).
         instance.log.error({ err: e }, `handler for rpc ${uHandler.method.name} of ${uHandler.service.typeName} failed`);
+        if (!reply.raw.headersSent) return sendRpcProblem(req, reply, rpcProtocolOf(req) ?? 'connect', 'internal', 'internal error');
+        reply.raw.destroy();
       }
     });
   }
   done();
+}
+
+/**
+ * A request that cannot be handed to the library as a call: no host to form its URL from, or a
+ * Host (HTTP/2: :authority) that is no authority at all. Answered invalid_argument.
+ */
+class UnusableRequest extends Error {}
+
+/** Nothing is answered (the client went away): fastify must not send its own empty answer either. */
+function leaveUnanswered(reply: FastifyReply): void {
+  reply.hijack();
+  if (!reply.raw.writableEnded) reply.raw.destroy();
 }
 
 /** The client went away before its answer was written: the call's signal aborts (Canceled). */
@@ -126,6 +147,16 @@ function connectionOf(req: http.IncomingMessage): Connection {
 }
 
 async function universalRequest(req: NodeRequest, res: NodeResponse, readMaxBytes: number, contextValues: ContextValues | undefined): Promise<UniversalServerRequest> {
+  // The URL first: a request refused for its host leaves no listener behind.
+  const authority = 'authority' in req ? req.authority : req.headers.host;
+  if (authority === undefined || authority === '') throw new UnusableRequest('the request names no host: send a Host header (HTTP/2: :authority)');
+  const encrypted = 'encrypted' in req.socket && (req.socket as { encrypted?: boolean }).encrypted;
+  let url: string;
+  try {
+    url = new URL(req.url ?? '', `${encrypted ? 'https' : 'http'}://${authority}`).href;
+  } catch {
+    throw new UnusableRequest(`the request's host ${JSON.stringify(authority.slice(0, 200))} is not a valid authority (host, or host:port)`);
+  }
   // Listeners below are arrow functions passed inline, never assigned to a name: tsx (esbuild
   // keepNames) names a named closure with Object.defineProperty each time it is made, per call.
   let controller: AbortController;
@@ -148,9 +179,6 @@ async function universalRequest(req: NodeRequest, res: NodeResponse, readMaxByte
       if (!c.signal.aborted) c.abort(new ConnectError(`the request failed: ${e.message}`, Code.Canceled));
     });
   }
-  const authority = 'authority' in req ? req.authority : req.headers.host;
-  if (authority === undefined) throw new ConnectError('unable to determine request authority from Node.js server request', Code.Internal);
-  const encrypted = 'encrypted' in req.socket && (req.socket as { encrypted?: boolean }).encrypted;
   const header = new Headers();
   for (const [k, v] of Object.entries(req.headers)) {
     if (k.startsWith(':') || v === undefined) continue;
@@ -160,7 +188,7 @@ async function universalRequest(req: NodeRequest, res: NodeResponse, readMaxByte
   return {
     httpVersion: req.httpVersion,
     method: req.method ?? '',
-    url: new URL(req.url ?? '', `${encrypted ? 'https' : 'http'}://${authority}`).toString(),
+    url,
     header,
     body: await bodyOf(req, readMaxBytes),
     signal: controller.signal,
