@@ -5,6 +5,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { getEventListeners } from 'node:events';
 import { collectWarnings } from './support/warnings.js';
+import { rawExchange } from './support/connections.js';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
@@ -70,26 +71,6 @@ async function adapterApp(contextValues?: () => never): Promise<{ app: FastifyIn
   });
   const url = (await own.listen({ port: 0, host: '127.0.0.1' })).replace('localhost', '127.0.0.1');
   return { app: own, url, logs };
-}
-
-/** One request written as is on a fresh connection; the answer parsed once the server closes it. */
-function rawExchange(port: string, request: string): Promise<{ status: number; headers: Record<string, string>; body: string }> {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(Number(port), '127.0.0.1');
-    let text = '';
-    socket.setEncoding('latin1');
-    socket.on('data', (d: string) => (text += d));
-    socket.on('error', reject);
-    socket.on('close', () => {
-      const [head = '', ...rest] = text.split('\r\n\r\n');
-      const [statusLine = '', ...lines] = head.split('\r\n');
-      const headers: Record<string, string> = {};
-      for (const l of lines) headers[l.slice(0, l.indexOf(':')).toLowerCase()] = l.slice(l.indexOf(':') + 1).trim();
-      resolve({ status: Number(statusLine.split(' ')[1]), headers, body: rest.join('\r\n\r\n') });
-    });
-    // Written, not ended: node's HTTP server drops a request in flight when its client half-closes.
-    socket.write(request, 'latin1');
-  });
 }
 
 function rawPost(path: string, headers: Record<string, string | number>, body?: Buffer, agent?: http.Agent): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> {

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import net from 'node:net';
 import { PENDING } from '../src/http/routes/pending.js';
 import { MCP_TOOL_NAMES } from '../src/agents/mcp-tool-names.js';
 import { postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 import { installLoopbackGuard } from './support/loopback-guard.js';
+import { rawExchange } from './support/connections.js';
 
 // Hostile input (issue 11 item 3): property-based requests against every REST operation listed in
 // /openapi.json of the started app (so routes that land later are covered without editing this
@@ -142,28 +142,6 @@ async function check(what: string, res: Response, allowed: Set<number>, rest = t
 // A hang is a failure, but a slow answer on a loaded machine is not: the bound is far above the
 // slowest request measured (well under a second), so only a request that never ends trips it.
 const send = (url: string, init: RequestInit = {}) => fetch(url, { ...init, signal: AbortSignal.timeout(90_000) });
-/** One request written as is on a fresh connection; the answer once the server closes it. */
-function rawExchange(port: string, request: Buffer): Promise<{ status: number; headers: Record<string, string>; body: string }> {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(Number(port), '127.0.0.1');
-    let text = '';
-    socket.setEncoding('latin1');
-    socket.setTimeout(30_000, () => socket.destroy(new Error('no answer within 30 s')));
-    socket.on('data', (d: string) => (text += d));
-    socket.on('error', reject);
-    socket.on('close', () => {
-      const [head = '', ...rest] = text.split('\r\n\r\n');
-      const [statusLine = '', ...lines] = head.split('\r\n');
-      const headers: Record<string, string> = {};
-      for (const l of lines) headers[l.slice(0, l.indexOf(':')).toLowerCase()] = l.slice(l.indexOf(':') + 1).trim();
-      resolve({ status: Number(statusLine.split(' ')[1]), headers, body: rest.join('\r\n\r\n') });
-    });
-    // Written, not ended: node's HTTP server drops the requests in flight on a connection whose
-    // client half-closes (Connection: close makes the server close it after the answer).
-    socket.write(request);
-  });
-}
-
 async function healthy() {
   const r = await send(`${t.base}/healthz`);
   await r.arrayBuffer();

@@ -52,6 +52,31 @@ export async function rawConnect(port: number, firstBytes?: string | Buffer): Pr
   };
 }
 
+/** An HTTP/1.x answer as read off the wire (headers lower-cased; the body as sent, latin1). */
+export interface RawAnswer {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/**
+ * One request written as is on a fresh connection, and the answer once the server closes it (the
+ * request should say `Connection: close`). The client never half-closes: node's HTTP server drops
+ * the requests in flight of a connection whose client did.
+ */
+export async function rawExchange(port: number | string, request: string | Buffer): Promise<RawAnswer> {
+  const c = await rawConnect(Number(port), request);
+  if (!(await c.closedWithin())) {
+    c.socket.destroy();
+    throw new Error(`the server did not close the connection within ${CLOSE_BOUND_MS} ms`);
+  }
+  const [head = '', ...rest] = c.data().split('\r\n\r\n');
+  const [statusLine = '', ...lines] = head.split('\r\n');
+  const headers: Record<string, string> = {};
+  for (const l of lines) headers[l.slice(0, l.indexOf(':')).toLowerCase()] = l.slice(l.indexOf(':') + 1).trim();
+  return { status: Number(statusLine.split(' ')[1]), headers, body: rest.join('\r\n\r\n') };
+}
+
 /** Server-side sockets on this port in CLOSE-WAIT (the client closed, the server did not), from /proc/net/tcp{,6}. */
 export function closeWaitCount(port: number): number | null {
   let n = 0;
