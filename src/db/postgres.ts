@@ -39,6 +39,16 @@ function isPreparedStatementMixup(err: unknown): boolean {
 /** The listener a checked-out client holds (see transaction()): its queries report the error. */
 function ignoreConnectionError(): void {}
 
+/**
+ * A transaction's client back to the pool, which listens to it again itself (a broken one is
+ * ended). A module function, not a closure per transaction: tsx (esbuild keepNames) names every
+ * such closure with Object.defineProperty when it is made (test/hot-path-names.test.ts).
+ */
+function releaseClient(client: pg.PoolClient, broken: boolean): void {
+  client.removeListener('error', ignoreConnectionError);
+  client.release(broken);
+}
+
 export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
   const pool = new pg.Pool({
     connectionString: url,
@@ -102,23 +112,18 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
           }
         },
       };
-      // Back to the pool, which listens to it again itself (a broken one is ended).
-      const release = (broken: boolean) => {
-        client.removeListener('error', ignoreConnectionError);
-        client.release(broken);
-      };
       try {
         await client.query('BEGIN');
         const out = await guard.run(() => fn(tx));
         await client.query('COMMIT');
-        release(false);
+        releaseClient(client, false);
         return out;
       } catch (err) {
         try {
           await client.query('ROLLBACK');
-          release(false);
+          releaseClient(client, false);
         } catch {
-          release(true);
+          releaseClient(client, true);
         }
         throw err;
       }
