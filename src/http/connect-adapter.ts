@@ -67,8 +67,9 @@ export function connectPlugin(instance: FastifyInstance, opts: ConnectPluginOpti
         if (isUnaryConnectAnswer(uRes)) await writeUnary(uRes, reply.raw);
         else await universalResponseToNodeResponse(uRes, reply.raw);
       } catch (e) {
+        const protocol = rpcProtocolOf(req) ?? 'connect';
         // A request that cannot become a call is the client's to fix, answered in its protocol.
-        if (e instanceof UnusableRequest) return sendRpcProblem(req, reply, rpcProtocolOf(req) ?? 'connect', 'invalid_argument', e.message);
+        if (e instanceof UnusableRequest) return sendRpcProblem(req, reply, protocol, 'invalid_argument', e.message);
         // The client went away: nothing to answer.
         const code = ConnectError.from(e).code;
         if (code === Code.Aborted || code === Code.Canceled) return leaveUnanswered(reply);
@@ -77,7 +78,7 @@ export function connectPlugin(instance: FastifyInstance, opts: ConnectPluginOpti
         // its protocol while nothing was written yet (fastify would otherwise answer an empty 200,
         // which no RPC client can read).
         instance.log.error({ err: e }, `handler for rpc ${uHandler.method.name} of ${uHandler.service.typeName} failed`);
-        if (!reply.raw.headersSent) return sendRpcProblem(req, reply, rpcProtocolOf(req) ?? 'connect', 'internal', 'internal error');
+        if (!reply.raw.headersSent) return sendRpcProblem(req, reply, protocol, 'internal', 'internal error');
         reply.raw.destroy();
       }
     });
