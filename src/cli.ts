@@ -138,7 +138,7 @@ const serveCommand: Command = {
   summary: 'Run the service (same as npm start), configured by environment variables; it observes tracked servers unless OBSERVE_ENABLED=0',
   positional: { min: 0, max: 0, message: 'serve takes no arguments; configure it with environment variables' },
   async run({ io }) {
-    const { serve } = await import('./main.js');
+    const { serve } = await import('./serve.js');
     await serve(configOf(io));
     return RUNNING;
   },
