@@ -1,6 +1,9 @@
 // `npx tsx scripts/cpuprofile-top.ts <file.cpuprofile> [n]`: the functions with the most self
 // time in a V8 CPU profile (as written by `node --cpu-prof`, e.g. `npm run bench -- --profile`),
 // plus the share of idle time and a per-package rollup. No dependencies, no browser needed.
+// `... <file.cpuprofile> --stack <text> [--stack <text> ...]`: for each text, the share of the busy
+// samples with a frame whose function name or file contains it anywhere on the stack (inclusive
+// time: that function and all it calls), e.g. `--stack parseReport --stack node_modules/pg/`.
 import { readFileSync } from 'node:fs';
 
 interface Node {
@@ -66,12 +69,51 @@ export function summarize(file: string, top = 25): string {
   return lines.join('\n');
 }
 
+/** Share of busy samples (idle excluded) with a frame matching each pattern anywhere on the stack. */
+export function stackShares(file: string, patterns: readonly string[]): string {
+  const p = JSON.parse(readFileSync(file, 'utf8')) as Profile;
+  const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const self = new Map<number, number>();
+  for (let i = 0; i < p.samples.length; i++) self.set(p.samples[i]!, (self.get(p.samples[i]!) ?? 0) + (p.timeDeltas[i] ?? 0));
+  let busy = 0;
+  for (const [id, t] of self) if (byId.get(id)!.callFrame.functionName !== '(idle)') busy += t;
+  return patterns
+    .map((pattern) => {
+      let t = 0;
+      for (const [id, dt] of self) {
+        for (let cur: number | undefined = id; cur !== undefined; cur = parent.get(cur)) {
+          const f = byId.get(cur)!.callFrame;
+          if (f.functionName === '(idle)') break;
+          if (f.functionName.includes(pattern) || f.url.includes(pattern)) {
+            t += dt;
+            break;
+          }
+        }
+      }
+      return `${((t / Math.max(1, busy)) * 100).toFixed(1).padStart(5)}%  ${pattern}`;
+    })
+    .join('\n');
+}
+
 const isEntry = process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href;
 if (isEntry) {
-  const [file, n] = process.argv.slice(2);
+  const args = process.argv.slice(2);
+  const patterns: string[] = [];
+  for (let i = args.indexOf('--stack'); i >= 0; i = args.indexOf('--stack')) {
+    if (args[i + 1] === undefined) {
+      console.error('--stack needs a text to look for');
+      process.exit(2);
+    }
+    patterns.push(args[i + 1]!);
+    args.splice(i, 2);
+  }
+  const [file, n] = args;
   if (!file) {
-    console.error('usage: tsx scripts/cpuprofile-top.ts <file.cpuprofile> [top-n]');
+    console.error('usage: tsx scripts/cpuprofile-top.ts <file.cpuprofile> [top-n] | <file.cpuprofile> --stack <text> [--stack <text> ...]');
     process.exit(2);
   }
-  console.log(summarize(file, n ? Number(n) : 25));
+  if (patterns.length > 0) console.log(`share of the busy samples with a matching frame on the stack:\n${stackShares(file, patterns)}`);
+  else console.log(summarize(file, n ? Number(n) : 25));
 }
