@@ -115,3 +115,22 @@ export async function measure(opts: autocannon.Options, warmup = WARMUP): Promis
   return Object.assign(r, { load, cpu: done() });
 }
 
+
+/** A bare GET ceiling at or below this much CPU per request (µs) is a quiet host's (docs/performance.md "Fifth pass": 12-18 µs). */
+export const QUIET_CEILING_CPU_US = 20;
+
+/**
+ * One sentence for a bench block saying how fast the host was, from the CPU per request of the
+ * run's bare GET ceilings (median): on a slow host the service's ratios fall further than its
+ * ceilings (every socket write that wakes the load generator costs more), so such a run's
+ * ratios cannot be held against the targets the way a quiet host's can.
+ */
+export function hostSpeedNote(bareGetCpuUs: readonly number[]): string {
+  const known = bareGetCpuUs.filter((u) => Number.isFinite(u) && u > 0).sort((a, b) => a - b);
+  if (known.length === 0) return 'Host speed unknown (no bare GET ceiling with a CPU measurement in this run).';
+  const median = known[Math.floor((known.length - 1) / 2)]!;
+  const figure = `the bare GET ceiling spent ${median.toFixed(1)} µs of CPU per request (median of ${known.length})`;
+  return median <= QUIET_CEILING_CPU_US
+    ? `Quiet host: ${figure}, within a quiet host's 12-18 µs.`
+    : `**Slow host**: ${figure}, against 12-18 µs on a quiet host. The service's ratios fall further than the ceilings on such a host (docs/performance.md "Seventh pass"): compare CPU per request with a quiet-host run, not ratios with the targets.`;
+}

@@ -26,7 +26,7 @@ import { ExportTraceServiceRequestSchema } from '../gen/opentelemetry/proto/coll
 import { Span_SpanKind } from '../gen/opentelemetry/proto/trace/v1/trace_pb.js';
 import { randomBytes } from 'node:crypto';
 import { createScratchDatabase } from '../src/db/scratch.js';
-import { CONNECTIONS, cpuWatch, cpuWindow, DURATION, load1, measure, startChild, stopChild, WARMUP, type CpuUse } from './bench-harness.js';
+import { CONNECTIONS, cpuWatch, cpuWindow, DURATION, hostSpeedNote, load1, measure, startChild, stopChild, WARMUP, type CpuUse } from './bench-harness.js';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { runHandlerFloor } from './bench-handler-floor.js';
@@ -656,7 +656,8 @@ async function main() {
     runs.push(r.rows);
     profiles = r.profiles;
   }
-  const meta = `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${machine}, storage: ${usePglite ? 'PGlite' : 'PostgreSQL'}; autocannon, ${CONNECTIONS} connections, ${DURATION} s per scenario after a ${WARMUP} s warm-up, ${SERVERS} seeded servers; load average (1 min) ${loadAtStart} at start, per row below.`;
+  const bareGetCpu = runs.flat().filter((r) => r.name.startsWith('ceiling: bare GET (fixed JSON)')).map((r) => r.cpu?.us ?? NaN);
+  const meta = `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${machine}, storage: ${usePglite ? 'PGlite' : 'PostgreSQL'}; autocannon, ${CONNECTIONS} connections, ${DURATION} s per scenario after a ${WARMUP} s warm-up, ${SERVERS} seeded servers; load average (1 min) ${loadAtStart} at start, per row below. ${hostSpeedNote(bareGetCpu)}`;
   const tables = runs.map((rows, i) => `${repeat > 1 ? `Run ${i + 1} of ${repeat}:\n\n` : ''}${hotTable(rows)}`);
   const table = `${meta}\n\n${tables.join('\n')}${repeat > 1 ? `\n${medianTable(runs)}` : ''}`;
   process.stdout.write(`\n${table}`);
