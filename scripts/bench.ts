@@ -44,6 +44,8 @@ const profile = flag('--profile');
 const only = option('--only')?.split(',') ?? null;
 const repeat = Math.max(1, Number(option('--repeat') ?? 1));
 const SERVERS = 200;
+/** The name of the bare GET ceiling's rows (the host-speed note above the table reads their CPU). */
+const BARE_GET_CEILING = 'ceiling: bare GET (fixed JSON)';
 const SVC_PORT = 18181;
 const CEIL_PORT = 18182;
 const PROFILE_DIR = 'bench-profiles';
@@ -275,7 +277,7 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
   const ceilGet = async () => {
     step('ceiling: bare GET');
     const r = await measure({ url: `${C}/fixed` }, 1);
-    rows.push(row('ceiling: bare GET (fixed JSON)', r, undefined, 'ceiling'));
+    rows.push(row(BARE_GET_CEILING, r, undefined, 'ceiling'));
     return { name: 'bare GET', r };
   };
   try {
@@ -656,7 +658,7 @@ async function main() {
     runs.push(r.rows);
     profiles = r.profiles;
   }
-  const bareGetCpu = runs.flat().filter((r) => r.name.startsWith('ceiling: bare GET (fixed JSON)')).map((r) => r.cpu?.us ?? NaN);
+  const bareGetCpu = runs.flat().filter((r) => r.name === BARE_GET_CEILING).map((r) => r.cpu?.us ?? NaN);
   const meta = `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${machine}, storage: ${usePglite ? 'PGlite' : 'PostgreSQL'}; autocannon, ${CONNECTIONS} connections, ${DURATION} s per scenario after a ${WARMUP} s warm-up, ${SERVERS} seeded servers; load average (1 min) ${loadAtStart} at start, per row below. ${hostSpeedNote(bareGetCpu)}`;
   const tables = runs.map((rows, i) => `${repeat > 1 ? `Run ${i + 1} of ${repeat}:\n\n` : ''}${hotTable(rows)}`);
   const table = `${meta}\n\n${tables.join('\n')}${repeat > 1 ? `\n${medianTable(runs)}` : ''}`;

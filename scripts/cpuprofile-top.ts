@@ -17,11 +17,19 @@ interface Profile {
   timeDeltas: number[];
 }
 
-export function summarize(file: string, top = 25): string {
+/** A profile's nodes by id, each node's parent, and each node's self time (µs). */
+function readProfile(file: string): { byId: Map<number, Node>; parent: Map<number, number>; self: Map<number, number> } {
   const p = JSON.parse(readFileSync(file, 'utf8')) as Profile;
   const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
   const self = new Map<number, number>();
   for (let i = 0; i < p.samples.length; i++) self.set(p.samples[i]!, (self.get(p.samples[i]!) ?? 0) + (p.timeDeltas[i] ?? 0));
+  return { byId, parent, self };
+}
+
+export function summarize(file: string, top = 25): string {
+  const { byId, parent, self } = readProfile(file);
   const total = [...self.values()].reduce((a, b) => a + b, 0);
   const fn = new Map<string, number>();
   const pkg = new Map<string, number>();
@@ -38,8 +46,6 @@ export function summarize(file: string, top = 25): string {
   // Inclusive: samples with a frame of our code (src/) anywhere on the stack, i.e. the time spent
   // in our code and in whatever it called (node, pg, jose...), next to the rest (node's HTTP
   // machinery, fastify, the libraries' own callbacks, idle).
-  const parent = new Map<number, number>();
-  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
   const oursOnStack = new Map<number, boolean>();
   const isOurs = (id: number): boolean => {
     const known = oursOnStack.get(id);
@@ -71,12 +77,7 @@ export function summarize(file: string, top = 25): string {
 
 /** Share of busy samples (idle excluded) with a frame matching each pattern anywhere on the stack. */
 export function stackShares(file: string, patterns: readonly string[]): string {
-  const p = JSON.parse(readFileSync(file, 'utf8')) as Profile;
-  const byId = new Map(p.nodes.map((n) => [n.id, n]));
-  const parent = new Map<number, number>();
-  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
-  const self = new Map<number, number>();
-  for (let i = 0; i < p.samples.length; i++) self.set(p.samples[i]!, (self.get(p.samples[i]!) ?? 0) + (p.timeDeltas[i] ?? 0));
+  const { byId, parent, self } = readProfile(file);
   let busy = 0;
   for (const [id, t] of self) if (byId.get(id)!.callFrame.functionName !== '(idle)') busy += t;
   return patterns
