@@ -5,11 +5,22 @@
 // HTTP/2 framing, headers and trailers of the service's answer, no logic, no gRPC library): the
 // ceiling that separates node's HTTP/2 from the gRPC handler's own cost. Run as its own process
 // so it gets its own event loop, like the service.
+//
+// With CEILING_DATABASE_URL (the bench's scratch database on PostgreSQL), POST /committed/report
+// is the bare POST plus the service's own acknowledged write and nothing else: the report's row
+// goes through the service's group commit (src/store/ingest-batcher.ts, the same raw INSERT, one
+// transaction at a time) and the answer waits for its commit. No validation beyond the schema, no
+// canonical URL, no source hash: the ceiling of any service that answers a report only once it is
+// stored, on this machine, with this write design (the service's own aggregator folds the rows,
+// as it folds its own).
 import Fastify from 'fastify';
 import { create, toBinary } from '@bufbuild/protobuf';
 import { encodeEnvelope } from '@connectrpc/connect/protocol';
 import { ReportResponseSchema } from '../gen/observatory/v1/telemetry_pb.js';
 import { reportBody } from '../src/http/routes/telemetry.js';
+import { openPostgres } from '../src/db/postgres.js';
+import { ingestBatcher } from '../src/store/ingest-batcher.js';
+import type { TelemetryReport } from '../src/store/telemetry.js';
 
 const port = Number(process.env.PORT ?? 18090);
 const app = Fastify({ logger: false, ajv: { customOptions: { coerceTypes: false, removeAdditional: true } } });
@@ -25,6 +36,30 @@ app.get<{ Params: { n: string } }>('/sized/:n', (req, reply) => {
   if (body === undefined) sized.set(n, (body = JSON.stringify({ pad: 'x'.repeat(n - 10) })));
   reply.type('application/json; charset=utf-8').send(body);
 });
+const committedUrl = process.env.CEILING_DATABASE_URL;
+if (committedUrl) {
+  const db = openPostgres(committedUrl, { prepared: true, guard: false });
+  const batcher = ingestBatcher(db);
+  // Server ids by URL, read from the service's table (the bench seeds the servers through the
+  // service before it measures): a URL not yet known is read again, as the service's cache would.
+  const ids = new Map<string, number>();
+  const idOf = async (url: string): Promise<number | undefined> => {
+    let id = ids.get(url);
+    if (id === undefined) {
+      for (const r of await db.query('SELECT id, url FROM servers')) ids.set(r.url as string, Number(r.id));
+      id = ids.get(url);
+    }
+    return id;
+  };
+  app.post('/committed/report', { schema: { body: reportBody } }, async (req, reply) => {
+    const b = req.body as Partial<TelemetryReport> & { server_url: string; success: boolean; latency_ms: number };
+    const report: TelemetryReport = { ...b, tool_name: b.tool_name ?? null, http_status: b.http_status ?? null };
+    const serverId = await idOf(report.server_url);
+    if (serverId === undefined) return reply.code(404).send({ error: 'unknown server' });
+    await batcher.submit([{ serverId, report, at: new Date(), source: 'bench-ceiling' }]);
+    return { recorded: true, server_url: report.server_url };
+  });
+}
 await app.listen({ port, host: '127.0.0.1' });
 
 const h2 = Fastify({ logger: false, http2: true });
@@ -37,6 +72,8 @@ h2.post('/observatory.v1.TelemetryService/Report', (_req, reply) => {
     .trailer('grpc-status', (_reply, _payload, done) => done(null, '0'))
     .send(answer);
 });
-await h2.listen({ port: port + 1, host: '127.0.0.1' });
-process.stdout.write('ready\n');
+// PORT=0 (tests): both listeners on free ports, named in the ready line.
+await h2.listen({ port: port === 0 ? 0 : port + 1, host: '127.0.0.1' });
+const portOf = (a: ReturnType<typeof app.server.address>) => (typeof a === 'object' && a ? a.port : port);
+process.stdout.write(`ready http=${portOf(app.server.address())} h2=${portOf(h2.server.address())}\n`);
 process.on('SIGTERM', () => void Promise.all([app.close(), h2.close()]).then(() => process.exit(0)));
