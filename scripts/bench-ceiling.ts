@@ -12,11 +12,13 @@
 // transaction at a time) and the answer waits for its commit. No validation beyond the schema, no
 // canonical URL, no source hash: the ceiling of any service that answers a report only once it is
 // stored, on this machine, with this write design (the service's own aggregator folds the rows,
-// as it folds its own).
+// as it folds its own). /observatory.v1.TelemetryService/Report is the same over Connect.
 import Fastify from 'fastify';
 import { create, toBinary } from '@bufbuild/protobuf';
+import { Code, ConnectError } from '@connectrpc/connect';
 import { encodeEnvelope } from '@connectrpc/connect/protocol';
-import { ReportResponseSchema } from '../gen/observatory/v1/telemetry_pb.js';
+import { ReportResponseSchema, TelemetryService } from '../gen/observatory/v1/telemetry_pb.js';
+import { connectPlugin } from '../src/http/connect-adapter.js';
 import { reportBody } from '../src/http/routes/telemetry.js';
 import { openPostgres } from '../src/db/postgres.js';
 import { ingestBatcher } from '../src/store/ingest-batcher.js';
@@ -51,13 +53,28 @@ if (committedUrl) {
     }
     return id;
   };
+  /** Stores one report through the group commit; false for a server the database does not have. */
+  const commit = async (report: TelemetryReport): Promise<boolean> => {
+    const serverId = await idOf(report.server_url);
+    if (serverId === undefined) return false;
+    await batcher.submit([{ serverId, report, at: new Date(), source: 'bench-ceiling' }]);
+    return true;
+  };
   app.post('/committed/report', { schema: { body: reportBody } }, async (req, reply) => {
     const b = req.body as Partial<TelemetryReport> & { server_url: string; success: boolean; latency_ms: number };
-    const report: TelemetryReport = { ...b, tool_name: b.tool_name ?? null, http_status: b.http_status ?? null };
-    const serverId = await idOf(report.server_url);
-    if (serverId === undefined) return reply.code(404).send({ error: 'unknown server' });
-    await batcher.submit([{ serverId, report, at: new Date(), source: 'bench-ceiling' }]);
-    return { recorded: true, server_url: report.server_url };
+    if (!(await commit({ ...b, tool_name: b.tool_name ?? null, http_status: b.http_status ?? null }))) return reply.code(404).send({ error: 'unknown server' });
+    return { recorded: true, server_url: b.server_url };
+  });
+  // The same for Connect (JSON and binary unary over HTTP/1.1): @connectrpc/connect's router on
+  // the service's own adapter (src/http/connect-adapter.ts), no interceptor, and a Report method
+  // that only commits the row: the ceiling of the service's Connect door with this library.
+  await app.register(connectPlugin, {
+    routes: (router) =>
+      router.rpc(TelemetryService.method.report, async (req) => {
+        const report = { server_url: req.serverUrl, success: req.success ?? false, latency_ms: req.latencyMs ?? 0, tool_name: req.toolName ?? null, http_status: req.httpStatus ?? null };
+        if (!(await commit(report))) throw new ConnectError('unknown server', Code.NotFound);
+        return create(ReportResponseSchema, { recorded: true, serverUrl: req.serverUrl });
+      }),
   });
 }
 await app.listen({ port, host: '127.0.0.1' });
