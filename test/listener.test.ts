@@ -23,6 +23,8 @@ const SLOW_MS = 2_500;
 
 let server: DualProtocolServer;
 let held = -1;
+/** How many /slow-big answers have been handed to the listener so far. */
+let slowBigAnswers = 0;
 let base: string;
 let port: number;
 
@@ -42,6 +44,13 @@ beforeAll(async () => {
           res.end();
         }
       }, SLOW_MS / 25);
+    } else if (url === '/slow-big') {
+      // First the handler works for longer than every deadline (a deadline passes with nobody to
+      // blame), then it answers far more than the client's flow-control window.
+      setTimeout(() => {
+        slowBigAnswers++;
+        res.end(Buffer.alloc(4 * 1024 * 1024, 'x'));
+      }, SLOW_MS);
     } else if (url === '/big') {
       // Far more than the client's flow-control window: the rest waits for the client to read.
       res.end(Buffer.alloc(4 * 1024 * 1024, 'x'));
@@ -114,6 +123,45 @@ describe('deadlines count only while the service waits on the client', () => {
     const req = h2.session.request({ ':path': '/big' });
     req.on('error', () => {});
     req.pause(); // never read: the server's data waits in the client's flow-control window
+    const rst = await new Promise<number | null>((resolve) => {
+      const timer = setTimeout(() => resolve(null), 20_000);
+      req.once('close', () => {
+        clearTimeout(timer);
+        resolve(req.rstCode ?? null);
+      });
+    });
+    expect(rst).toBe(http2.constants.NGHTTP2_CANCEL);
+    expect(await h2.closedWithin()).toBe(true);
+  });
+
+  it('closes an HTTP/1.1 connection whose client stops reading an answer that came after a slow handler', async () => {
+    const answered = slowBigAnswers;
+    const c = await rawConnect(port, 'GET /slow-big HTTP/1.1\r\nHost: x\r\n\r\n');
+    c.socket.pause();
+    // The connection is held while the handler works and when its answer starts to wait...
+    expect(await eventually(() => slowBigAnswers > answered, SLOW_MS * 4)).toBe(true);
+    expect(
+      await eventually(() => {
+        server.getConnections((_err, n) => (held = n));
+        return held > 0;
+      }),
+    ).toBe(true);
+    // ...and released once the client has not read for a deadline.
+    const released = await eventually(() => {
+      server.getConnections((_err, n) => (held = n));
+      return held === 0;
+    });
+    expect(released).toBe(true);
+    c.socket.destroy();
+  });
+
+  it('resets an HTTP/2 stream whose client stops reading an answer that came after a slow handler', async () => {
+    // The stream's deadline passed once while the handler worked (nothing to cut then); the stall
+    // that follows must still be seen.
+    const h2 = h2Connect(base);
+    const req = h2.session.request({ ':path': '/slow-big' });
+    req.on('error', () => {});
+    req.pause();
     const rst = await new Promise<number | null>((resolve) => {
       const timer = setTimeout(() => resolve(null), 20_000);
       req.once('close', () => {

@@ -171,6 +171,18 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
  * client: the client's body has not ended, or response data waits for the client to read it.
  * Silence while a handler works is not the client's stall and is never cut.
  */
+/**
+ * An HTTP/2 stream's deadline passed (`this`): reset it when it waits on the client, its body not
+ * ended or its answer waiting for the client to read it. Module level: one function for every
+ * stream (test/hot-path-names.test.ts).
+ */
+function cutIfWaitingOnClient(this: http2.ServerHttp2Stream): void {
+  if (this.destroyed) return;
+  const bodyPending = !this.state.remoteClose;
+  const readerStalled = this.writableLength > 0;
+  if (bodyPending || readerStalled) this.close(http2.constants.NGHTTP2_CANCEL);
+}
+
 function watchSession(session: http2.ServerHttp2Session, limits: HttpConfig): void {
   let streams = 0;
   let idle: NodeJS.Timeout | undefined;
@@ -207,12 +219,11 @@ function watchSession(session: http2.ServerHttp2Session, limits: HttpConfig): vo
       };
       setImmediate(check);
     });
-    stream.setTimeout(limits.requestTimeoutMs, () => {
-      if (stream.destroyed) return;
-      const bodyPending = !stream.state.remoteClose;
-      const readerStalled = stream.writableLength > 0;
-      if (bodyPending || readerStalled) stream.close(http2.constants.NGHTTP2_CANCEL);
-    });
+    // A listener for every time the deadline passes, not only the first: node arms the stream's
+    // timer again on any activity, while a callback given to setTimeout would listen once, so a
+    // deadline that passed while a handler worked (nothing to cut) left a later stall unseen.
+    stream.setTimeout(limits.requestTimeoutMs);
+    stream.on('timeout', cutIfWaitingOnClient);
   });
   session.once('close', () => clearTimeout(idle));
   arm();
