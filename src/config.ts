@@ -162,6 +162,12 @@ export interface HttpConfig {
   idleTimeoutMs: number;
   /** HTTP2_SESSION_IDLE_TIMEOUT_MS (default 120000): an HTTP/2 connection with no open stream is closed (GOAWAY) after this. */
   h2SessionIdleTimeoutMs: number;
+  /**
+   * HTTP2_MAX_CONCURRENT_STREAMS (default 100): streams one HTTP/2 connection may have open at
+   * once (SETTINGS_MAX_CONCURRENT_STREAMS); clients queue calls beyond it, a client that opens
+   * more anyway has them refused (RST_STREAM REFUSED_STREAM, safe to retry).
+   */
+  h2MaxConcurrentStreams: number;
   /** MAX_CONNECTIONS (default 0 = derived from the open-file limit at start): open connections served at once. */
   maxConnections: number;
 }
@@ -346,6 +352,7 @@ function httpLimits(env: Env): HttpConfig {
     requestTimeoutMs,
     idleTimeoutMs: int(env, 'HTTP_IDLE_TIMEOUT_MS', 75_000, 100, 3_600_000),
     h2SessionIdleTimeoutMs: int(env, 'HTTP2_SESSION_IDLE_TIMEOUT_MS', 120_000, 100, 86_400_000),
+    h2MaxConcurrentStreams: int(env, 'HTTP2_MAX_CONCURRENT_STREAMS', 100, 1, 2_147_483_647),
     maxConnections,
   };
 }

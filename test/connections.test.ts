@@ -276,5 +276,24 @@ describe('configuration', () => {
     expectConfigRefusal('HTTP_HEADERS_TIMEOUT_MS', '90000');
     expectConfigRefusal('MAX_CONNECTIONS', '2');
     expectConfigRefusal('MAX_CONNECTIONS', '-1');
+    expectConfigRefusal('HTTP2_MAX_CONCURRENT_STREAMS', '0');
+    expectConfigRefusal('HTTP2_MAX_CONCURRENT_STREAMS', 'many');
+  });
+
+  it('advertises HTTP2_MAX_CONCURRENT_STREAMS to HTTP/2 clients (default 100)', async () => {
+    const limitOf = async (base: string) => {
+      const h2 = h2Connect(base);
+      await new Promise((resolve) => h2.session.once('remoteSettings', resolve));
+      const n = h2.session.remoteSettings.maxConcurrentStreams;
+      h2.session.close();
+      return n;
+    };
+    expect(await limitOf(t.base)).toBe(100);
+    const other = await startTestApp({ HTTP2_MAX_CONCURRENT_STREAMS: '16' });
+    try {
+      expect(await limitOf(other.base)).toBe(16);
+    } finally {
+      await other.close();
+    }
   });
 });

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { HttpConfig } from '../src/config.js';
 import { connectionCap, DERIVED_MAX_CONNECTIONS, FALLBACK_MAX_CONNECTIONS, overflowFor } from '../src/http/connection-cap.js';
 import { createDualProtocolServer, type DualProtocolServer } from '../src/http/listener.js';
-import { eventually, h2Connect, rawConnect, statusOf } from './support/connections.js';
+import { eventually, H2_PREFACE, h2Connect, rawConnect, statusOf } from './support/connections.js';
 
 const LIMITS: HttpConfig = {
   firstByteTimeoutMs: 300,
@@ -16,6 +16,7 @@ const LIMITS: HttpConfig = {
   requestTimeoutMs: 600,
   idleTimeoutMs: 300,
   h2SessionIdleTimeoutMs: 300,
+  h2MaxConcurrentStreams: 8,
   maxConnections: 64,
 };
 // Longer than every deadline above, several times over.
@@ -183,6 +184,62 @@ describe('deadlines count only while the service waits on the client', () => {
     } finally {
       clearInterval(iv);
     }
+  });
+});
+
+/** One HTTP/2 frame: 9-byte header (length, type, flags, stream id), then the payload. */
+function h2Frame(type: number, flags: number, streamId: number, payload: Buffer = Buffer.alloc(0)): Buffer {
+  const head = Buffer.alloc(9);
+  head.writeUIntBE(payload.length, 0, 3);
+  head.writeUInt8(type, 3);
+  head.writeUInt8(flags, 4);
+  head.writeUInt32BE(streamId, 5);
+  return Buffer.concat([head, payload]);
+}
+
+/** The frames in a byte sequence from the server (whole frames only). */
+function h2Frames(bytes: Buffer): { type: number; flags: number; streamId: number; payload: Buffer }[] {
+  const out = [];
+  for (let at = 0; at + 9 <= bytes.length; ) {
+    const length = bytes.readUIntBE(at, 3);
+    if (at + 9 + length > bytes.length) break;
+    out.push({ type: bytes[at + 3]!, flags: bytes[at + 4]!, streamId: bytes.readUInt32BE(at + 5) & 0x7fffffff, payload: bytes.subarray(at + 9, at + 9 + length) });
+    at += 9 + length;
+  }
+  return out;
+}
+
+describe('HTTP/2 streams per connection', () => {
+  it('advertises its stream limit, and a client that keeps to it gets every call answered', async () => {
+    const h2 = h2Connect(base);
+    await new Promise<void>((resolve) => (h2.session.remoteSettings.maxConcurrentStreams === LIMITS.h2MaxConcurrentStreams ? resolve() : h2.session.once('remoteSettings', () => resolve())));
+    expect(h2.session.remoteSettings.maxConcurrentStreams).toBe(LIMITS.h2MaxConcurrentStreams);
+    // Twice the limit of slow calls at once: node's client holds back what the limit does not allow.
+    const answers = await Promise.all(Array.from({ length: LIMITS.h2MaxConcurrentStreams * 2 }, () => h2Get(h2.session, '/slow')));
+    expect(answers.every((a) => a.status === 200 && a.body === 'done')).toBe(true);
+    h2.session.close();
+  });
+
+  it('closes the connection of a client that opens more streams than the limit, and serves others on', async () => {
+    // A client that ignores SETTINGS_MAX_CONCURRENT_STREAMS, as an attacker's would (node's own
+    // client cannot be made to, so the frames are written by hand): one stream over the limit
+    // is a protocol error for node's HTTP/2 (nghttp2), which ends the whole connection (every
+    // stream reset, GOAWAY) before any handler answers.
+    const c = await rawConnect(port, Buffer.concat([Buffer.from(H2_PREFACE), h2Frame(0x4, 0, 0)]));
+    const frames = () => h2Frames(Buffer.from(c.data(), 'latin1'));
+    expect(await eventually(() => frames().some((f) => f.type === 0x4 && (f.flags & 0x1) === 0), 5_000)).toBe(true);
+    c.socket.write(h2Frame(0x4, 0x1, 0)); // SETTINGS ACK: the limit is in force
+    // GET /slow, HPACK: :method GET and :scheme http from the static table, :path and :authority literal.
+    const path = Buffer.from('/slow');
+    const headers = Buffer.concat([Buffer.from([0x82, 0x86, 0x04, path.length]), path, Buffer.from([0x01, 1]), Buffer.from('x')]);
+    for (let i = 0; i <= LIMITS.h2MaxConcurrentStreams; i++) c.socket.write(h2Frame(0x1, 0x4 | 0x1, 1 + 2 * i, headers)); // HEADERS, END_HEADERS | END_STREAM
+    expect(await eventually(() => frames().some((f) => f.type === 0x7), 5_000)).toBe(true); // GOAWAY
+    expect(await c.closedWithin()).toBe(true);
+    expect(frames().filter((f) => f.type === 0x1)).toEqual([]); // no stream was answered
+    // Exactly the limit is fine, and the listener serves the next client as before.
+    const h2 = h2Connect(base);
+    expect(await h2Get(h2.session, '/')).toEqual({ status: 200, body: 'ok' });
+    h2.session.close();
   });
 });
 
