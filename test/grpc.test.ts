@@ -268,6 +268,44 @@ describe(`native errors per protocol (${backend})`, () => {
     });
   });
 
+  describe('an early answer does not hold its stream', () => {
+    it('a client that stops sending after an early error (and never ends its side) is told to stop with RST_STREAM NO_ERROR within seconds, not HTTP_REQUEST_TIMEOUT_MS', async () => {
+      // What connect-node's gRPC client does after RESOURCE_EXHAUSTED for an oversize message: it
+      // has its status and sends no more, but leaves its side of the stream open. That held the
+      // stream, its session and a graceful shutdown for the request deadline (60 s).
+      const session = http2.connect(t.base);
+      session.on('error', () => {});
+      try {
+        const req = session.request({ ':method': 'POST', ':path': '/observatory.v1.TrustService/GetTrust', 'content-type': 'application/grpc', te: 'trailers' });
+        let error: unknown = null;
+        req.on('error', (e) => (error = e));
+        req.resume();
+        const trailers = new Promise<http2.IncomingHttpHeaders>((resolve) => req.once('trailers', resolve));
+        const closed = new Promise<number | undefined>((resolve) => req.once('close', () => resolve(req.rstCode)));
+        // The envelope announces a message over the limit; part of it is sent, then nothing more.
+        req.write(Buffer.concat([grpcFrame(Buffer.alloc(0)).subarray(0, 1), Buffer.from([0, 1, 0x90, 0]), Buffer.alloc(16 * 1024, 0x0a)]));
+        expect((await trailers)['grpc-status']).toBe(String(Code.ResourceExhausted));
+        const answeredAt = Date.now();
+        const rst = await Promise.race([closed, new Promise<'held'>((resolve) => setTimeout(() => resolve('held'), 20_000))]);
+        expect(rst).toBe(http2.constants.NGHTTP2_NO_ERROR);
+        expect(Date.now() - answeredAt).toBeLessThan(20_000);
+        expect(error).toBeNull(); // a clean end for the client, not a stream error
+      } finally {
+        session.destroy();
+      }
+    });
+
+    it('the official client\'s early-error call leaves nothing that holds a shutdown', async () => {
+      const own = await startTestApp();
+      const trust = createClient(TrustService, createGrpcTransport({ baseUrl: own.base }));
+      await expect(trust.getTrust({ url: big })).rejects.toMatchObject({ code: Code.ResourceExhausted });
+      const started = Date.now();
+      await own.close();
+      // The process's own shutdown limit is 15 s; before, this waited out the 60 s request deadline.
+      expect(Date.now() - started).toBeLessThan(15_000);
+    });
+  });
+
   describe('gRPC-Web: HTTP 200 with grpc-status headers', () => {
     it('an unknown method is UNIMPLEMENTED', async () => {
       for (const type of ['application/grpc-web+proto', 'application/grpc-web-text']) {

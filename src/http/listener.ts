@@ -174,15 +174,25 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
  * Silence while a handler works is not the client's stall and is never cut.
  */
 /**
+ * After our end of an HTTP/2 stream went out, how long the rest of the client's body may stall
+ * before the stream is reset: the answer is complete, so nothing waits on that body.
+ */
+const DISCARD_STALL_MS = 1_000;
+
+/**
  * An HTTP/2 stream's deadline passed (`this`): reset it when it waits on the client, its body not
- * ended or its answer waiting for the client to read it. Module level: one function for every
+ * ended or its answer waiting for the client to read it. A stream whose answer went out whole
+ * is reset with NO_ERROR ("stop sending, the response is complete", RFC 9113 section 8.1), which
+ * clients take as a clean end; any other with CANCEL. Module level: one function for every
  * stream (test/hot-path-names.test.ts).
  */
 function cutIfWaitingOnClient(this: http2.ServerHttp2Stream): void {
   if (this.destroyed) return;
   const bodyPending = !this.state.remoteClose;
   const readerStalled = this.writableLength > 0;
-  if (bodyPending || readerStalled) this.close(http2.constants.NGHTTP2_CANCEL);
+  if (!bodyPending && !readerStalled) return;
+  const answered = this.state.localClose === 1 && !readerStalled;
+  this.close(answered ? http2.constants.NGHTTP2_NO_ERROR : http2.constants.NGHTTP2_CANCEL);
 }
 
 function watchSession(session: http2.ServerHttp2Session, limits: HttpConfig): void {
@@ -204,8 +214,12 @@ function watchSession(session: http2.ServerHttp2Session, limits: HttpConfig): vo
     // the stream half-open: nobody reads the rest of the body, so flow control stops the client,
     // and the stream (with its session, and a graceful shutdown) waits for ever. Once our end of
     // the stream has gone out, the rest of the body is read and discarded so that the client can
-    // finish and the stream closes normally. (RST_STREAM would be allowed, but node and
-    // connect-es clients report it as "Premature close" instead of the status they were sent.)
+    // finish and the stream closes normally. (RST_STREAM at once would be allowed, but node and
+    // connect-es clients then report "Premature close" instead of the status they were sent.)
+    // A client that stops sending without ending its side (connect-node's gRPC client after an
+    // early error does) would still hold the stream, its session and a graceful shutdown for
+    // HTTP_REQUEST_TIMEOUT_MS: once its body has stalled DISCARD_STALL_MS, long after it read our
+    // answer, the stream is reset with NO_ERROR (cutIfWaitingOnClient).
     stream.once('finish', () => {
       let tries = 0;
       const check = () => {
@@ -214,6 +228,7 @@ function watchSession(session: http2.ServerHttp2Session, limits: HttpConfig): vo
           stream.removeAllListeners('data');
           stream.on('data', () => {});
           stream.resume();
+          stream.setTimeout(Math.min(DISCARD_STALL_MS, limits.requestTimeoutMs));
           return;
         }
         // Trailers follow 'finish' shortly: look again, a bounded number of times.
