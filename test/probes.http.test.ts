@@ -1,11 +1,14 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { answerEmptyResult } from './support/mcp-target.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 
 // A local site on 127.0.0.1 serving whatever documents a test puts in `docs`.
 let docs: Record<string, { status?: number; type?: string; body: string; headers?: Record<string, string> }> = {};
+/** A document that answers each JSON-RPC request 200 with an empty result under its id (answerEmptyResult). */
+const EMPTY_RESULTS = { body: '' };
 let site: http.Server;
 let siteBase: string;
 let t: TestApp; // ALLOW_PRIVATE_TARGETS=1
@@ -14,6 +17,7 @@ beforeAll(async () => {
   site = http.createServer((req, res) => {
     const d = docs[`${req.method} ${(req.url ?? '/').split('?')[0]}`] ?? docs[(req.url ?? '/').split('?')[0]!];
     if (!d) return void res.writeHead(404, { 'content-type': 'text/html' }).end('<html>not found</html>');
+    if (d === EMPTY_RESULTS) return void answerEmptyResult(req, res);
     res.writeHead(d.status ?? 200, { 'content-type': d.type ?? 'application/json', ...(d.headers ?? {}) }).end(d.body);
   });
   await new Promise<void>((r) => site.listen(0, '127.0.0.1', r));
@@ -117,7 +121,7 @@ describe(`agency checklist and compliance attestation (${backend})`, () => {
   });
 
   it('reports per-control evidence for an open http server and fails the gate', async () => {
-    docs = { 'POST /mcp': { body: '{"jsonrpc":"2.0","id":1,"result":{}}' } };
+    docs = { 'POST /mcp': EMPTY_RESULTS };
     const b = await json(q(t.base, '/api/agency-checklist', { url: `${siteBase}/mcp` }));
     expect(b.standard).toBe('agency-mcp-2026');
     expect(b.notice).toMatch(/not affiliated with.*any government agency/i);

@@ -1,6 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { answerEmptyResult } from './support/mcp-target.js';
 import { createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
 import { TrustService } from '../gen/observatory/v1/trust_pb.js';
@@ -23,10 +24,11 @@ let siteBase: string;
 const q = encodeURIComponent;
 
 beforeAll(async () => {
-  // A local MCP-ish endpoint for the compliance probes: initialize answers 200, did.json and the
-  // RFC 9728 metadata are missing (404).
+  // A local MCP-ish endpoint for the compliance probes: every JSON-RPC request is answered 200 with
+  // an empty result under its own id (a wrong id would leave the probe's MCP client waiting out
+  // its 8 s deadline), did.json and the RFC 9728 metadata are missing (404).
   site = http.createServer((req, res) => {
-    if (req.method === 'POST' && req.url === '/mcp') return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"jsonrpc":"2.0","id":1,"result":{}}');
+    if (req.method === 'POST' && req.url === '/mcp') return void answerEmptyResult(req, res);
     res.writeHead(404, { 'content-type': 'text/html' }).end('<html>not found</html>');
   });
   await new Promise<void>((r) => site.listen(0, '127.0.0.1', r));

@@ -204,6 +204,27 @@ export async function startSseMcpTarget(tools: Tool[]) {
   };
 }
 
+/**
+ * A JSON-RPC endpoint that knows no MCP: every request is answered 200 with an empty result under
+ * its own id (a notification 202). Answered under another id, a probe's MCP client would wait out
+ * its whole deadline for the answer it is owed.
+ */
+export function answerEmptyResult(req: http.IncomingMessage, res: http.ServerResponse): void {
+  let body = '';
+  req.setEncoding('utf8');
+  req.on('data', (chunk: string) => (body += chunk));
+  req.on('end', () => {
+    let id: unknown;
+    try {
+      id = (JSON.parse(body) as { id?: unknown }).id;
+    } catch {
+      id = undefined;
+    }
+    if (id === undefined) return void res.writeHead(202).end();
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', id, result: {} }));
+  });
+}
+
 /** A plain HTTP server on 127.0.0.1 answering every request with `handler` (failing, slow or auth-walled "MCP servers"). */
 export async function startHttpStub(handler: http.RequestListener) {
   let requests = 0;
