@@ -165,7 +165,7 @@ export interface HttpConfig {
   /**
    * HTTP2_MAX_CONCURRENT_STREAMS (default 100): streams one HTTP/2 connection may have open at
    * once (SETTINGS_MAX_CONCURRENT_STREAMS); clients queue calls beyond it, a client that opens
-   * more anyway has them refused (RST_STREAM REFUSED_STREAM, safe to retry).
+   * more anyway loses the connection (node's HTTP/2 takes it as a protocol error: GOAWAY).
    */
   h2MaxConcurrentStreams: number;
   /** MAX_CONNECTIONS (default 0 = derived from the open-file limit at start): open connections served at once. */

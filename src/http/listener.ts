@@ -167,13 +167,6 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
 }
 
 /**
- * Deadlines of one HTTP/2 connection. The session is idle while it has no open stream (PINGs
- * and SETTINGS do not count): after HTTP2_SESSION_IDLE_TIMEOUT_MS it is closed with GOAWAY. A
- * stream is reset when, for HTTP_REQUEST_TIMEOUT_MS, nothing moves on it while it waits on the
- * client: the client's body has not ended, or response data waits for the client to read it.
- * Silence while a handler works is not the client's stall and is never cut.
- */
-/**
  * After our end of an HTTP/2 stream went out, how long the rest of the client's body may stall
  * before the stream is reset: the answer is complete, so nothing waits on that body.
  */
@@ -195,6 +188,13 @@ function cutIfWaitingOnClient(this: http2.ServerHttp2Stream): void {
   this.close(answered ? http2.constants.NGHTTP2_NO_ERROR : http2.constants.NGHTTP2_CANCEL);
 }
 
+/**
+ * Deadlines of one HTTP/2 connection. The session is idle while it has no open stream (PINGs
+ * and SETTINGS do not count): after HTTP2_SESSION_IDLE_TIMEOUT_MS it is closed with GOAWAY. A
+ * stream is reset when, for HTTP_REQUEST_TIMEOUT_MS, nothing moves on it while it waits on the
+ * client: the client's body has not ended, or response data waits for the client to read it.
+ * Silence while a handler works is not the client's stall and is never cut.
+ */
 function watchSession(session: http2.ServerHttp2Session, limits: HttpConfig): void {
   let streams = 0;
   let idle: NodeJS.Timeout | undefined;
