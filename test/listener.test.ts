@@ -79,6 +79,34 @@ function h2Get(session: http2.ClientHttp2Session, path: string): Promise<{ statu
   });
 }
 
+/** Waits (bounded) until the listener holds a number of connections that `ok` accepts. */
+function connectionsEventually(ok: (n: number) => boolean): Promise<boolean> {
+  return eventually(() => {
+    server.getConnections((_err, n) => (held = n));
+    return ok(held);
+  });
+}
+
+/**
+ * Asks for `path` on a new HTTP/2 connection and never reads the answer (the server's data waits
+ * in the client's flow-control window): the stream's reset code (null when not reset within
+ * 20 s), and whether the connection then closed.
+ */
+async function unreadStream(path: string): Promise<{ rst: number | null; closed: boolean }> {
+  const h2 = h2Connect(base);
+  const req = h2.session.request({ ':path': path });
+  req.on('error', () => {});
+  req.pause();
+  const rst = await new Promise<number | null>((resolve) => {
+    const timer = setTimeout(() => resolve(null), 20_000);
+    req.once('close', () => {
+      clearTimeout(timer);
+      resolve(req.rstCode ?? null);
+    });
+  });
+  return { rst, closed: await h2.closedWithin() };
+}
+
 describe('deadlines count only while the service waits on the client', () => {
   it('does not cut an HTTP/1.1 request whose handler takes longer than every deadline', async () => {
     const c = await rawConnect(port, 'GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
@@ -111,28 +139,12 @@ describe('deadlines count only while the service waits on the client', () => {
   it('closes an HTTP/1.1 connection whose client stops reading the response', async () => {
     const c = await rawConnect(port, 'GET /big HTTP/1.1\r\nHost: x\r\n\r\n');
     c.socket.pause(); // never read: the response fills the socket buffers and waits
-    const released = await eventually(() => {
-      server.getConnections((_err, n) => (held = n));
-      return held === 0;
-    });
-    expect(released).toBe(true);
+    expect(await connectionsEventually((n) => n === 0)).toBe(true);
     c.socket.destroy();
   });
 
   it('resets an HTTP/2 stream whose client stops reading the response', async () => {
-    const h2 = h2Connect(base);
-    const req = h2.session.request({ ':path': '/big' });
-    req.on('error', () => {});
-    req.pause(); // never read: the server's data waits in the client's flow-control window
-    const rst = await new Promise<number | null>((resolve) => {
-      const timer = setTimeout(() => resolve(null), 20_000);
-      req.once('close', () => {
-        clearTimeout(timer);
-        resolve(req.rstCode ?? null);
-      });
-    });
-    expect(rst).toBe(http2.constants.NGHTTP2_CANCEL);
-    expect(await h2.closedWithin()).toBe(true);
+    expect(await unreadStream('/big')).toEqual({ rst: http2.constants.NGHTTP2_CANCEL, closed: true });
   });
 
   it('closes an HTTP/1.1 connection whose client stops reading an answer that came after a slow handler', async () => {
@@ -141,37 +153,16 @@ describe('deadlines count only while the service waits on the client', () => {
     c.socket.pause();
     // The connection is held while the handler works and when its answer starts to wait...
     expect(await eventually(() => slowBigAnswers > answered, SLOW_MS * 4)).toBe(true);
-    expect(
-      await eventually(() => {
-        server.getConnections((_err, n) => (held = n));
-        return held > 0;
-      }),
-    ).toBe(true);
+    expect(await connectionsEventually((n) => n > 0)).toBe(true);
     // ...and released once the client has not read for a deadline.
-    const released = await eventually(() => {
-      server.getConnections((_err, n) => (held = n));
-      return held === 0;
-    });
-    expect(released).toBe(true);
+    expect(await connectionsEventually((n) => n === 0)).toBe(true);
     c.socket.destroy();
   });
 
   it('resets an HTTP/2 stream whose client stops reading an answer that came after a slow handler', async () => {
     // The stream's deadline passed once while the handler worked (nothing to cut then); the stall
     // that follows must still be seen.
-    const h2 = h2Connect(base);
-    const req = h2.session.request({ ':path': '/slow-big' });
-    req.on('error', () => {});
-    req.pause();
-    const rst = await new Promise<number | null>((resolve) => {
-      const timer = setTimeout(() => resolve(null), 20_000);
-      req.once('close', () => {
-        clearTimeout(timer);
-        resolve(req.rstCode ?? null);
-      });
-    });
-    expect(rst).toBe(http2.constants.NGHTTP2_CANCEL);
-    expect(await h2.closedWithin()).toBe(true);
+    expect(await unreadStream('/slow-big')).toEqual({ rst: http2.constants.NGHTTP2_CANCEL, closed: true });
   });
 
   it('closes an HTTP/2 session that only sends PINGs (pings are not activity)', async () => {
