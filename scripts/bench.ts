@@ -274,6 +274,16 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
     rows.push(row(`ceiling: ${name}`, r, undefined, 'ceiling'));
     return { name, r };
   };
+  /**
+   * A committed-write ceiling of the ceiling's process (PostgreSQL only: it writes to the bench's
+   * database), compared with `against`: what the row after it can reach with the same commit.
+   */
+  const ceilCommitted = async (name: string, detail: string, opts: autocannon.Options, against: { name: string; r: autocannon.Result }) => {
+    step(`ceiling: ${name}`);
+    const r = await measure(opts);
+    rows.push(row(`ceiling: ${name} (${detail})`, r, against, 'ceiling'));
+    return { name, r };
+  };
   /** The row's share of a second, nearer ceiling (same answer size, or the same committed write). */
   const alsoAgainst = (r: Row, c: { name: string; r: autocannon.Result }): Row => ({ ...r, nearCeiling: { name: c.name, rps: Math.round(c.r.requests.average), ratio: r.rps / c.r.requests.average } });
   const ceilGet = async () => {
@@ -306,14 +316,7 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
       // The bare POST plus the service's own group-committed raw append, answered at its commit:
       // what any service honouring "200 means stored" reaches on this machine with this write
       // design (PostgreSQL only: on PGlite the database lives in the service's process).
-      let committed: { name: string; r: autocannon.Result } | undefined;
-      if (db) {
-        step('ceiling: bare POST + committed append');
-        const name = 'bare POST + committed append';
-        const r = await measure({ url: `${C}/committed/report`, requests: [reportReq] });
-        rows.push(row(`ceiling: ${name} (the service's group commit, no other work)`, r, cp, 'ceiling'));
-        committed = { name, r };
-      }
+      const committed = db ? await ceilCommitted('bare POST + committed append', "the service's group commit, no other work", { url: `${C}/committed/report`, requests: [reportReq] }, cp) : undefined;
       step('POST /api/report');
       const reportRow = target(row('POST /api/report', await measure({ url: `${S}/api/report`, requests: [reportReq] }), cp), 0.5);
       rows.push(committed ? alsoAgainst(reportRow, committed) : reportRow);
@@ -394,23 +397,17 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
      * commits the row: the library's handler on the service's adapter with the service's group
      * commit and no other work, so the row says how much of what this library allows it reaches.
      */
-    const connectRow = async (encoding: 'JSON' | 'binary', contentType: string, body: string | Buffer) => {
+    const connectRow = async (against: { name: string; r: autocannon.Result }, encoding: 'JSON' | 'binary', contentType: string, body: string | Buffer) => {
       const call = { method: 'POST' as const, headers: { 'content-type': contentType }, body };
-      let committed: { name: string; r: autocannon.Result } | undefined;
-      if (db) {
-        step(`ceiling: Connect Report (${encoding}) + committed append`);
-        const name = `Connect Report (${encoding}) + committed append`;
-        const r = await measure({ url: `${C}/observatory.v1.TelemetryService/Report`, ...call });
-        rows.push(row(`ceiling: ${name} (the library's handler on the service's adapter, the service's group commit, no other work)`, r, lastPost!, 'ceiling'));
-        committed = { name, r };
-      }
+      const path = '/observatory.v1.TelemetryService/Report';
+      const committed = db ? await ceilCommitted(`Connect Report (${encoding}) + committed append`, "the library's handler on the service's adapter, the service's group commit, no other work", { url: `${C}${path}`, ...call }, against) : undefined;
       step(`Connect Report (${encoding})`);
-      const measured = target(row(`Connect Report (${encoding}, HTTP/1.1)`, await measure({ url: `${S}/observatory.v1.TelemetryService/Report`, ...call }), lastPost!), 0.25);
+      const measured = target(row(`Connect Report (${encoding}, HTTP/1.1)`, await measure({ url: `${S}${path}`, ...call }), against), 0.25);
       rows.push(committed ? alsoAgainst(measured, committed) : measured);
     };
     if (wanted('connect-json')) {
       lastPost = await ceilPost();
-      await connectRow('JSON', 'application/json', JSON.stringify({ serverUrl: serverUrl(2), success: true, latencyMs: 42 }));
+      await connectRow(lastPost, 'JSON', 'application/json', JSON.stringify({ serverUrl: serverUrl(2), success: true, latencyMs: 42 }));
     }
     if (wanted('grpc-unary')) {
       lastPost ??= await ceilPost();
@@ -519,7 +516,7 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
     }
     if (wanted('connect')) {
       lastPost = await ceilPost();
-      await connectRow('binary', 'application/proto', Buffer.from(toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: serverUrl(1), success: true, latencyMs: 42 }))));
+      await connectRow(lastPost, 'binary', 'application/proto', Buffer.from(toBinary(ReportRequestSchema, create(ReportRequestSchema, { serverUrl: serverUrl(1), success: true, latencyMs: 42 }))));
     }
     if (wanted('stream')) {
       lastPost ??= await ceilPost();
