@@ -282,8 +282,9 @@ describe(`native errors per protocol (${backend})`, () => {
         req.resume();
         const trailers = new Promise<http2.IncomingHttpHeaders>((resolve) => req.once('trailers', resolve));
         const closed = new Promise<number | undefined>((resolve) => req.once('close', () => resolve(req.rstCode)));
-        // The envelope announces a message over the limit; part of it is sent, then nothing more.
-        req.write(Buffer.concat([grpcFrame(Buffer.alloc(0)).subarray(0, 1), Buffer.from([0, 1, 0x90, 0]), Buffer.alloc(16 * 1024, 0x0a)]));
+        // The envelope (flags 0, length 102,400) announces a message over the limit; part of it
+        // is sent, then nothing more.
+        req.write(Buffer.concat([Buffer.from([0, 0x00, 0x01, 0x90, 0x00]), Buffer.alloc(16 * 1024, 0x0a)]));
         expect((await trailers)['grpc-status']).toBe(String(Code.ResourceExhausted));
         const answeredAt = Date.now();
         const rst = await Promise.race([closed, new Promise<'held'>((resolve) => setTimeout(() => resolve('held'), 20_000))]);
