@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canonicalServerUrl, hasQuery, identityCandidate, InvalidServerUrl, serverHandle, serverNameFromUrl, slugify, withoutQuery } from '../src/domain/server-identity.js';
+import { canonicalMemoSize, canonicalServerUrl, hasQuery, identityCandidate, InvalidServerUrl, serverHandle, serverNameFromUrl, slugify, withoutQuery } from '../src/domain/server-identity.js';
 import { classifyCategory } from '../src/domain/category.js';
 
 describe('server identity', () => {
@@ -14,6 +14,27 @@ describe('server identity', () => {
 
   it.each(['', 'example.com', 'ftp://example.com', 'https://u:p@example.com', 'javascript:alert(1)', `https://e.com/${'a'.repeat(3000)}`])('refuses %s', (input) => {
     expect(() => canonicalServerUrl(input)).toThrow(InvalidServerUrl);
+  });
+
+  it('remembers accepted URLs within a bound, and refuses a refused one every time', () => {
+    // Twice each: the second answer comes from the memo and must be the first.
+    for (let round = 0; round < 2; round++) {
+      expect(canonicalServerUrl('HTTPS://Memo.Example:443/mcp/')).toBe('https://memo.example/mcp');
+      expect(() => canonicalServerUrl('https://u:p@memo.example')).toThrow(InvalidServerUrl);
+      expect(() => canonicalServerUrl('ftp://memo.example')).toThrow(InvalidServerUrl);
+    }
+    // Long inputs are answered, never remembered; a new short one is.
+    const before = canonicalMemoSize();
+    const long = `https://memo.example/${'a'.repeat(1000)}`;
+    expect(canonicalServerUrl(long)).toBe(long);
+    expect(canonicalMemoSize()).toBe(before);
+    canonicalServerUrl('https://memo.example/fresh');
+    expect(canonicalMemoSize()).toBe(before + 1);
+    // A client sending ever new URLs cannot grow it past its bound.
+    for (let i = 0; i < 12_000; i++) canonicalServerUrl(`https://h${i}.memo.example/mcp`);
+    expect(canonicalMemoSize()).toBe(8192);
+    // Evicted early entries are computed again, to the same answer.
+    expect(canonicalServerUrl('https://H0.memo.example:443/mcp/')).toBe('https://h0.memo.example/mcp');
   });
 
   it('derives name and slug', () => {
