@@ -1,6 +1,7 @@
 // Environment -> one typed, validated configuration object.
 // A bad value stops start-up with a one-line message naming the variable (see ConfigError).
 
+import { isIP } from 'node:net';
 import { PAYMENT_NETWORKS, type PaymentNetworkId } from './domain/x402.js';
 import { parseGateRoutes, parseTrustedHeaders, type GateRoute, type UpstreamHeader } from './domain/gate.js';
 import { parseToolRules, type GateToolPolicy, type ToolRule } from './domain/tool-gate.js';
@@ -170,6 +171,14 @@ export interface HttpConfig {
   h2MaxConcurrentStreams: number;
   /** MAX_CONNECTIONS (default 0 = derived from the open-file limit at start): open connections served at once. */
   maxConnections: number;
+  /**
+   * MAX_CONNECTIONS_PER_CLIENT (default 0 = an eighth of the served connections, at least 16):
+   * open connections one client network (an IPv4 address, an IPv6 /64) may hold, so that one
+   * client cannot hold every connection the service serves. Peers TRUST_PROXY trusts are exempt.
+   */
+  maxConnectionsPerClient: number;
+  /** TRUST_PROXY, as Config.trustProxy: a trusted proxy's connections carry many clients. */
+  trustProxy: boolean | number | string[];
 }
 
 export interface ObserveConfig {
@@ -318,7 +327,11 @@ function trustProxy(env: Env): Config['trustProxy'] {
   if (/^\d+$/.test(raw)) return Number(raw);
   const list = raw.split(',').map((s) => s.trim()).filter(Boolean);
   for (const item of list) {
-    if (!/^[0-9a-fA-F:.]+(\/\d{1,3})?$/.test(item)) {
+    // An address, or an address and a prefix length its family allows.
+    const [address, prefix, ...rest] = item.split('/');
+    const family = isIP(address ?? '');
+    const validPrefix = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 6 ? 128 : 32));
+    if (family === 0 || !validPrefix || rest.length > 0) {
       throw new ConfigError('TRUST_PROXY', `must be 1, a hop count, or a list of addresses/CIDRs; bad entry "${item}"`);
     }
   }
@@ -354,6 +367,8 @@ function httpLimits(env: Env): HttpConfig {
     h2SessionIdleTimeoutMs: int(env, 'HTTP2_SESSION_IDLE_TIMEOUT_MS', 120_000, 100, 86_400_000),
     h2MaxConcurrentStreams: int(env, 'HTTP2_MAX_CONCURRENT_STREAMS', 100, 1, 2_147_483_647),
     maxConnections,
+    maxConnectionsPerClient: int(env, 'MAX_CONNECTIONS_PER_CLIENT', 0, 0, 1_000_000),
+    trustProxy: trustProxy(env),
   };
 }
 

@@ -15,13 +15,13 @@ export async function serve(config: Config): Promise<void> {
   // GATE_BUNDLE_URL: a database-less gate answering from a mirrored bundle (docs/bundles.md).
   const obs = config.gateBundle.url ? await createBundleGate(config) : await createObservatory(config);
   const address = await obs.listen();
-  const cap = (obs.app.server as DualProtocolServer).connectionStats().cap;
+  const { cap, perClient } = (obs.app.server as DualProtocolServer).connectionStats();
   if ('mirror' in obs) {
     const s = obs.mirror.status();
     obs.app.log.info({ address, mode: 'bundle-gate', bundle_source: s.source, bundle: s.bundle?.bundle_id ?? null, bundle_state: s.state, last_error: s.last_error }, 'trust observatory gate listening (from a bundle, no database)');
   } else {
     obs.app.log.info(
-      { address, database: obs.db.kind, public_base_url: config.publicBaseUrl, max_connections: cap?.served, max_connections_source: cap?.source },
+      { address, database: obs.db.kind, public_base_url: config.publicBaseUrl, max_connections: cap?.served, max_connections_source: cap?.source, max_connections_per_client: perClient },
       'trust observatory listening',
     );
   }

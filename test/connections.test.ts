@@ -222,6 +222,69 @@ describe(`connection cap (${backend})`, () => {
   });
 });
 
+describe(`connections per client network (${backend})`, () => {
+  // Silent sockets hold their slots for the whole test (long first-byte deadline). 127.0.0.1 and
+  // 127.0.0.2 are two client networks on loopback.
+  const PER_CLIENT = { MAX_CONNECTIONS: '64', MAX_CONNECTIONS_PER_CLIENT: '4', HTTP_FIRST_BYTE_TIMEOUT_MS: '60000' };
+
+  it('lets one client network hold at most its limit, serves other clients meanwhile, and serves it again once it lets go', async () => {
+    const app = await startTestApp(PER_CLIENT);
+    const p = Number(new URL(app.base).port);
+    try {
+      const hogs = await Promise.all(Array.from({ length: 4 }, () => rawConnect(p)));
+      expect(await heldEventually(app, (n) => n >= 4)).toBe(true);
+
+      const refused = await rawGet(p, '/healthz');
+      expect(statusOf(refused), refused.slice(0, 200)).toBe(429);
+      expect(refused).toContain('application/problem+json');
+      expect(refused).toContain('"code":"rate_limited"');
+      expect(refused).toContain('MAX_CONNECTIONS_PER_CLIENT');
+      expect(refused).toMatch(/retry-after: \d+/i);
+      // An HTTP/2 client over the limit cannot read a 429: it is closed (gRPC: UNAVAILABLE, retried).
+      const h2 = await rawConnect(p, H2_PREFACE);
+      expect(await h2.closedWithin()).toBe(true);
+      expect(h2.data()).toBe('');
+
+      // Another client network is served while the first holds its limit (60 free slots remain).
+      expect(statusOf(await rawGet(p, '/healthz', undefined, '127.0.0.2'))).toBe(200);
+
+      // Many more at once from the first: each answered 429 or closed at accept, none served.
+      const more = await Promise.all(Array.from({ length: 16 }, () => rawGet(p, '/healthz').catch(() => '')));
+      for (const raw of more) expect([0, 429]).toContain(statusOf(raw));
+      const s = stats(app);
+      expect(s.perClient).toBe(4);
+      expect(s.refusedPerClient.answered + s.refusedPerClient.dropped).toBeGreaterThanOrEqual(18);
+      expect(s.refused).toEqual({ answered: 0, dropped: 0 });
+
+      for (const h of hogs) h.socket.destroy();
+      expect(await heldEventually(app, (n) => n === 0)).toBe(true);
+      expect(statusOf(await rawGet(p, '/healthz'))).toBe(200);
+
+      const metrics = await rawGet(p, '/metrics');
+      expect(metrics).toMatch(/observatory_http_connections\{state="per_client_cap"\} 4/);
+      const perClientTotal = [...metrics.matchAll(/observatory_http_connections_refused_per_client_total\{how="(?:answered|dropped)"\} (\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
+      expect(perClientTotal).toBeGreaterThanOrEqual(18);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('exempts the peers TRUST_PROXY names (their connections carry many clients), and only those', async () => {
+    const app = await startTestApp({ ...PER_CLIENT, TRUST_PROXY: '127.0.0.1' });
+    const p = Number(new URL(app.base).port);
+    try {
+      const proxy = await Promise.all(Array.from({ length: 6 }, () => rawConnect(p)));
+      const other = await Promise.all(Array.from({ length: 4 }, () => rawConnect(p, undefined, '127.0.0.2')));
+      expect(await heldEventually(app, (n) => n >= 10)).toBe(true);
+      expect(statusOf(await rawGet(p, '/healthz'))).toBe(200);
+      expect(statusOf(await rawGet(p, '/healthz', undefined, '127.0.0.2'))).toBe(429);
+      for (const c of [...proxy, ...other]) c.socket.destroy();
+    } finally {
+      await app.close();
+    }
+  });
+});
+
 describe(`long-lived traffic is not cut while it moves (${backend})`, () => {
   it('keeps a gRPC client stream that sends slowly for longer than every deadline', async () => {
     // Its own instance: a stream deadline of 2.5 s, the other deadlines as short as above. A
@@ -276,6 +339,12 @@ describe('configuration', () => {
     expectConfigRefusal('HTTP_HEADERS_TIMEOUT_MS', '90000');
     expectConfigRefusal('MAX_CONNECTIONS', '2');
     expectConfigRefusal('MAX_CONNECTIONS', '-1');
+    expectConfigRefusal('MAX_CONNECTIONS_PER_CLIENT', '-1');
+    expectConfigRefusal('MAX_CONNECTIONS_PER_CLIENT', 'few');
+    // A TRUST_PROXY entry must be an address or a CIDR its family allows (the per-client limit exempts them).
+    expectConfigRefusal('TRUST_PROXY', '10.0.0.0/33');
+    expectConfigRefusal('TRUST_PROXY', '10.0.0');
+    expectConfigRefusal('TRUST_PROXY', '::1/129');
     expectConfigRefusal('HTTP2_MAX_CONCURRENT_STREAMS', '0');
     expectConfigRefusal('HTTP2_MAX_CONCURRENT_STREAMS', 'many');
   });

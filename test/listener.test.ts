@@ -6,7 +6,7 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import type { HttpConfig } from '../src/config.js';
-import { connectionCap, DERIVED_MAX_CONNECTIONS, FALLBACK_MAX_CONNECTIONS, overflowFor } from '../src/http/connection-cap.js';
+import { connectionCap, DERIVED_MAX_CONNECTIONS, FALLBACK_MAX_CONNECTIONS, MIN_CONNECTIONS_PER_CLIENT, overflowFor, perClientLimit, trustedPeer } from '../src/http/connection-cap.js';
 import { createDualProtocolServer, type DualProtocolServer } from '../src/http/listener.js';
 import { eventually, H2_PREFACE, h2Connect, rawConnect, statusOf } from './support/connections.js';
 
@@ -18,6 +18,8 @@ const LIMITS: HttpConfig = {
   h2SessionIdleTimeoutMs: 300,
   h2MaxConcurrentStreams: 8,
   maxConnections: 64,
+  maxConnectionsPerClient: 0,
+  trustProxy: false,
 };
 // Longer than every deadline above, several times over.
 const SLOW_MS = 2_500;
@@ -260,6 +262,21 @@ describe('connection cap', () => {
 
   it('falls back to a fixed cap where the limit cannot be read', () => {
     expect(connectionCap(0, { softLimit: null, inUse: null })).toMatchObject({ served: FALLBACK_MAX_CONNECTIONS, source: 'default' });
+  });
+
+  it('gives one client network an eighth of the served connections (at least 16), or MAX_CONNECTIONS_PER_CLIENT', () => {
+    expect(perClientLimit(0, 17_000)).toBe(2_125);
+    expect(perClientLimit(0, 8)).toBe(MIN_CONNECTIONS_PER_CLIENT);
+    expect(perClientLimit(40, 17_000)).toBe(40);
+  });
+
+  it('exempts only the peers TRUST_PROXY trusts from the per-client limit', () => {
+    expect(trustedPeer(false)('127.0.0.1')).toBe(false);
+    // A hop count trusts every peer as a proxy (fastify takes the client from X-Forwarded-For of any peer).
+    expect(trustedPeer(1)('203.0.113.9')).toBe(true);
+    const list = trustedPeer(['10.0.0.0/8', '192.0.2.7', 'fd00::/8']);
+    for (const a of ['10.20.30.40', '::ffff:10.20.30.40', '192.0.2.7', 'fd12::1']) expect(list(a), a).toBe(true);
+    for (const a of ['11.0.0.1', '192.0.2.8', '::ffff:192.0.2.8', '2001:db8::1', 'not-an-address', '']) expect(list(a), a).toBe(false);
   });
 });
 

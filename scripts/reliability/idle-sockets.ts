@@ -2,6 +2,9 @@
 // connections of every kind than it has descriptors, and prove that it keeps answering (a
 // connection opened before the attack keeps writing to the database; new ones get 200 or a 503
 // problem), never runs out of descriptors, and closes every such connection after its deadline.
+// The attack comes from 60 loopback addresses (60 client networks, each under its per-client
+// limit), so it is the connection cap that holds; one more network that opens far more than its
+// own limit gets 429 problems or closed connections, never a served slot.
 // Loopback only, bounded in count and time. Usage: tsx scripts/reliability/idle-sockets.ts [--postgres]
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
@@ -10,6 +13,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { overflowFor } from '../../src/http/connection-cap.js';
 import { check, havePostgresBinaries, ownPostgres, startService, waitExit } from './harness.js';
 
 const usePostgres = process.argv.includes('--postgres');
@@ -54,10 +58,15 @@ function serverSockets(state?: string): number {
   return r.stdout.split('\n').filter((l) => l.trim()).length;
 }
 
-/** A raw connection that sends `bytes` (maybe nothing) and never closes on its own. */
-function raw(bytes?: string): Promise<net.Socket> {
+/** The loopback address attacking connection k comes from: 60 client networks, 127.1.0.1 to 127.1.0.60. */
+const attacker = (k: number) => `127.1.0.${1 + (k % 60)}`;
+/** One client network that opens far more than its per-client limit. */
+const GREEDY = '127.2.0.1';
+
+/** A raw connection from `from` that sends `bytes` (maybe nothing) and never closes on its own. */
+function raw(from: string, bytes?: string): Promise<net.Socket> {
   return new Promise((resolve) => {
-    const s = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    const s = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true, localAddress: from });
     s.on('error', () => {});
     s.once('connect', () => {
       if (bytes) s.write(bytes);
@@ -68,9 +77,9 @@ function raw(bytes?: string): Promise<net.Socket> {
 }
 
 /** An h2c session that made one request and then idles, or that leaves a request body half-sent. */
-function h2(kind: 'idle' | 'half-body'): Promise<http2.ClientHttp2Session> {
+function h2(from: string, kind: 'idle' | 'half-body'): Promise<http2.ClientHttp2Session> {
   return new Promise((resolve) => {
-    const session = http2.connect(`http://127.0.0.1:${port}`);
+    const session = http2.connect(`http://127.0.0.1:${port}`, { createConnection: () => net.connect({ port, host: '127.0.0.1', localAddress: from }) });
     session.on('error', () => resolve(session));
     if (kind === 'idle') {
       const req = session.request({ ':path': '/healthz' });
@@ -86,10 +95,10 @@ function h2(kind: 'idle' | 'half-body'): Promise<http2.ClientHttp2Session> {
 }
 
 /** One request on a connection of its own; the status, or 0 when the connection was closed without an answer. */
-function freshGet(path: string): Promise<{ status: number; problem: boolean; retryAfter: string | null; ms: number }> {
+function freshGet(path: string, from = '127.0.0.1'): Promise<{ status: number; problem: boolean; retryAfter: string | null; ms: number }> {
   const t0 = Date.now();
   return new Promise((resolve) => {
-    const req = http.get({ host: '127.0.0.1', port, path, agent: false, timeout: 10_000 }, (res) => {
+    const req = http.get({ host: '127.0.0.1', port, path, agent: false, timeout: 10_000, localAddress: from }, (res) => {
       res.resume();
       res.on('end', () => resolve({ status: res.statusCode ?? 0, problem: (res.headers['content-type'] ?? '').startsWith('application/problem+json'), retryAfter: (res.headers['retry-after'] as string) ?? null, ms: Date.now() - t0 }));
     });
@@ -169,24 +178,28 @@ async function main() {
     })();
 
     const t0 = Date.now();
-    const rawConn = async (bytes?: string) => {
-      const s = await raw(bytes);
+    const rawConn = async (from: string, bytes?: string) => {
+      const s = await raw(from, bytes);
       return { close: () => s.destroy() };
     };
-    const classes: [string, () => Promise<{ close(): void }>][] = [
-      ['silent', () => rawConn()],
-      ['lone "PR"', () => rawConn('PR')],
-      ['stalled HTTP/2 preface', () => rawConn('PRI * HTTP/2.0\r\n')],
-      ['half-sent HTTP/1.1 head', () => rawConn('GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ')],
-      ['half-sent HTTP/1.1 body', () => rawConn('POST /api/report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{"server_url":')],
-      ['idle HTTP/1.1 keep-alive', () => rawConn('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n')],
-      ['idle h2c session', async () => { const s = await h2('idle'); return { close: () => s.destroy() }; }],
-      ['half-sent HTTP/2 body', async () => { const s = await h2('half-body'); return { close: () => s.destroy() }; }],
+    const classes: [string, (from: string) => Promise<{ close(): void }>][] = [
+      ['silent', (from) => rawConn(from)],
+      ['lone "PR"', (from) => rawConn(from, 'PR')],
+      ['stalled HTTP/2 preface', (from) => rawConn(from, 'PRI * HTTP/2.0\r\n')],
+      ['half-sent HTTP/1.1 head', (from) => rawConn(from, 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ')],
+      ['half-sent HTTP/1.1 body', (from) => rawConn(from, 'POST /api/report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{"server_url":')],
+      ['idle HTTP/1.1 keep-alive', (from) => rawConn(from, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n')],
+      ['idle h2c session', async (from) => { const s = await h2(from, 'idle'); return { close: () => s.destroy() }; }],
+      ['half-sent HTTP/2 body', async (from) => { const s = await h2(from, 'half-body'); return { close: () => s.destroy() }; }],
     ];
+    // First, one network alone, far past its own limit (MAX_CONNECTIONS_PER_CLIENT, derived: an
+    // eighth of the cap, at least 16): beyond it, answered 429 or closed at accept.
+    for (let i = 0; i < 40; i++) attack.push(await rawConn(GREEDY));
     // FIN right away on a fresh, undecided connection: must not leave CLOSE-WAIT behind.
-    for (let i = 0; i < PER_CLASS; i++) (await raw()).end();
-    for (let i = 0; i < PER_CLASS; i++) for (const [, open] of classes) attack.push(await open());
-    const opened = PER_CLASS * (classes.length + 1);
+    let k = 0;
+    for (let i = 0; i < PER_CLASS; i++) (await raw(attacker(k++))).end();
+    for (let i = 0; i < PER_CLASS; i++) for (const [, open] of classes) attack.push(await open(attacker(k++)));
+    const opened = PER_CLASS * (classes.length + 1) + 40;
     await sleep(500);
     const fdsUnderAttack = fdCount(pid);
     process.stdout.write(`opened ${opened} never-finishing connections in ${Date.now() - t0} ms; service descriptors ${fdsUnderAttack}/${NOFILE} (${socketFds(pid)} sockets), connections held ${heldConnections(pid)}\n`);
@@ -205,6 +218,10 @@ async function main() {
     // "At once": well inside the client's 10 s timeout, which a hanging connection would reach.
     const fine = (r: (typeof fresh)[number]) => r.status === 200 || (r.status === 503 && r.problem && r.retryAfter !== null) || (r.status === 0 && r.ms < 5_000);
     check(fresh.every(fine), 'new connections during the attack get 200, or 503 problem+json with Retry-After, or are closed at once (never a hang)');
+    const greedy = await Promise.all(Array.from({ length: 5 }, () => freshGet('/readyz', GREEDY)));
+    process.stdout.write(`new connections from the network past its own limit (status; ms): ${JSON.stringify(greedy.map((r) => [r.status, r.ms]))}\n`);
+    const refusedOwn = (r: (typeof greedy)[number]) => (r.status === 429 && r.problem && r.retryAfter !== null) || (r.status === 0 && r.ms < 5_000);
+    check(greedy.every(refusedOwn), 'a network holding its per-client limit gets 429 problem+json with Retry-After, or its new connections are closed at once (never served, never a hang)');
 
     const until = Date.now() + RELEASE_BOUND_MS;
     // At most the keep-alive client's own connection remains (it may have reconnected meanwhile).
@@ -228,6 +245,12 @@ async function main() {
 
     const after = await Promise.all(Array.from({ length: 5 }, () => freshGet('/readyz')));
     check(after.every((r) => r.status === 200), `new connections are served again: ${JSON.stringify(after.map((r) => r.status))}`);
+    const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    const perClientCap = Number(/observatory_http_connections\{state="per_client_cap"\} (\d+)/.exec(metrics)?.[1]);
+    const perClientRefused = [...metrics.matchAll(/observatory_http_connections_refused_per_client_total\{how="(?:answered|dropped)"\} (\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
+    // Those past the limit and its overflow are closed at accept (the overflow's silent ones only time out).
+    const closedAtAccept = 40 - perClientCap - overflowFor(perClientCap);
+    check(perClientCap >= 16 && perClientRefused >= closedAtAccept, `the network past its own limit was held to it (per-client limit ${perClientCap}; ${perClientRefused} of its 40 connections refused, at least ${closedAtAccept} expected; /metrics)`);
     check((await report('after')) === 200, 'reports are stored after the attack');
     const mcpAfter = await mcpToolsList();
     check(mcpAfter.status === 200 && mcpAfter.tools > 0, `MCP tools/list is answered after the attack (${JSON.stringify(mcpAfter)})`);

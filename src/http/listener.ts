@@ -2,7 +2,8 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import type { Socket } from 'node:net';
 import type { HttpConfig } from '../config.js';
-import { connectionCap, descriptorUsage, type ConnectionCap } from './connection-cap.js';
+import { clientNetwork } from '../domain/client-network.js';
+import { connectionCap, descriptorUsage, overflowFor, perClientLimit, trustedPeer, type ConnectionCap } from './connection-cap.js';
 import { answerClientError, closeAfterOurEnd, endWithAnswer, rawProblem, requestTimeoutError, trackResponse, waitingFor } from './socket-answers.js';
 
 type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
@@ -31,6 +32,10 @@ export interface ConnectionStats {
   cap: ConnectionCap | null;
   /** Connections refused since start: answered 503 (or closed, HTTP/2) beyond the cap, or closed at accept beyond the overflow. */
   refused: { answered: number; dropped: number };
+  /** Connections one client network may hold (null until listening). */
+  perClient: number | null;
+  /** Connections refused beyond their client network's limit: answered 429 (or closed, HTTP/2), or closed at accept. */
+  refusedPerClient: { answered: number; dropped: number };
 }
 
 export interface DualProtocolServer extends http.Server {
@@ -85,9 +90,16 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
   // Resolved when the server starts listening, so that the descriptors the database already
   // holds are counted. Beyond served + overflow, node closes new connections at accept.
   let cap: ConnectionCap | null = null;
+  // Connections per client network (never a trusted proxy's), so one client cannot take every
+  // served connection: up to perClient served, the next overflowFor(perClient) answered 429, the
+  // rest closed at accept. One entry per network with an open connection.
+  let perClient: number | null = null;
+  const isTrustedPeer = trustedPeer(limits.trustProxy);
+  const byNetwork = new Map<string, number>();
   h1.on('listening', () => {
     cap = connectionCap(limits.maxConnections, descriptorUsage());
     h1.maxConnections = cap.served + cap.overflow;
+    perClient = perClientLimit(limits.maxConnectionsPerClient, cap.served);
   });
   // Out of descriptors anyway (something else used them up): libuv closes the connection it
   // could not accept; that is no reason to stop the process.
@@ -99,6 +111,7 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
   h1.removeAllListeners('connection');
   let open = 0;
   const refused = { answered: 0, dropped: 0 };
+  const refusedPerClient = { answered: 0, dropped: 0 };
   h1.on('drop', () => refused.dropped++);
   // Connections that have not sent enough bytes to choose a protocol belong to neither server,
   // so neither would close them: they are tracked here, have their own deadline, and a client
@@ -106,11 +119,28 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
   const undecided = new Set<Socket>();
   h1.on('connection', (socket: Socket) => {
     open++;
+    const peer = socket.remoteAddress;
+    const network = perClient !== null && peer !== undefined && !isTrustedPeer(peer) ? clientNetwork(peer) : null;
+    const ofClient = network === null ? 0 : (byNetwork.get(network) ?? 0) + 1;
+    if (network !== null) byNetwork.set(network, ofClient);
+    socket.once('close', () => {
+      open--;
+      if (network === null) return;
+      const left = byNetwork.get(network)! - 1;
+      if (left === 0) byNetwork.delete(network);
+      else byNetwork.set(network, left);
+    });
+    if (network !== null && ofClient > perClient! + overflowFor(perClient!)) {
+      refusedPerClient.dropped++;
+      socket.destroy();
+      return;
+    }
+    const overClientLimit = network !== null && ofClient > perClient!;
     closeAfterOurEnd(socket);
-    const overCapacity = cap !== null && open > cap.served;
+    const overCapacity = !overClientLimit && cap !== null && open > cap.served;
     let buffered: Buffer = Buffer.alloc(0);
     undecided.add(socket);
-    const deadline = setTimeout(() => socket.destroy(), overCapacity ? Math.min(limits.firstByteTimeoutMs, OVER_CAPACITY_FIRST_BYTE_MS) : limits.firstByteTimeoutMs);
+    const deadline = setTimeout(() => socket.destroy(), overCapacity || overClientLimit ? Math.min(limits.firstByteTimeoutMs, OVER_CAPACITY_FIRST_BYTE_MS) : limits.firstByteTimeoutMs);
     deadline.unref();
     const onEnd = () => socket.destroy();
     const decided = () => {
@@ -119,16 +149,19 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
       socket.removeListener('data', onData);
       socket.removeListener('end', onEnd);
     };
-    socket.once('close', () => {
-      open--;
-      decided();
-    });
+    socket.once('close', decided);
     const onData = (chunk: Buffer) => {
       buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
       const n = Math.min(buffered.length, H2_PREFIX.length);
       const isH2Prefix = buffered.subarray(0, n).equals(H2_PREFIX.subarray(0, n));
       if (isH2Prefix && buffered.length < H2_PREFIX.length) return; // need more bytes to decide
       decided();
+      if (overClientLimit) {
+        refusedPerClient.answered++;
+        if (isH2Prefix) socket.destroy();
+        else endWithAnswer(socket, rawProblem('rate_limited', `this client network already holds ${perClient} open connections (MAX_CONNECTIONS_PER_CLIENT); reuse them, or retry once some are closed`, { 'Retry-After': '2' }));
+        return;
+      }
       if (overCapacity) {
         refused.answered++;
         // HTTP/1.1 gets a 503 it can act on; an HTTP/2 client cannot read one and is closed (gRPC: UNAVAILABLE, retried).
@@ -147,7 +180,7 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
     socket.on('error', () => socket.destroy());
   });
 
-  h1.connectionStats = () => ({ open, undecided: undecided.size, h2Sessions: sessions.size, cap, refused: { ...refused } });
+  h1.connectionStats = () => ({ open, undecided: undecided.size, h2Sessions: sessions.size, cap, refused: { ...refused }, perClient, refusedPerClient: { ...refusedPerClient } });
 
   // Closing the public server also ends HTTP/2 sessions gracefully (GOAWAY after in-flight streams).
   // node closes the keep-alive connections idle at that moment, but a connection busy with a

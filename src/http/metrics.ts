@@ -56,7 +56,7 @@ export function createMetrics(db: Db) {
     watchConnections(stats: () => ConnectionStats) {
       new Gauge({
         name: 'observatory_http_connections',
-        help: 'Client connections held now: all open, still choosing a protocol, HTTP/2 sessions; and the cap (MAX_CONNECTIONS or derived)',
+        help: 'Client connections held now: all open, still choosing a protocol, HTTP/2 sessions; the cap (MAX_CONNECTIONS or derived) and the cap per client network (MAX_CONNECTIONS_PER_CLIENT or derived)',
         labelNames: ['state'] as const,
         registers: [registry],
         collect() {
@@ -65,22 +65,16 @@ export function createMetrics(db: Db) {
           this.set({ state: 'undecided' }, s.undecided);
           this.set({ state: 'h2_sessions' }, s.h2Sessions);
           if (s.cap) this.set({ state: 'cap' }, s.cap.served);
+          if (s.perClient !== null) this.set({ state: 'per_client_cap' }, s.perClient);
         },
       });
-      const seen = { answered: 0, dropped: 0 };
-      new Counter({
-        name: 'observatory_http_connections_refused_total',
-        help: 'New connections refused beyond the connection cap: answered 503 (HTTP/2: closed), or closed at accept',
-        labelNames: ['how'] as const,
-        registers: [registry],
-        collect() {
-          const { refused } = stats();
-          for (const how of ['answered', 'dropped'] as const) {
-            if (refused[how] > seen[how]) this.inc({ how }, refused[how] - seen[how]);
-            seen[how] = refused[how];
-          }
-        },
-      });
+      refusalCounter(registry, 'observatory_http_connections_refused_total', 'New connections refused beyond the connection cap: answered 503 (HTTP/2: closed), or closed at accept', () => stats().refused);
+      refusalCounter(
+        registry,
+        'observatory_http_connections_refused_per_client_total',
+        "New connections refused beyond their client network's limit: answered 429 (HTTP/2: closed), or closed at accept",
+        () => stats().refusedPerClient,
+      );
     },
     install(app: FastifyInstance) {
       // Each route records into its own entry, found once when the route is added; requests that
@@ -107,6 +101,24 @@ export function createMetrics(db: Db) {
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+/** A counter of refused connections by how (answered, dropped), read from the listener's running totals at each scrape. */
+function refusalCounter(registry: Registry, name: string, help: string, totals: () => { answered: number; dropped: number }) {
+  const seen = { answered: 0, dropped: 0 };
+  new Counter({
+    name,
+    help,
+    labelNames: ['how'] as const,
+    registers: [registry],
+    collect() {
+      const now = totals();
+      for (const how of ['answered', 'dropped'] as const) {
+        if (now[how] > seen[how]) this.inc({ how }, now[how] - seen[how]);
+        seen[how] = now[how];
+      }
+    },
+  });
+}
 
 const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 

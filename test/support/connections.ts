@@ -17,8 +17,9 @@ export interface RawConnection {
   endedByServer(): boolean;
 }
 
-export async function rawConnect(port: number, firstBytes?: string | Buffer): Promise<RawConnection> {
-  const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+/** `from`: the local address to connect from (another loopback address is another client network). */
+export async function rawConnect(port: number, firstBytes?: string | Buffer, from?: string): Promise<RawConnection> {
+  const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true, localAddress: from });
   let received = '';
   let ended = false;
   const gone = new Promise<void>((resolve) => {
@@ -128,8 +129,8 @@ export function h2Connect(base: string, settings: http2.Settings = {}) {
 export const H2_PREFACE = 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n';
 
 /** A plain HTTP/1.1 GET on its own new connection; resolves to the raw response text once the server closes or the bound passes. */
-export async function rawGet(port: number, path: string, boundMs = CLOSE_BOUND_MS): Promise<string> {
-  const c = await rawConnect(port, `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
+export async function rawGet(port: number, path: string, boundMs = CLOSE_BOUND_MS, from?: string): Promise<string> {
+  const c = await rawConnect(port, `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`, from);
   await c.closedWithin(boundMs);
   c.socket.destroy();
   return c.data();
