@@ -222,6 +222,25 @@ describe(`connection cap (${backend})`, () => {
   });
 });
 
+describe(`a client that vanishes (${backend})`, () => {
+  it('releases an HTTP/2 connection whose client goes away with a request body pending, at once (not at the stream deadline)', async () => {
+    // The stream deadline is a minute: only the client's FIN can release the connection in time.
+    const app = await startTestApp({ HTTP_REQUEST_TIMEOUT_MS: '60000' });
+    try {
+      const h2 = h2Connect(app.base);
+      const req = h2.session.request({ ':method': 'POST', ':path': '/v1/traces', 'content-type': 'application/x-protobuf' });
+      req.on('error', () => {});
+      req.write(Buffer.alloc(64 * 1024, 0x0a));
+      expect(await eventually(() => stats(app).h2Sessions === 1, 5_000)).toBe(true);
+      h2.session.destroy();
+      // Until 2026-11-27 the session, its stream and its buffered body stayed for the minute.
+      expect(await eventually(() => stats(app).h2Sessions === 0 && stats(app).open === 0, 5_000)).toBe(true);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
 describe(`connections per client network (${backend})`, () => {
   // Silent sockets hold their slots for the whole test (long first-byte deadline). 127.0.0.1 and
   // 127.0.0.2 are two client networks on loopback.

@@ -171,7 +171,10 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
       }
       socket.pause();
       socket.unshift(buffered);
-      if (isH2Prefix) h2.emit('connection', socket);
+      if (isH2Prefix) {
+        socket.once('end', endOurSide);
+        h2.emit('connection', socket);
+      }
       else for (const l of h1Listeners) l.call(h1, socket);
       process.nextTick(() => socket.resume());
     };
@@ -197,6 +200,19 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
     return close(cb);
   }) as typeof h1.close;
   return h1;
+}
+
+/**
+ * An HTTP/2 client's FIN (or a client that destroyed its connection): our side ends too, as node's
+ * own HTTP/2 server does, and the session closes with the socket. The listening socket is
+ * allowHalfOpen (for HTTP/1.1 clients that half-close after a request), and node's HTTP/2 session
+ * does not end a half-open socket while a stream is open: a client that vanished with a request
+ * body pending left its session, its streams and their buffered bodies (4 MiB each for OTLP),
+ * and its slot under MAX_CONNECTIONS, for HTTP_REQUEST_TIMEOUT_MS. Module level: one function for
+ * every connection.
+ */
+function endOurSide(this: Socket): void {
+  this.end();
 }
 
 /**
