@@ -9,11 +9,13 @@ import { problemFromError, sendProblem, trackRoutes } from './http/problem.js';
 import { PROBLEMS } from './errors.js';
 import { connectPlugin } from './http/connect-adapter.js';
 import { installRateLimits } from './http/rate-limit.js';
+import { installBodyBudget } from './http/body-budget.js';
 import { gateRoutes } from './http/routes/gate.js';
 import { answerClientError } from './http/socket-answers.js';
 import { parseErrorsAreInvalidArgument } from './http/connect-parse-errors.js';
 import { bundleGateSource, createBundleMirror, type BundleMirror } from './services/bundle-gate.js';
 import { createGateService } from './services/gate.js';
+import { EXT_AUTHZ_MAX_BYTES } from './domain/gate.js';
 import { createRateLimiter } from './services/rate-limits.js';
 
 // The database-less gate (GATE_BUNDLE_URL; docs/bundles.md "A gate from a bundle"): /v1/gate and
@@ -98,12 +100,16 @@ export async function createBundleGate(config: Config, opts: { logger?: boolean;
     ]),
     new Set(),
   );
+  installBodyBudget(app, { limit: config.http.bodyBudgetBytes, defaultLimit: config.bodyLimit });
   await app.register(connectPlugin, {
     routes: (router) => {
-      router.service(Authorization, { check: gate.check });
+      // The same message limit as the full service's ext_authz (a CheckRequest may carry the
+      // checked request's body); until 2026-11-27 this gate read messages of any size.
+      router.service(Authorization, { check: gate.check }, { readMaxBytes: EXT_AUTHZ_MAX_BYTES });
       parseErrorsAreInvalidArgument(router);
     },
     contextValues: connectContextValues,
+    readMaxBytes: config.bodyLimit,
   });
   gateRoutes(app, { services: { gate } });
 

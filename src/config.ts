@@ -3,7 +3,7 @@
 
 import { isIP } from 'node:net';
 import { PAYMENT_NETWORKS, type PaymentNetworkId } from './domain/x402.js';
-import { parseGateRoutes, parseTrustedHeaders, type GateRoute, type UpstreamHeader } from './domain/gate.js';
+import { EXT_AUTHZ_MAX_BYTES, parseGateRoutes, parseTrustedHeaders, type GateRoute, type UpstreamHeader } from './domain/gate.js';
 import { parseToolRules, type GateToolPolicy, type ToolRule } from './domain/tool-gate.js';
 import { KEY_ENCRYPTION_SECRET_HELP, parseKeyEncryptionSecret } from './signing/secret-format.js';
 import { DEFAULT_CACHE_MAX_ENTRIES } from './store/cache-limits.js';
@@ -179,6 +179,11 @@ export interface HttpConfig {
   maxConnectionsPerClient: number;
   /** TRUST_PROXY, as Config.trustProxy: a trusted proxy's connections carry many clients. */
   trustProxy: boolean | number | string[];
+  /**
+   * HTTP_BODY_BUDGET_BYTES (default 256 MiB): request body bytes the process may hold at once, one
+   * client network an eighth of them; at least eight of the largest body a route accepts.
+   */
+  bodyBudgetBytes: number;
 }
 
 export interface ObserveConfig {
@@ -369,14 +374,27 @@ function httpLimits(env: Env): HttpConfig {
     maxConnections,
     maxConnectionsPerClient: int(env, 'MAX_CONNECTIONS_PER_CLIENT', 0, 0, 1_000_000),
     trustProxy: trustProxy(env),
+    bodyBudgetBytes: int(env, 'HTTP_BODY_BUDGET_BYTES', DEFAULT_BODY_BUDGET_BYTES, 1024 * 1024, 64 * 1024 * 1024 * 1024),
   };
 }
+
+/** HTTP_BODY_BUDGET_BYTES unless set: 64 OTLP exports of the default 4 MiB at once, 8 per client network. */
+export const DEFAULT_BODY_BUDGET_BYTES = 256 * 1024 * 1024;
 
 export function loadConfig(env: Env = process.env): Config {
   const port = int(env, 'PORT', 8080, 0, 65535);
   const databaseUrl = str(env, 'DATABASE_URL') ?? null;
   if (databaseUrl !== null && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     throw new ConfigError('DATABASE_URL', 'must start with postgres:// or postgresql://');
+  }
+  const bodyLimit = int(env, 'BODY_LIMIT', 64 * 1024, 1024, 16 * 1024 * 1024);
+  const otlpMaxExportBytes = int(env, 'OTLP_MAX_EXPORT_BYTES', 4 * 1024 * 1024, 64 * 1024, 64 * 1024 * 1024);
+  const http = httpLimits(env);
+  // One client network's share (an eighth) must hold the largest body a route accepts (an OTLP
+  // export, or ext_authz's 4 MiB CheckRequest), or such a request could never be taken.
+  const largestBody = Math.max(bodyLimit, otlpMaxExportBytes, EXT_AUTHZ_MAX_BYTES);
+  if (http.bodyBudgetBytes < 8 * largestBody) {
+    throw new ConfigError('HTTP_BODY_BUDGET_BYTES', `must be at least ${8 * largestBody} (eight of the largest body a route accepts, ${largestBody} bytes), got ${http.bodyBudgetBytes}`);
   }
   const databaseReadUrl = str(env, 'DATABASE_READ_URL') ?? null;
   if (databaseReadUrl !== null && !/^postgres(ql)?:\/\//.test(databaseReadUrl)) {
@@ -426,7 +444,7 @@ export function loadConfig(env: Env = process.env): Config {
     cacheMaxEntries: int(env, 'CACHE_MAX_ENTRIES', DEFAULT_CACHE_MAX_ENTRIES, 100, 10_000_000),
     trustProxy: trustProxy(env),
     logLevel,
-    bodyLimit: int(env, 'BODY_LIMIT', 64 * 1024, 1024, 16 * 1024 * 1024),
+    bodyLimit,
     healthIntervalMs: int(env, 'GRPC_HEALTH_INTERVAL_MS', 5_000, 100, 600_000),
     paymentWallet: wallet,
     paymentRpcUrl: rpc === undefined ? null : httpUrl('PAYMENT_RPC_URL', rpc),
@@ -476,12 +494,12 @@ export function loadConfig(env: Env = process.env): Config {
       intervalSeconds: int(env, 'REGISTRY_SYNC_INTERVAL_SECONDS', 3600, 60, 7 * 86_400),
     },
     otlp: {
-      maxExportBytes: int(env, 'OTLP_MAX_EXPORT_BYTES', 4 * 1024 * 1024, 64 * 1024, 64 * 1024 * 1024),
+      maxExportBytes: otlpMaxExportBytes,
       joinWindowMs: int(env, 'OTLP_JOIN_WINDOW_MS', 5000, 0, 60_000),
       joinMaxSpans: int(env, 'OTLP_JOIN_MAX_SPANS', 10_000, 0, 1_000_000),
       metricStreams: int(env, 'OTLP_METRIC_STREAMS', 10_000, 100, 1_000_000),
     },
-    http: httpLimits(env),
+    http,
     bundle: {
       ttlSeconds: int(env, 'BUNDLE_TTL_SECONDS', 86_400, 300, 30 * 86_400),
       cacheSeconds: int(env, 'BUNDLE_CACHE_SECONDS', 60, 0, 3600),

@@ -14,6 +14,7 @@ import { answerClientError } from './http/socket-answers.js';
 import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
 import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
+import { installBodyBudget } from './http/body-budget.js';
 import { parseErrorsAreInvalidArgument } from './http/connect-parse-errors.js';
 import { registerHealth, registerReflection } from './http/grpc-introspection.js';
 import { nativeHandlerErrors, refusalsCarryConnectErrors, rpcProtocolOf, sendRpcProblem } from './http/rpc-errors.js';
@@ -176,6 +177,8 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
 
   // After the request-id hook (a 429 carries it) and before any route handler runs.
   installRateLimits(app, services.limits);
+  // After the rate limits (a limited client is told so first), before any body is read.
+  metrics.watchBodyBudget(installBodyBudget(app, { limit: config.http.bodyBudgetBytes, defaultLimit: config.bodyLimit }));
 
   metrics.watchConnections(() => (app.server as DualProtocolServer).connectionStats());
 

@@ -20,6 +20,7 @@ const LIMITS: HttpConfig = {
   maxConnections: 64,
   maxConnectionsPerClient: 0,
   trustProxy: false,
+  bodyBudgetBytes: 256 * 1024 * 1024,
 };
 // Longer than every deadline above, several times over.
 const SLOW_MS = 2_500;

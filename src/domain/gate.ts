@@ -5,6 +5,9 @@ import { canonicalServerUrl, InvalidServerUrl } from './server-identity.js';
 import type { PreflightVerdict } from './verdict.js';
 
 /** Gate policy (GATE_ALLOW_UNCERTAIN, GATE_ALLOW_UNRATED). FAIL is denied whatever the policy. */
+/** Largest ext_authz CheckRequest accepted (RESOURCE_EXHAUSTED beyond it), by the full service and the bundle gate alike. */
+export const EXT_AUTHZ_MAX_BYTES = 4 * 1024 * 1024;
+
 export interface GatePolicy {
   allowUncertain: boolean;
   allowUnrated: boolean;

@@ -46,6 +46,15 @@ type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
 export function connectPlugin(instance: FastifyInstance, opts: ConnectPluginOptions, done: (err?: Error) => void): void {
   const readMaxBytes = opts.readMaxBytes ?? 0xffffffff;
   const router = createConnectRouter({ ...opts, acceptCompression: opts.acceptCompression ?? [compressionGzip, compressionBrotli] });
+  // Each route states the largest message its service reads (a service may raise the router's
+  // readMaxBytes, as OTLP/gRPC does), so the request body budget (src/http/body-budget.ts)
+  // reserves what such a call may hold.
+  const serviceMaxBytes = new Map<string, number>();
+  const service = router.service.bind(router);
+  router.service = ((desc, impl, options) => {
+    if (options?.readMaxBytes !== undefined) serviceMaxBytes.set(desc.typeName, options.readMaxBytes);
+    return service(desc, impl, options);
+  }) as typeof router.service;
   opts.routes(router);
   // The body is the adapter's to read (the handlers take it as bytes): fastify parses nothing
   // for the content types Connect serves, in this plugin's scope only.
@@ -58,7 +67,7 @@ export function connectPlugin(instance: FastifyInstance, opts: ConnectPluginOpti
   instance.addContentTypeParser(protoGrpcWeb.contentTypeRegExp, noop);
   instance.addContentTypeParser(protoConnect.contentTypeRegExp, noop);
   for (const uHandler of router.handlers) {
-    instance.all(uHandler.requestPath, async (req, reply) => {
+    instance.all(uHandler.requestPath, { bodyLimit: serviceMaxBytes.get(uHandler.service.typeName) ?? readMaxBytes }, async (req, reply) => {
       try {
         const uRes = await uHandler(await universalRequest(req.raw, reply.raw, readMaxBytes, opts.contextValues?.(req)));
         // fastify keeps the headers set in hooks (request id, interface version) on the reply and

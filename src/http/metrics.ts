@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Db } from '../db/index.js';
 import type { ConnectionStats } from './listener.js';
+import type { BodyBudget } from './body-budget.js';
 import { withRouteHook } from './route-hooks.js';
 
 /**
@@ -75,6 +76,34 @@ export function createMetrics(db: Db) {
         "New connections refused beyond their client network's limit: answered 429 (HTTP/2: closed), or closed at accept",
         () => stats().refusedPerClient,
       );
+    },
+    /** The request body budget: bytes held now and the budget, and requests refused over it (src/http/body-budget.ts). */
+    watchBodyBudget(budget: BodyBudget) {
+      new Gauge({
+        name: 'observatory_http_request_body_bytes',
+        help: 'Request body bytes reserved by requests in flight (held), the process budget (HTTP_BODY_BUDGET_BYTES) and one client network share of it',
+        labelNames: ['state'] as const,
+        registers: [registry],
+        collect() {
+          this.set({ state: 'held' }, budget.held().total);
+          this.set({ state: 'budget' }, budget.limit);
+          this.set({ state: 'per_client' }, budget.perClient);
+        },
+      });
+      const seen = { total: 0, perClient: 0 };
+      new Counter({
+        name: 'observatory_http_request_body_refused_total',
+        help: 'Requests refused before their body was read: over the process budget (503), or over their client network share (429)',
+        labelNames: ['over'] as const,
+        registers: [registry],
+        collect() {
+          const now = budget.refused();
+          for (const [over, key] of [['budget', 'total'], ['per_client', 'perClient']] as const) {
+            if (now[key] > seen[key]) this.inc({ over }, now[key] - seen[key]);
+            seen[key] = now[key];
+          }
+        },
+      });
     },
     install(app: FastifyInstance) {
       // Each route records into its own entry, found once when the route is added; requests that

@@ -14,6 +14,7 @@ import { createVerifyReceiptService } from './verify-receipt.js';
 import { createPreflightService } from './preflight.js';
 import { createReceiptService } from './receipt.js';
 import { createGateService, preflightGateSource } from './gate.js';
+import { EXT_AUTHZ_MAX_BYTES } from '../domain/gate.js';
 import { createBundleService } from './bundle.js';
 import { createCoverageService } from './coverage.js';
 import { Authorization } from '../../gen/envoy/service/auth/v3/external_auth_pb.js';
@@ -126,8 +127,6 @@ export type Services = ReturnType<typeof createServices>;
  * Connect/gRPC/gRPC-Web registration. Methods not yet implemented are simply absent: the Connect
  * runtime answers them with Code.Unimplemented, never with fake data.
  */
-/** Largest ext_authz CheckRequest accepted (RESOURCE_EXHAUSTED beyond it). */
-export const EXT_AUTHZ_MAX_BYTES = 4 * 1024 * 1024;
 
 export function connectRoutes(s: Services) {
   return (router: ConnectRouter) => {

@@ -59,7 +59,8 @@ export function gateRoutes(app: FastifyInstance, { services }: { services: { gat
     };
     // OPTIONS here is a gateway asking about an OPTIONS request, not a browser's CORS preflight:
     // the CORS hook (src/http/cors.ts) adds its headers but leaves the answer to the gate.
-    const config = { cors: { preflight: false } };
+    // The body is drained unread (above): it holds no request body budget (src/http/body-budget.ts).
+    const config = { cors: { preflight: false }, bodyDrained: true };
     scope.route({ method: [...GATE_METHODS], url: '/v1/gate', config, handler });
     scope.route({ method: [...GATE_METHODS], url: '/v1/gate/*', config, handler });
   });
