@@ -45,7 +45,15 @@ describe('clientNetwork: IPv4 /32, IPv6 /64, IPv4-mapped IPv6 as IPv4', () => {
     ['64:ff9b::192.0.2.1', '64:ff9b:0:0::/64'],
     ['[2001:db8:1:2::1]', '2001:db8:1:2::/64'],
   ])('%s -> %s', (address, network) => {
+    // Twice: the second answer is the remembered one.
     expect(clientNetwork(address)).toBe(network);
+    expect(clientNetwork(address)).toBe(network);
+  });
+
+  it('stays right for addresses past its memory (the oldest are forgotten, then computed again)', () => {
+    for (let i = 0; i < 10_000; i++) expect(clientNetwork(`10.${i >> 8}.${i & 255}.1`)).toBe(`10.${i >> 8}.${i & 255}.1`);
+    expect(clientNetwork('2001:db8:1:2::1')).toBe('2001:db8:1:2::/64');
+    expect(clientNetwork('10.0.0.1')).toBe('10.0.0.1');
   });
 
   it('anything that is not an IP address is kept as it is (lower-case), never throws', () => {

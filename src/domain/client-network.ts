@@ -12,6 +12,23 @@ import { isIPv4, isIPv6 } from 'node:net';
  * IP address is returned trimmed and lower-cased, so it still keys one bucket.
  */
 export function clientNetwork(address: string): string {
+  const known = networkMemo.get(address);
+  if (known !== undefined) return known;
+  const network = networkOf(address);
+  if (address.length <= 64) {
+    if (networkMemo.size >= MEMO_MAX_ENTRIES) networkMemo.delete(networkMemo.keys().next().value!);
+    networkMemo.set(address, network);
+  }
+  return network;
+}
+
+// Per request on the hot paths (a report's source, the body budget, rate-limit buckets), for the
+// same few client addresses again and again: remembered, at most MEMO_MAX_ENTRIES (the oldest
+// dropped first), addresses of at most 64 characters, about 1 MB at most.
+const MEMO_MAX_ENTRIES = 8192;
+const networkMemo = new Map<string, string>();
+
+function networkOf(address: string): string {
   const a = address.trim().toLowerCase().replace(/^\[(.*)\]$/, '$1').replace(/%.*$/, '');
   if (isIPv4(a)) return a;
   if (!isIPv6(a)) return a;

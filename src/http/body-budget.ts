@@ -68,7 +68,8 @@ function bytesOf(req: FastifyRequest, routeLimit: number): number {
   const declared = req.headers['content-length'];
   if (declared !== undefined) {
     const n = Number(declared);
-    return n > 0 ? Math.min(n, routeLimit) : 0;
+    // A length that is no number (node's parsers refuse most) reserves what the route may hold.
+    return n === 0 ? 0 : n > 0 ? Math.min(n, routeLimit) : routeLimit;
   }
   if (req.raw.httpVersionMajor === 2) return (req.raw as unknown as http2.Http2ServerRequest).stream.endAfterHeaders ? 0 : routeLimit;
   return req.headers['transfer-encoding'] === undefined ? 0 : routeLimit;
