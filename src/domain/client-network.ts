@@ -4,6 +4,12 @@
 // all count the same thing. One subscriber is routinely given a whole IPv6 /64; counting full
 // IPv6 addresses would let one home connection pose as 2^64 clients.
 import { isIPv4, isIPv6 } from 'node:net';
+import { stringMemo } from './string-memo.js';
+
+// Per request on the hot paths (a report's source, the body budget, rate-limit buckets), for the
+// same few client addresses again and again: at most 8,192 remembered, addresses of at most 64
+// characters, about 1 MB at most.
+const networkMemo = stringMemo(networkOf, { maxEntries: 8192, maxLength: 64 });
 
 /**
  * IPv4: the address itself (/32). IPv6: its /64 prefix, written `a:b:c:d::/64` (groups in
@@ -12,21 +18,8 @@ import { isIPv4, isIPv6 } from 'node:net';
  * IP address is returned trimmed and lower-cased, so it still keys one bucket.
  */
 export function clientNetwork(address: string): string {
-  const known = networkMemo.get(address);
-  if (known !== undefined) return known;
-  const network = networkOf(address);
-  if (address.length <= 64) {
-    if (networkMemo.size >= MEMO_MAX_ENTRIES) networkMemo.delete(networkMemo.keys().next().value!);
-    networkMemo.set(address, network);
-  }
-  return network;
+  return networkMemo(address);
 }
-
-// Per request on the hot paths (a report's source, the body budget, rate-limit buckets), for the
-// same few client addresses again and again: remembered, at most MEMO_MAX_ENTRIES (the oldest
-// dropped first), addresses of at most 64 characters, about 1 MB at most.
-const MEMO_MAX_ENTRIES = 8192;
-const networkMemo = new Map<string, string>();
 
 function networkOf(address: string): string {
   const a = address.trim().toLowerCase().replace(/^\[(.*)\]$/, '$1').replace(/%.*$/, '');

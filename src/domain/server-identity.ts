@@ -1,9 +1,17 @@
 // Server identity (DECISIONS.md "Servers: identity, tracking, category"): a server is its
 // canonical URL; name and slug are derived from it and resolve to it as well.
 
+import { stringMemo } from './string-memo.js';
+
 export class InvalidServerUrl extends Error {}
 
 const MAX_URL_LENGTH = 2048;
+
+// Every hot path (report, trust read, pre-flight, gate decision) canonicalises the URL a client
+// sent, and the same few URLs arrive again and again: parsing one with URL costs 0.4-1 µs, a
+// lookup of the same text a fraction of that. Refusals are computed each time; at most 8,192
+// answers of at most 256 characters: under 7 MB however many distinct URLs clients send.
+const canonicalMemo = stringMemo(canonicalize, { maxEntries: 8192, maxLength: 256 });
 
 /**
  * Canonical form: lower-case scheme and host (URL does that), default port, trailing slash and
@@ -11,28 +19,12 @@ const MAX_URL_LENGTH = 2048;
  * that we never store a secret someone pasted.
  */
 export function canonicalServerUrl(input: string): string {
-  const known = typeof input === 'string' ? canonicalMemo.get(input) : undefined;
-  if (known !== undefined) return known;
-  const url = canonicalize(input);
-  if (input.length <= MEMO_MAX_LENGTH && url.length <= MEMO_MAX_LENGTH) {
-    if (canonicalMemo.size >= MEMO_MAX_ENTRIES) canonicalMemo.delete(canonicalMemo.keys().next().value!);
-    canonicalMemo.set(input, url);
-  }
-  return url;
+  // A non-string (a caller's unchecked JSON) is refused by canonicalize, never looked up.
+  return typeof input === 'string' ? canonicalMemo(input) : canonicalize(input);
 }
 
-// Every hot path (report, trust read, pre-flight, gate decision) canonicalises the URL a client
-// sent, and the same few URLs arrive again and again: parsing one with URL costs 0.4-1 µs, a Map
-// lookup of the same text a tenth of that. Only accepted URLs are remembered (a refusal is
-// computed each time), only short ones (input and answer), at most MEMO_MAX_ENTRIES of them, the
-// oldest dropped first: under 7 MB however many distinct URLs clients send. The function is pure,
-// so a remembered answer is the answer.
-const MEMO_MAX_ENTRIES = 8192;
-const MEMO_MAX_LENGTH = 256;
-const canonicalMemo = new Map<string, string>();
-
 /** How many canonical URLs are remembered (tests hold the bound). */
-export const canonicalMemoSize = (): number => canonicalMemo.size;
+export const canonicalMemoSize = (): number => canonicalMemo.size();
 
 function canonicalize(input: string): string {
   if (typeof input !== 'string' || input.length === 0) throw new InvalidServerUrl('a server URL is required');
