@@ -69,11 +69,12 @@ export function createMetrics(db: Db) {
           if (s.perClient !== null) this.set({ state: 'per_client_cap' }, s.perClient);
         },
       });
-      refusalCounter(registry, 'observatory_http_connections_refused_total', 'New connections refused beyond the connection cap: answered 503 (HTTP/2: closed), or closed at accept', () => stats().refused);
-      refusalCounter(
+      runningTotalCounter(registry, 'observatory_http_connections_refused_total', 'New connections refused beyond the connection cap: answered 503 (HTTP/2: closed), or closed at accept', 'how', () => stats().refused);
+      runningTotalCounter(
         registry,
         'observatory_http_connections_refused_per_client_total',
         "New connections refused beyond their client network's limit: answered 429 (HTTP/2: closed), or closed at accept",
+        'how',
         () => stats().refusedPerClient,
       );
     },
@@ -90,20 +91,16 @@ export function createMetrics(db: Db) {
           this.set({ state: 'per_client' }, budget.perClient);
         },
       });
-      const seen = { total: 0, perClient: 0 };
-      new Counter({
-        name: 'observatory_http_request_body_refused_total',
-        help: 'Requests refused before their body was read: over the process budget (503), or over their client network share (429)',
-        labelNames: ['over'] as const,
-        registers: [registry],
-        collect() {
-          const now = budget.refused();
-          for (const [over, key] of [['budget', 'total'], ['per_client', 'perClient']] as const) {
-            if (now[key] > seen[key]) this.inc({ over }, now[key] - seen[key]);
-            seen[key] = now[key];
-          }
+      runningTotalCounter(
+        registry,
+        'observatory_http_request_body_refused_total',
+        'Requests refused before their body was read: over the process budget (503), or over their client network share (429)',
+        'over',
+        () => {
+          const r = budget.refused();
+          return { budget: r.total, per_client: r.perClient };
         },
-      });
+      );
     },
     install(app: FastifyInstance) {
       // Each route records into its own entry, found once when the route is added; requests that
@@ -131,19 +128,19 @@ export function createMetrics(db: Db) {
 
 export type Metrics = ReturnType<typeof createMetrics>;
 
-/** A counter of refused connections by how (answered, dropped), read from the listener's running totals at each scrape. */
-function refusalCounter(registry: Registry, name: string, help: string, totals: () => { answered: number; dropped: number }) {
-  const seen = { answered: 0, dropped: 0 };
+/** A counter that follows running totals kept elsewhere (one per value of `label`), read at each scrape. */
+function runningTotalCounter(registry: Registry, name: string, help: string, label: string, totals: () => Record<string, number>) {
+  const seen = new Map<string, number>();
   new Counter({
     name,
     help,
-    labelNames: ['how'] as const,
+    labelNames: [label],
     registers: [registry],
     collect() {
-      const now = totals();
-      for (const how of ['answered', 'dropped'] as const) {
-        if (now[how] > seen[how]) this.inc({ how }, now[how] - seen[how]);
-        seen[how] = now[how];
+      for (const [value, now] of Object.entries(totals())) {
+        const before = seen.get(value) ?? 0;
+        if (now > before) this.inc({ [label]: value }, now - before);
+        seen.set(value, now);
       }
     },
   });
