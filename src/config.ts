@@ -354,7 +354,7 @@ function retentionDays(env: Env): number {
   return days;
 }
 
-function httpLimits(env: Env): HttpConfig {
+function httpLimits(env: Env, proxies: Config['trustProxy']): HttpConfig {
   const headersTimeoutMs = int(env, 'HTTP_HEADERS_TIMEOUT_MS', 20_000, 100, 600_000);
   const requestTimeoutMs = int(env, 'HTTP_REQUEST_TIMEOUT_MS', 60_000, 100, 3_600_000);
   if (headersTimeoutMs > requestTimeoutMs) {
@@ -373,7 +373,7 @@ function httpLimits(env: Env): HttpConfig {
     h2MaxConcurrentStreams: int(env, 'HTTP2_MAX_CONCURRENT_STREAMS', 100, 1, 2_147_483_647),
     maxConnections,
     maxConnectionsPerClient: int(env, 'MAX_CONNECTIONS_PER_CLIENT', 0, 0, 1_000_000),
-    trustProxy: trustProxy(env),
+    trustProxy: proxies,
     bodyBudgetBytes: int(env, 'HTTP_BODY_BUDGET_BYTES', DEFAULT_BODY_BUDGET_BYTES, 1024 * 1024, 64 * 1024 * 1024 * 1024),
   };
 }
@@ -389,7 +389,8 @@ export function loadConfig(env: Env = process.env): Config {
   }
   const bodyLimit = int(env, 'BODY_LIMIT', 64 * 1024, 1024, 16 * 1024 * 1024);
   const otlpMaxExportBytes = int(env, 'OTLP_MAX_EXPORT_BYTES', 4 * 1024 * 1024, 64 * 1024, 64 * 1024 * 1024);
-  const http = httpLimits(env);
+  const proxies = trustProxy(env);
+  const http = httpLimits(env, proxies);
   // One client network's share (an eighth) must hold the largest body a route accepts (an OTLP
   // export, or ext_authz's 4 MiB CheckRequest), or such a request could never be taken.
   const largestBody = Math.max(bodyLimit, otlpMaxExportBytes, EXT_AUTHZ_MAX_BYTES);
@@ -442,7 +443,7 @@ export function loadConfig(env: Env = process.env): Config {
     publicBaseUrl: httpUrl('PUBLIC_BASE_URL', str(env, 'PUBLIC_BASE_URL') ?? `http://localhost:${port}`),
     allowPrivateTargets: bool(env, 'ALLOW_PRIVATE_TARGETS'),
     cacheMaxEntries: int(env, 'CACHE_MAX_ENTRIES', DEFAULT_CACHE_MAX_ENTRIES, 100, 10_000_000),
-    trustProxy: trustProxy(env),
+    trustProxy: proxies,
     logLevel,
     bodyLimit,
     healthIntervalMs: int(env, 'GRPC_HEALTH_INTERVAL_MS', 5_000, 100, 600_000),

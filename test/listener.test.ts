@@ -6,7 +6,8 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import type { HttpConfig } from '../src/config.js';
-import { connectionCap, DERIVED_MAX_CONNECTIONS, FALLBACK_MAX_CONNECTIONS, MIN_CONNECTIONS_PER_CLIENT, overflowFor, perClientLimit, trustedPeer } from '../src/http/connection-cap.js';
+import { connectionCap, DERIVED_MAX_CONNECTIONS, FALLBACK_MAX_CONNECTIONS, MIN_CONNECTIONS_PER_CLIENT, overflowFor, perClientLimit } from '../src/http/connection-cap.js';
+import { trustedPeer } from '../src/http/client-address.js';
 import { createDualProtocolServer, type DualProtocolServer } from '../src/http/listener.js';
 import { eventually, H2_PREFACE, h2Connect, rawConnect, statusOf } from './support/connections.js';
 

@@ -1,3 +1,4 @@
+import { BlockList, isIPv4, isIPv6 } from 'node:net';
 import { createContextValues, type ContextValues } from '@connectrpc/connect';
 import type { Config } from '../config.js';
 import { clientAddressKey } from '../services/context.js';
@@ -15,6 +16,25 @@ export function fastifyTrustProxy(trust: Config['trustProxy']): false | string[]
   if (typeof trust === 'number') return (_addr, hop) => hop < trust;
   if (trust === true) return (_addr, hop) => hop < 1;
   return trust;
+}
+
+/**
+ * Whether a socket's peer is a proxy TRUST_PROXY trusts: its connections carry many clients, so
+ * none counts against one client's limit. A hop count (or `1`) trusts every peer, as fastify does
+ * for the client address; a list trusts the peers it names (addresses and CIDRs).
+ */
+export function trustedPeer(trust: Config['trustProxy']): (address: string) => boolean {
+  if (trust === false) return () => false;
+  if (!Array.isArray(trust)) return () => true;
+  const list = new BlockList();
+  for (const item of trust) {
+    const [address = '', prefix] = item.split('/');
+    const type = isIPv4(address) ? 'ipv4' : 'ipv6';
+    if (prefix === undefined) list.addAddress(address, type);
+    else list.addSubnet(address, Number(prefix), type);
+  }
+  // IPv4 rules also match IPv4-mapped IPv6 peers (a listener on ::).
+  return (address) => (isIPv4(address) ? list.check(address, 'ipv4') : isIPv6(address) && list.check(address, 'ipv6'));
 }
 
 /**

@@ -2,7 +2,6 @@
 // when the process runs out of them it can accept nothing and open nothing (PGlite's files,
 // PostgreSQL connections, probes), so the cap keeps a reserve of descriptors for everything else.
 import { readdirSync, readFileSync } from 'node:fs';
-import { BlockList, isIPv4, isIPv6 } from 'node:net';
 
 export interface DescriptorUsage {
   /** The soft RLIMIT_NOFILE, or null where it cannot be read (not Linux). */
@@ -57,25 +56,6 @@ export const MIN_CONNECTIONS_PER_CLIENT = 16;
 export function perClientLimit(configured: number, served: number): number {
   if (configured > 0) return configured;
   return Math.max(MIN_CONNECTIONS_PER_CLIENT, Math.ceil(served / 8));
-}
-
-/**
- * Whether a socket's peer is a proxy TRUST_PROXY trusts: its connections carry many clients, so
- * none counts against one client's limit. A hop count (or `1`) trusts every peer, as fastify does
- * for the client address; a list trusts the peers it names (addresses and CIDRs).
- */
-export function trustedPeer(trust: boolean | number | string[]): (address: string) => boolean {
-  if (trust === false) return () => false;
-  if (!Array.isArray(trust)) return () => true;
-  const list = new BlockList();
-  for (const item of trust) {
-    const [address = '', prefix] = item.split('/');
-    const type = isIPv4(address) ? 'ipv4' : 'ipv6';
-    if (prefix === undefined) list.addAddress(address, type);
-    else list.addSubnet(address, Number(prefix), type);
-  }
-  // IPv4 rules also match IPv4-mapped IPv6 peers (a listener on ::).
-  return (address) => (isIPv4(address) ? list.check(address, 'ipv4') : isIPv6(address) && list.check(address, 'ipv6'));
 }
 
 /** This process's descriptor limit and count, from /proc (Linux); nulls elsewhere. */

@@ -3,7 +3,8 @@ import http2 from 'node:http2';
 import type { Socket } from 'node:net';
 import type { HttpConfig } from '../config.js';
 import { clientNetwork } from '../domain/client-network.js';
-import { connectionCap, descriptorUsage, overflowFor, perClientLimit, trustedPeer, type ConnectionCap } from './connection-cap.js';
+import { trustedPeer } from './client-address.js';
+import { connectionCap, descriptorUsage, overflowFor, perClientLimit, type ConnectionCap } from './connection-cap.js';
 import { answerClientError, closeAfterOurEnd, endWithAnswer, rawProblem, requestTimeoutError, trackResponse, waitingFor } from './socket-answers.js';
 
 type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
