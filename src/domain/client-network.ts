@@ -48,3 +48,15 @@ function ipv6Groups(a: string): number[] {
   const tail = parse(a.slice(gap + 2));
   return [...head, ...Array<number>(8 - head.length - tail.length).fill(0), ...tail];
 }
+
+/**
+ * Adds `delta` to a client network's count in `counts` (connections held, body bytes reserved),
+ * dropping the entry when it reaches 0, so the map holds only networks with something open.
+ * Returns the new count.
+ */
+export function addToNetwork(counts: Map<string, number>, network: string, delta: number): number {
+  const n = (counts.get(network) ?? 0) + delta;
+  if (n <= 0) counts.delete(network);
+  else counts.set(network, n);
+  return n;
+}

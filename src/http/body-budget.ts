@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type http from 'node:http';
 import type http2 from 'node:http2';
-import { clientNetwork } from '../domain/client-network.js';
+import { addToNetwork, clientNetwork } from '../domain/client-network.js';
 import { sendProblem } from './problem.js';
 import { rpcProtocolOf, sendRpcProblem } from './rpc-errors.js';
 import { withRouteHook } from './route-hooks.js';
@@ -58,9 +58,7 @@ function release(this: Reserved): void {
   const n = this[kBytes]!;
   const network = this[kNetwork]!;
   s.total -= n;
-  const left = s.byNetwork.get(network)! - n;
-  if (left <= 0) s.byNetwork.delete(network);
-  else s.byNetwork.set(network, left);
+  addToNetwork(s.byNetwork, network, -n);
 }
 
 /** Bytes the request may hold: 0 when it has no body. */
@@ -103,13 +101,12 @@ export function installBodyBudget(app: FastifyInstance, opts: { limit: number; d
         return refuse(req, reply, 'unavailable', 'the service holds as many request bodies as it may (HTTP_BODY_BUDGET_BYTES); retry shortly');
       }
       const network = clientNetwork(req.ip);
-      const ofNetwork = (s.byNetwork.get(network) ?? 0) + n;
-      if (ofNetwork > s.perClient) {
+      if ((s.byNetwork.get(network) ?? 0) + n > s.perClient) {
         s.refused.perClient++;
         return refuse(req, reply, 'rate_limited', "this client network's request bodies in flight reach its share of HTTP_BODY_BUDGET_BYTES; send fewer at once, or retry once some are answered");
       }
       s.total += n;
-      s.byNetwork.set(network, ofNetwork);
+      addToNetwork(s.byNetwork, network, n);
       const res = reply.raw as Reserved;
       res[kState] = s;
       res[kBytes] = n;

@@ -2,7 +2,7 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import type { Socket } from 'node:net';
 import type { HttpConfig } from '../config.js';
-import { clientNetwork } from '../domain/client-network.js';
+import { addToNetwork, clientNetwork } from '../domain/client-network.js';
 import { trustedPeer } from './client-address.js';
 import { connectionCap, descriptorUsage, overflowFor, perClientLimit, type ConnectionCap } from './connection-cap.js';
 import { answerClientError, closeAfterOurEnd, endWithAnswer, rawProblem, requestTimeoutError, trackResponse, waitingFor } from './socket-answers.js';
@@ -122,14 +122,10 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
     open++;
     const peer = socket.remoteAddress;
     const network = perClient !== null && peer !== undefined && !isTrustedPeer(peer) ? clientNetwork(peer) : null;
-    const ofClient = network === null ? 0 : (byNetwork.get(network) ?? 0) + 1;
-    if (network !== null) byNetwork.set(network, ofClient);
+    const ofClient = network === null ? 0 : addToNetwork(byNetwork, network, 1);
     socket.once('close', () => {
       open--;
-      if (network === null) return;
-      const left = byNetwork.get(network)! - 1;
-      if (left === 0) byNetwork.delete(network);
-      else byNetwork.set(network, left);
+      if (network !== null) addToNetwork(byNetwork, network, -1);
     });
     if (network !== null && ofClient > perClient! + overflowFor(perClient!)) {
       refusedPerClient.dropped++;
