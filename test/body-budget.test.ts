@@ -11,7 +11,7 @@ import { TelemetryService } from '../gen/observatory/v1/telemetry_pb.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 import { expectConfigRefusal } from './support/config.js';
-import { rawConnect, rawGet, statusOf } from './support/connections.js';
+import { eventually, rawConnect, rawGet, statusOf } from './support/connections.js';
 
 const MiB = 1024 * 1024;
 // The smallest budget allowed: eight of the largest body (4 MiB), so one client network's share
@@ -60,11 +60,6 @@ const report = (from?: string) =>
     return c.data();
   });
 
-async function until(ok: () => boolean | Promise<boolean>, ms = 10_000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (!(await ok()) && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
-  return ok();
-}
 
 async function budgetMetrics(): Promise<{ held: number; refusedPerClient: number; refusedBudget: number }> {
   const m = await rawGet(port, '/metrics');
@@ -82,7 +77,7 @@ describe(`request bodies in flight (${backend})`, () => {
     const first = openExport(s, 1024 * 1024);
     // The next ones, from the same network, exceed its share (one 4 MiB export): answered without reading them.
     const more = Array.from({ length: 20 }, () => openExport(s, 256 * 1024));
-    expect(await until(() => more.every((e) => e.answer.status !== 0))).toBe(true);
+    expect(await eventually(() => more.every((e) => e.answer.status !== 0), 10_000)).toBe(true);
     for (const e of more) {
       expect(e.answer.status).toBe(429);
       expect(e.answer.headers['content-type']).toContain('application/problem+json');
@@ -100,7 +95,7 @@ describe(`request bodies in flight (${backend})`, () => {
 
     // The unfinished export ends (the client gives up): its reservation ends with it.
     first.stream.close(http2.constants.NGHTTP2_CANCEL);
-    expect(await until(() => first.stream.closed)).toBe(true);
+    expect(await eventually(() => first.stream.closed, 10_000)).toBe(true);
     let stored = 0;
     for (let i = 0; i < 50 && stored === 0; i++) {
       if (statusOf(await report()) === 200) stored++;
@@ -115,10 +110,10 @@ describe(`request bodies in flight (${backend})`, () => {
   it('holds the process to its budget: once eight networks hold their shares, a ninth is answered 503', async () => {
     const sessions = Array.from({ length: 8 }, (_, i) => session(`127.0.1.${i + 1}`));
     const held = sessions.map((s) => openExport(s, 64 * 1024));
-    expect(await until(async () => (await budgetMetrics()).held >= BUDGET, 10_000)).toBe(true);
+    expect(await eventually(async () => (await budgetMetrics()).held >= BUDGET, 10_000)).toBe(true);
     const ninth = session('127.0.1.9');
     const refused = openExport(ninth, 1024);
-    expect(await until(() => refused.answer.status !== 0)).toBe(true);
+    expect(await eventually(() => refused.answer.status !== 0, 10_000)).toBe(true);
     expect(refused.answer.status).toBe(503);
     expect(refused.answer.body).toContain('HTTP_BODY_BUDGET_BYTES');
     // A request without a body needs no budget.
@@ -126,7 +121,7 @@ describe(`request bodies in flight (${backend})`, () => {
     for (const h of held) expect(h.answer.status).toBe(0);
     // The clients go away with their bodies unfinished: every reservation ends with its connection.
     for (const s of [...sessions, ninth]) s.destroy();
-    expect(await until(async () => (await budgetMetrics()).held === 0, 10_000)).toBe(true);
+    expect(await eventually(async () => (await budgetMetrics()).held === 0, 10_000)).toBe(true);
     expect((await budgetMetrics()).refusedBudget).toBeGreaterThanOrEqual(1);
   });
 

@@ -98,11 +98,11 @@ export function closeWaitCount(port: number): number | null {
   return n;
 }
 
-/** Polls until fn() is true or the bound passes; returns the last value of fn(). */
-export async function eventually(fn: () => boolean, boundMs = CLOSE_BOUND_MS): Promise<boolean> {
+/** Polls until fn() is true (it may also answer asynchronously) or the bound passes; returns the last value of fn(). */
+export async function eventually(fn: () => boolean | Promise<boolean>, boundMs = CLOSE_BOUND_MS): Promise<boolean> {
   const until = Date.now() + boundMs;
   while (Date.now() < until) {
-    if (fn()) return true;
+    if (await fn()) return true;
     await new Promise((r) => setTimeout(r, 50));
   }
   return fn();
