@@ -9,7 +9,7 @@ import { createMetrics } from './http/metrics.js';
 import { installCors } from './http/cors.js';
 import { lazyRequestLogger } from './http/request-logger.js';
 import { connectPlugin } from './http/connect-adapter.js';
-import { installProblemHandlers, sendProblem, trackRoutes } from './http/problem.js';
+import { installProblemHandlers, sendProblem, sendProblemToCaller, trackRoutes } from './http/problem.js';
 import { answerClientError } from './http/socket-answers.js';
 import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
@@ -17,7 +17,7 @@ import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
 import { installBodyBudget } from './http/body-budget.js';
 import { parseErrorsAreInvalidArgument } from './http/connect-parse-errors.js';
 import { registerHealth, registerReflection } from './http/grpc-introspection.js';
-import { nativeHandlerErrors, refusalsCarryConnectErrors, rpcProtocolOf, sendRpcProblem } from './http/rpc-errors.js';
+import { nativeHandlerErrors, refusalsCarryConnectErrors } from './http/rpc-errors.js';
 import { createHealthMonitor, type HealthMonitor } from './services/health.js';
 import { contractValidationInterceptor } from './http/contract-validation.js';
 import { createServices, connectRoutes, type Services } from './services/index.js';
@@ -166,10 +166,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     if (health.draining) {
       // Shutting down: in-flight requests finish, new ones are told to go elsewhere.
       if (req.raw.httpVersionMajor === 1) reply.header('connection', 'close');
-      const rpc = rpcProtocolOf(req);
-      const detail = 'the service is shutting down; retry on another instance';
-      if (rpc) sendRpcProblem(req, reply, rpc, 'unavailable', detail, { 'retry-after': '1' });
-      else sendProblem(reply, 'unavailable', detail, { headers: { 'retry-after': '1' } });
+      sendProblemToCaller(req, reply, 'unavailable', 'the service is shutting down; retry on another instance', { 'retry-after': '1' });
       return;
     }
     done();

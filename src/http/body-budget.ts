@@ -2,8 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type http from 'node:http';
 import type http2 from 'node:http2';
 import { addToNetwork, clientNetwork } from '../domain/client-network.js';
-import { sendProblem } from './problem.js';
-import { rpcProtocolOf, sendRpcProblem } from './rpc-errors.js';
+import { sendProblemToCaller } from './problem.js';
 import { withRouteHook } from './route-hooks.js';
 
 // How many bytes of request bodies the process may hold at once (HTTP_BODY_BUDGET_BYTES), and one
@@ -77,9 +76,7 @@ function refuse(req: FastifyRequest, reply: FastifyReply, problem: 'unavailable'
   const headers: Record<string, string> = { 'retry-after': '2' };
   // The body stays unread: on HTTP/1.1 the connection ends with the answer.
   if (req.raw.httpVersionMajor === 1) headers.connection = 'close';
-  const rpc = rpcProtocolOf(req);
-  if (rpc) sendRpcProblem(req, reply, rpc, problem, detail, headers);
-  else sendProblem(reply, problem, detail, { headers });
+  sendProblemToCaller(req, reply, problem, detail, headers);
 }
 
 /**

@@ -44,6 +44,16 @@ export function problemFromError(err: unknown): { code: ProblemCode; detail: str
   return { code: 'internal', detail: 'internal error' };
 }
 
+/**
+ * A refusal in the caller's protocol: Connect, gRPC and gRPC-Web callers get their own protocol's
+ * error (src/http/rpc-errors.ts), everyone else problem+json.
+ */
+export function sendProblemToCaller(req: FastifyRequest, reply: FastifyReply, code: ProblemCode, detail: string, headers: Record<string, string> = {}) {
+  const rpc = rpcProtocolOf(req);
+  if (rpc) return sendRpcProblem(req, reply, rpc, code, detail, headers);
+  return sendProblem(reply, code, detail, { headers });
+}
+
 export function installProblemHandlers(app: FastifyInstance) {
   app.setErrorHandler((err, req: FastifyRequest, reply: FastifyReply) => {
     const p = problemFromError(err);
