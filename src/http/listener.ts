@@ -135,9 +135,11 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
     const overClientLimit = network !== null && ofClient > perClient!;
     closeAfterOurEnd(socket);
     const overCapacity = !overClientLimit && cap !== null && open > cap.served;
+    // Where a refusal is counted; null when the connection is served.
+    const refusal = overClientLimit ? refusedPerClient : overCapacity ? refused : null;
     let buffered: Buffer = Buffer.alloc(0);
     undecided.add(socket);
-    const deadline = setTimeout(() => socket.destroy(), overCapacity || overClientLimit ? Math.min(limits.firstByteTimeoutMs, OVER_CAPACITY_FIRST_BYTE_MS) : limits.firstByteTimeoutMs);
+    const deadline = setTimeout(() => socket.destroy(), refusal !== null ? Math.min(limits.firstByteTimeoutMs, OVER_CAPACITY_FIRST_BYTE_MS) : limits.firstByteTimeoutMs);
     deadline.unref();
     const onEnd = () => socket.destroy();
     const decided = () => {
@@ -153,16 +155,11 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
       const isH2Prefix = buffered.subarray(0, n).equals(H2_PREFIX.subarray(0, n));
       if (isH2Prefix && buffered.length < H2_PREFIX.length) return; // need more bytes to decide
       decided();
-      if (overClientLimit) {
-        refusedPerClient.answered++;
+      if (refusal !== null) {
+        refusal.answered++;
+        // HTTP/1.1 gets a 429 or 503 it can act on; an HTTP/2 client cannot read one and is closed (gRPC: UNAVAILABLE, retried).
         if (isH2Prefix) socket.destroy();
-        else endWithAnswer(socket, rawProblem('rate_limited', `this client network already holds ${perClient} open connections (MAX_CONNECTIONS_PER_CLIENT); reuse them, or retry once some are closed`, { 'Retry-After': '2' }));
-        return;
-      }
-      if (overCapacity) {
-        refused.answered++;
-        // HTTP/1.1 gets a 503 it can act on; an HTTP/2 client cannot read one and is closed (gRPC: UNAVAILABLE, retried).
-        if (isH2Prefix) socket.destroy();
+        else if (overClientLimit) endWithAnswer(socket, rawProblem('rate_limited', `this client network already holds ${perClient} open connections (MAX_CONNECTIONS_PER_CLIENT); reuse them, or retry once some are closed`, { 'Retry-After': '2' }));
         else endWithAnswer(socket, rawProblem('unavailable', 'the service has too many open connections; retry shortly', { 'Retry-After': '2' }));
         return;
       }
