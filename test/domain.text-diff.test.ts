@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { diffLines, MAX_DIFF_LINES, readablePart, splitLines, withContext, type DiffLine } from '../src/domain/text-diff.js';
+import { clipForDisplay, DIFF_DISPLAY_LIMITS, diffLines, MAX_DIFF_LINES, newDisplayBudget, readablePart, splitLines, withContext, type DiffLine } from '../src/domain/text-diff.js';
 import { hashManifest, jcs } from '../src/domain/drift.js';
 
 const ops = (d: DiffLine[]) => d.map((l) => `${l.op}${l.text}`);
@@ -32,6 +32,38 @@ describe('line diff', () => {
     expect(d.at(-1)).toEqual({ op: ' ', text: 'tail' });
     expect(d.filter((l) => l.op === '-')).toHaveLength(big.length);
     expect(d.filter((l) => l.op === '+')).toHaveLength(big.length);
+  });
+
+  it('compares line by line only within the budget it is given, and spends it', () => {
+    const before = Array.from({ length: 100 }, (_, i) => `b${i}`);
+    const after = Array.from({ length: 50 }, (_, i) => (i % 2 ? `b${i}` : `a${i}`));
+    const budget = { cells: 100 * 50 };
+    const d = diffLines(['head', ...before], ['head', ...after], budget);
+    expect(budget.cells).toBe(0); // the common head costs nothing
+    expect(d.filter((l) => l.op === ' ')).toHaveLength(1 + 25);
+    // Over what is left: whole-for-whole, nothing spent.
+    const whole = diffLines(before, after, budget);
+    expect(whole.filter((l) => l.op === ' ')).toHaveLength(0);
+    expect(budget.cells).toBe(0);
+    expect(newDisplayBudget()).toEqual({ cells: DIFF_DISPLAY_LIMITS.pageCells, chars: DIFF_DISPLAY_LIMITS.pageChars });
+  });
+
+  it('cuts what a page shows: lines per part, characters per line (never inside a surrogate pair), characters per page', () => {
+    const many: DiffLine[] = Array.from({ length: DIFF_DISPLAY_LIMITS.partLines + 10 }, (_, i) => ({ op: '+', text: `l${i}` }));
+    const budget = { chars: 1_000_000 };
+    const shown = clipForDisplay([{ op: '…', count: 5 }, ...many], budget);
+    expect(shown.lines).toHaveLength(DIFF_DISPLAY_LIMITS.partLines);
+    expect(shown.hidden).toBe(11);
+    expect(budget.chars).toBe(1_000_000 - shown.lines.reduce((n, l) => n + (l.op === '…' ? 0 : l.text.length), 0));
+
+    const wide = `${'x'.repeat(DIFF_DISPLAY_LIMITS.lineChars - 1)}😀tail`;
+    const cut = clipForDisplay([{ op: '-', text: wide }], { chars: 1_000_000 }).lines[0] as DiffLine;
+    expect(cut.text).toBe(`${'x'.repeat(DIFF_DISPLAY_LIMITS.lineChars - 1)}…`);
+
+    const small = { chars: 5 };
+    const page = clipForDisplay([{ op: ' ', text: 'abc' }, { op: '+', text: 'defg' }, { op: '+', text: 'h' }, { op: '…', count: 3 }], small);
+    expect(page).toEqual({ lines: [{ op: ' ', text: 'abc' }], hidden: 1 + 1 + 3 });
+    expect(small.chars).toBe(2);
   });
 
   it('folds long unchanged runs, keeping context around changes', () => {

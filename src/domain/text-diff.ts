@@ -15,6 +15,29 @@ export interface DiffGap {
 /** Beyond this many lines on a side the LCS table would be too big: the diff is whole-for-whole. */
 export const MAX_DIFF_LINES = 2000;
 
+/**
+ * What one page of diffs may spend (the /drift page; its texts come from the servers it shows, so
+ * from anyone who runs one): LCS table cells over every diff (a 2,000 x 2,000-line comparison is
+ * 4 M), lines one part shows, characters one line shows, characters the whole page shows.
+ */
+export const DIFF_DISPLAY_LIMITS = { pageCells: 8_000_000, partLines: 400, lineChars: 1_000, pageChars: 1_000_000 } as const;
+
+/** What is left of a page's allowance (DIFF_DISPLAY_LIMITS), spent by diffLines and clipForDisplay. */
+export interface DisplayBudget {
+  cells: number;
+  chars: number;
+}
+
+export function newDisplayBudget(): DisplayBudget {
+  return { cells: DIFF_DISPLAY_LIMITS.pageCells, chars: DIFF_DISPLAY_LIMITS.pageChars };
+}
+
+/** A diff (or a whole text as added or removed lines) cut to what a page shows; `hidden` lines were left out. */
+export interface ShownLines {
+  lines: (DiffLine | DiffGap)[];
+  hidden: number;
+}
+
 /** Splits into lines; a trailing newline does not make an extra empty line. */
 export function splitLines(s: string): string[] {
   if (s === '') return [];
@@ -28,7 +51,7 @@ export function splitLines(s: string): string[] {
  * removed ('-') and added ('+'), removals before additions within a change. Common prefix and
  * suffix are peeled off first, so a small edit in a long text costs little.
  */
-export function diffLines(before: string[], after: string[]): DiffLine[] {
+export function diffLines(before: string[], after: string[], budget?: Pick<DisplayBudget, 'cells'>): DiffLine[] {
   let start = 0;
   while (start < before.length && start < after.length && before[start] === after[start]) start++;
   let endB = before.length;
@@ -42,9 +65,11 @@ export function diffLines(before: string[], after: string[]): DiffLine[] {
   const b = before.slice(start, endB);
   const a = after.slice(start, endA);
   let middle: DiffLine[];
-  if (b.length > MAX_DIFF_LINES || a.length > MAX_DIFF_LINES) {
+  const cells = b.length * a.length;
+  if (b.length > MAX_DIFF_LINES || a.length > MAX_DIFF_LINES || (budget !== undefined && cells > budget.cells)) {
     middle = [...b.map((text): DiffLine => ({ op: '-', text })), ...a.map((text): DiffLine => ({ op: '+', text }))];
   } else {
+    if (budget !== undefined) budget.cells -= cells;
     middle = lcsDiff(b, a);
   }
   return [...head, ...middle, ...tail];
@@ -107,6 +132,40 @@ export function withContext(lines: DiffLine[], context = 3): (DiffLine | DiffGap
   });
   if (gap > 0) out.push({ op: '…', count: gap });
   return out;
+}
+
+/**
+ * Cuts a diff to what a page shows: at most DIFF_DISPLAY_LIMITS.partLines lines, each at most
+ * lineChars characters (cut with "…"), and no more characters than the page has left (`budget`,
+ * spent here). Unchanged runs already folded into gaps cost nothing.
+ */
+export function clipForDisplay(lines: readonly (DiffLine | DiffGap)[], budget: Pick<DisplayBudget, 'chars'>): ShownLines {
+  const out: (DiffLine | DiffGap)[] = [];
+  let hidden = 0;
+  for (const l of lines) {
+    if (hidden > 0 || out.length >= DIFF_DISPLAY_LIMITS.partLines) {
+      hidden += l.op === '…' ? l.count : 1;
+      continue;
+    }
+    if (l.op === '…') {
+      out.push(l);
+      continue;
+    }
+    const text = l.text.length > DIFF_DISPLAY_LIMITS.lineChars ? `${cutAt(l.text, DIFF_DISPLAY_LIMITS.lineChars)}…` : l.text;
+    if (text.length > budget.chars) {
+      hidden++;
+      continue;
+    }
+    budget.chars -= text.length;
+    out.push(text === l.text ? l : { op: l.op, text });
+  }
+  return { lines: out, hidden };
+}
+
+/** The first `n` UTF-16 units of `s`, one fewer when the cut would split a surrogate pair. */
+function cutAt(s: string, n: number): string {
+  const c = s.charCodeAt(n - 1);
+  return s.slice(0, c >= 0xd800 && c <= 0xdbff ? n - 1 : n);
 }
 
 /**

@@ -7,12 +7,19 @@ import { html, type SafeHtml } from './html.js';
 import { page } from './layout.js';
 import { serverCardSection, serverHref } from './monitor.js';
 import type { DiffGap, DiffLine } from '../domain/text-diff.js';
+import { DRIFT_PAGE_LIMITS, type ShownPart } from '../services/drift.js';
 
 const PART_WORDS: Record<string, string> = { description: 'description', input_schema: 'input schema', output_schema: 'output schema', annotations: 'annotations' };
 const shortHash = (h: string | null) => (h ? h.slice(0, 12) : 'absent');
 
-/** A line diff as a block people read: removed lines red with "−", added green with "+", long unchanged runs folded. */
-function textDiff(lines: (DiffLine | DiffGap)[]): SafeHtml {
+/** A tool name as the page shows it: names are the servers' own, so a long one is cut. */
+const toolName = (n: string) => (n.length > 200 ? `${n.slice(0, 200)}…` : n);
+
+/** A line diff (or a whole text) as a block people read: removed lines red with "−", added green with "+", long unchanged runs folded; or why it is not shown. */
+function shownPart(p: ShownPart): SafeHtml {
+  if (p.kind === 'unknown') return html`<p class="small muted">Only the hashes are known: the earlier baseline was recorded before texts were stored.</p>`;
+  if (p.kind === 'too_long') return html`<p class="small muted" data-shown="too_long">This part is ${fmtInt(p.bytes)} bytes, more than the ${fmtInt(DRIFT_PAGE_LIMITS.partTextBytes)} this page shows of one part: compare the hashes above.</p>`;
+  if (p.kind === 'over_page') return html`<p class="small muted" data-shown="over_page">Not shown: this page already holds as much text as it shows at once (newest drifts first).</p>`;
   const row = (l: DiffLine | DiffGap) =>
     l.op === '…'
       ? html`<span class="gap">… ${fmtInt(l.count)} unchanged line${l.count === 1 ? '' : 's'}</span>`
@@ -21,14 +28,16 @@ function textDiff(lines: (DiffLine | DiffGap)[]): SafeHtml {
         : l.op === '+'
           ? html`<ins>+ ${l.text}</ins>`
           : html`<span>  ${l.text}</span>`;
-  return html`<pre class="textdiff">${lines.map(row)}</pre>`;
+  const more = p.hidden > 0 ? html`<span class="gap" data-shown="hidden">… ${fmtInt(p.hidden)} more line${p.hidden === 1 ? '' : 's'} not shown here</span>` : '';
+  return html`<pre class="textdiff">${p.lines.map(row)}${more}</pre>`;
 }
 
 /** A whole added or removed tool: the text of each of its parts. */
-function toolText(kind: 'added' | 'removed', t: { name: string; parts: { part: string; text: string | null }[] }): SafeHtml {
-  const known = t.parts.filter((p) => p.text !== null);
-  return html`<details class="tooldiff" data-tool="${t.name}" data-change="${kind}"><summary>${kind === 'added' ? html`<ins>+ ${t.name}</ins> added` : html`<del>− ${t.name}</del> removed`}</summary>
-${known.length === 0 ? html`<p class="small muted">Its text was not kept by that baseline (recorded before texts were stored).</p>` : known.map((p) => html`<h4>${PART_WORDS[p.part] ?? p.part}</h4>${textDiff((p.text ?? '').split('\n').map((text) => ({ op: kind === 'added' ? '+' : '-', text })))}`)}
+function toolText(kind: 'added' | 'removed', t: { name: string; parts: { part: string; text: ShownPart }[] }): SafeHtml {
+  const name = toolName(t.name);
+  const known = t.parts.filter((p) => p.text.kind !== 'unknown');
+  return html`<details class="tooldiff" data-tool="${name}" data-change="${kind}"><summary>${kind === 'added' ? html`<ins>+ ${name}</ins> added` : html`<del>− ${name}</del> removed`}</summary>
+${known.length === 0 ? html`<p class="small muted">Its text was not kept by that baseline (recorded before texts were stored).</p>` : known.map((p) => html`<h4>${PART_WORDS[p.part] ?? p.part}</h4>${shownPart(p.text)}`)}
 </details>`;
 }
 
@@ -51,8 +60,8 @@ export async function driftPage(services: Services, q: { server?: string }): Pro
       }
 ${
   r.driftDetected
-    ? html`<ul class="diff">${(r.toolsAdded ?? []).map((n) => html`<li><ins>+ ${n}</ins> added</li>`)}${(r.toolsRemoved ?? []).map((n) => html`<li><del>− ${n}</del> removed</li>`)}${changed.map(
-        (c) => html`<li><b>${c.name}</b>: ${(c.changes ?? []).map((p) => PART_WORDS[p] ?? p).join(', ')} changed</li>`,
+    ? html`<ul class="diff">${(r.toolsAdded ?? []).map((n) => html`<li><ins>+ ${toolName(n)}</ins> added</li>`)}${(r.toolsRemoved ?? []).map((n) => html`<li><del>− ${toolName(n)}</del> removed</li>`)}${changed.map(
+        (c) => html`<li><b>${toolName(c.name ?? '')}</b>: ${(c.changes ?? []).map((p) => PART_WORDS[p] ?? p).join(', ')} changed</li>`,
       )}</ul>`
     : ''
 }
@@ -85,20 +94,17 @@ ${
         (d) => html`<article class="drift" id="drift-${d.baselineId}" data-server="${d.serverUrl}"><h3><a href="${serverHref(d.slug)}">${d.name}</a></h3>
 <p class="small muted">Changed between the baseline of ${fmtTime(d.previousBaselineAt)} and the baseline of ${fmtTime(d.baselineAt)} · ${fmtInt(d.toolCount)} tools now · receipt <a href="/v1/receipt/${d.receiptId}"><code>${d.receiptId}</code></a></p>
 <div class="table-wrap"><table class="diff"><thead><tr><th>Tool</th><th>Change</th><th class="hide-sm">Before (sha-256)</th><th class="hide-sm">After (sha-256)</th></tr></thead><tbody>
-${d.added.map(({ name: n }) => html`<tr><td><ins>${n}</ins></td><td>tool added</td><td class="hide-sm">–</td><td class="hide-sm">–</td></tr>`)}
-${d.removed.map(({ name: n }) => html`<tr><td><del>${n}</del></td><td>tool removed</td><td class="hide-sm">–</td><td class="hide-sm">–</td></tr>`)}
+${d.added.map(({ name: n }) => html`<tr><td><ins>${toolName(n)}</ins></td><td>tool added</td><td class="hide-sm">–</td><td class="hide-sm">–</td></tr>`)}
+${d.removed.map(({ name: n }) => html`<tr><td><del>${toolName(n)}</del></td><td>tool removed</td><td class="hide-sm">–</td><td class="hide-sm">–</td></tr>`)}
 ${d.changed.map((c) =>
   c.parts.map(
-    (p) => html`<tr><td><b>${c.name}</b></td><td>${PART_WORDS[p.part] ?? p.part} changed</td><td class="hide-sm"><code><del>${shortHash(p.before)}</del></code></td><td class="hide-sm"><code><ins>${shortHash(p.after)}</ins></code></td></tr>`,
+    (p) => html`<tr><td><b>${toolName(c.name)}</b></td><td>${PART_WORDS[p.part] ?? p.part} changed</td><td class="hide-sm"><code><del>${shortHash(p.before)}</del></code></td><td class="hide-sm"><code><ins>${shortHash(p.after)}</ins></code></td></tr>`,
   ),
 )}
+${d.moreTools > 0 ? html`<tr class="more"><td colspan="4" class="muted" data-more-tools="${d.moreTools}">… and ${fmtInt(d.moreTools)} more tool${d.moreTools === 1 ? '' : 's'} added, removed or changed, not detailed here</td></tr>` : ''}
 </tbody></table></div>
 ${d.changed.map((c) =>
-  c.parts.map(
-    (p) => html`<div class="tooldiff" data-tool="${c.name}" data-part="${p.part}"><h4>${c.name} · ${PART_WORDS[p.part] ?? p.part}</h4>${
-      p.diff === null ? html`<p class="small muted">Only the hashes are known: the earlier baseline was recorded before texts were stored.</p>` : textDiff(p.diff)
-    }</div>`,
-  ),
+  c.parts.map((p) => html`<div class="tooldiff" data-tool="${toolName(c.name)}" data-part="${p.part}"><h4>${toolName(c.name)} · ${PART_WORDS[p.part] ?? p.part}</h4>${shownPart(p.diff)}</div>`),
 )}
 ${d.added.map((t) => toolText('added', t))}${d.removed.map((t) => toolText('removed', t))}
 </article>`,

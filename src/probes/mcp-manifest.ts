@@ -14,7 +14,12 @@ import { ProbeFailed, responseTls, TargetRefused, type SafeFetcher, type TlsInfo
 // timeouts). A failure of the safe client anywhere inside the SDK (a body over the cap, a refused
 // redirect, a reset) ends the probe at once with that failure, never as a later timeout.
 
-export const MANIFEST_LIMITS = { maxPages: 50, maxTools: 2000, totalTimeoutMs: 20_000 } as const;
+/**
+ * What one probe takes from a server: pages, tools, the JSON size of the tools kept (every page
+ * together: each answer is already held to the safe client's 1 MiB cap, but 50 of them would be
+ * 50 MiB to hash, store as drift texts and show) and time.
+ */
+export const MANIFEST_LIMITS = { maxPages: 50, maxTools: 2000, maxBytes: 4 * 1024 * 1024, totalTimeoutMs: 20_000 } as const;
 
 export type McpTransportKind = 'streamable-http' | 'sse';
 
@@ -147,6 +152,7 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
     if (!listTools) return connection;
     const tools: ManifestTool[] = [];
     let pages = 0;
+    let bytes = 0;
     if (caps?.tools) {
       let cursor: string | undefined;
       do {
@@ -155,8 +161,13 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
         // evidence, and the caps above stop a runaway server early.
         const page = await run.guard(client.request({ method: 'tools/list', params: cursor === undefined ? {} : { cursor } }, { signal, timeout: timeoutMs }));
         pages++;
-        for (const t of page.tools) tools.push(manifestToolOf(t));
+        for (const t of page.tools) {
+          const tool = manifestToolOf(t);
+          bytes += Buffer.byteLength(JSON.stringify(tool));
+          tools.push(tool);
+        }
         if (tools.length > MANIFEST_LIMITS.maxTools) throw new ProbeFailed('too_large', `the manifest lists more than ${MANIFEST_LIMITS.maxTools} tools`);
+        if (bytes > MANIFEST_LIMITS.maxBytes) throw new ProbeFailed('too_large', `the manifest's tools are more than ${MANIFEST_LIMITS.maxBytes} bytes of JSON`);
         cursor = page.nextCursor;
       } while (cursor);
     }

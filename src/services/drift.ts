@@ -2,7 +2,7 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { GetDriftRequest, GetDriftResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
 import type { Queryable } from '../db/index.js';
 import { diffManifests, DRIFT_FLAG, DRIFT_FLAG_WINDOW_MS, driftFlagActive, hashManifest, hasDrift, TOOL_PARTS, type ManifestDiff, type ManifestTool, type ToolHashes } from '../domain/drift.js';
-import { diffLines, readablePart, splitLines, withContext } from '../domain/text-diff.js';
+import { clipForDisplay, diffLines, newDisplayBudget, readablePart, splitLines, withContext, type DiffLine, type ShownLines } from '../domain/text-diff.js';
 import { invalidArgument, notTracked } from '../errors.js';
 import { probeError } from '../probes/probe-errors.js';
 import { newReceiptId } from '../signing/receipts.js';
@@ -10,7 +10,8 @@ import { driftStore, type DriftBaselineRow } from '../store/drift.js';
 import { serverStore } from '../store/servers.js';
 import type { CallContext, ServiceDeps } from './context.js';
 import { createMcpProbeService, type McpProbeService } from './mcp-probe.js';
-import { SCORE_CACHE_MS } from './trust-engine.js';
+import { RANKED_STALE_MS, SCORE_CACHE_MS } from './trust-engine.js';
+import { cachedFigures } from './cached-figure.js';
 import { BoundedMap } from '../store/cache-limits.js';
 import { dbSignal } from '../store/db-signal.js';
 
@@ -108,6 +109,28 @@ export async function serversWithDriftFlag(db: Queryable, now: Date): Promise<Se
   return new Set([...drifted].filter(([, at]) => driftFlagActive(at, now)).map(([id]) => id));
 }
 
+/**
+ * What the /drift page reads of the texts it shows (listDrifts): tools detailed per drift (the
+ * rest are counted), bytes of one part's stored text (longer parts are named with their size),
+ * bytes of text read for the whole page (newest drifts first; later parts say the page is full).
+ * DIFF_DISPLAY_LIMITS bounds the comparing and the characters shown.
+ */
+export const DRIFT_PAGE_LIMITS = { toolsPerDrift: 50, partTextBytes: 64 * 1024, pageTextBytes: 4 * 1024 * 1024 } as const;
+
+/**
+ * One tool part as the /drift page shows it: lines (a diff, or a whole text added or removed, cut
+ * by clipForDisplay), or why not: its text was not stored (a baseline older than stored texts),
+ * it is longer than DRIFT_PAGE_LIMITS.partTextBytes, or the page's allowance was used up.
+ */
+export type ShownPart = ({ kind: 'lines' } & ShownLines) | { kind: 'unknown' } | { kind: 'too_long'; bytes: number } | { kind: 'over_page' };
+type NotShown = Exclude<ShownPart, { kind: 'lines' }>;
+
+/** Why a changed part has no diff: a side not stored, else a side too long, else the page was full. */
+function whyNotShown(before: string | NotShown, after: string | NotShown): NotShown {
+  const sides = [before, after].filter((x): x is NotShown => typeof x !== 'string');
+  return sides.find((x) => x.kind === 'unknown') ?? sides.find((x) => x.kind === 'too_long') ?? { kind: 'over_page' };
+}
+
 /** What recordBaseline did. `recorded` false: the manifest was unchanged and its baseline recent (previous, receipt null). */
 export interface BaselineResult {
   recorded: boolean;
@@ -189,6 +212,97 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
     return result;
   }
 
+  /**
+   * Servers whose latest drift is among the newest `limit`, newest first (the /drift page): per
+   * changed tool part the hashes before and after and, when both texts are stored, a line diff
+   * of the readable text; added and removed tools with their parts' text. The texts are the
+   * servers' own, so what one call reads and shows is bounded (DRIFT_PAGE_LIMITS and
+   * DIFF_DISPLAY_LIMITS), newest drift first: the tools detailed per drift, the bytes of text
+   * read (per part and in all), the LCS cells compared and the characters shown.
+   */
+  async function computeDriftViews(limit: number) {
+    const store = driftStore(db);
+    const per = DRIFT_PAGE_LIMITS.toolsPerDrift;
+    const rows = await store.recentDrifts(limit, per);
+    const shown = rows.map((r) => {
+      const changed = r.changes.changed.slice(0, per);
+      const added = r.changes.added.slice(0, per - changed.length);
+      const removed = r.changes.removed.slice(0, per - changed.length - added.length);
+      return { changed, added, removed, more: r.counts.added + r.counts.removed + r.counts.changed - changed.length - added.length - removed.length };
+    });
+    const hashes = await store.toolHashes(
+      rows.flatMap((r) => (r.previous_baseline_id ? [r.baseline_id, r.previous_baseline_id] : [r.baseline_id])),
+      shown.flatMap((x) => [...x.changed.map((c) => c.name), ...x.added, ...x.removed]),
+    );
+    const toolsOf = (baselineId: string | null) => new Map((baselineId ? (hashes.get(baselineId) ?? []) : []).map((t) => [t.name, t]));
+    const views = rows.map((r, k) => ({ r, shown: shown[k]!, before: toolsOf(r.previous_baseline_id), after: toolsOf(r.baseline_id) }));
+    // Texts in the order the page shows them, read while the page's allowance lasts.
+    const wanted: string[] = [];
+    for (const { shown: x, before, after } of views) {
+      for (const c of x.changed) for (const part of c.changes) wanted.push(before.get(c.name)?.[part] ?? '', after.get(c.name)?.[part] ?? '');
+      for (const n of x.added) wanted.push(...TOOL_PARTS.map((p) => after.get(n)?.[p] ?? ''));
+      for (const n of x.removed) wanted.push(...TOOL_PARTS.map((p) => before.get(n)?.[p] ?? ''));
+    }
+    const sizes = await store.textSizes(wanted.filter(Boolean));
+    const toRead = new Set<string>();
+    let readLeft = DRIFT_PAGE_LIMITS.pageTextBytes;
+    for (const h of wanted) {
+      const bytes = sizes.get(h);
+      if (bytes === undefined || bytes > DRIFT_PAGE_LIMITS.partTextBytes || toRead.has(h) || bytes > readLeft) continue;
+      toRead.add(h);
+      readLeft -= bytes;
+    }
+    const texts = await store.texts([...toRead]);
+    /** What the page can show of a part: its readable text, or why not. */
+    const textOf = (hash: string | null | undefined): string | NotShown => {
+      const bytes = hash ? sizes.get(hash) : undefined;
+      if (!hash || bytes === undefined) return { kind: 'unknown' };
+      if (bytes > DRIFT_PAGE_LIMITS.partTextBytes) return { kind: 'too_long', bytes };
+      const canonical = texts.get(hash);
+      return canonical === undefined ? { kind: 'over_page' } : readablePart(canonical);
+    };
+    const budget = newDisplayBudget();
+    const whole = (op: '+' | '-', text: string): ShownPart => ({ kind: 'lines', ...clipForDisplay(splitLines(text).map((t): DiffLine => ({ op, text: t })), budget) });
+    // Parts the tool does not have (their canonical text is null, readable as '') are left out.
+    const toolText = (op: '+' | '-', t: ToolHashes | undefined) =>
+      TOOL_PARTS.map((part) => ({ part, text: textOf(t?.[part]) }))
+        .filter((p) => p.text !== '')
+        .map(({ part, text }) => ({ part, text: typeof text === 'string' ? whole(op, text) : text }));
+    return views.map(({ r, shown: x, before, after }) => ({
+      serverUrl: r.url,
+      name: r.name,
+      slug: r.slug,
+      baselineId: r.baseline_id,
+      baselineAt: r.recorded_at,
+      previousBaselineAt: r.prev_recorded_at,
+      toolCount: r.tool_count,
+      receiptId: r.receipt_id,
+      /** Tools of this drift not detailed here (over DRIFT_PAGE_LIMITS.toolsPerDrift). */
+      moreTools: x.more,
+      added: x.added.map((name) => ({ name, parts: toolText('+', after.get(name)) })),
+      removed: x.removed.map((name) => ({ name, parts: toolText('-', before.get(name)) })),
+      changed: x.changed.map((c) => ({
+        name: c.name,
+        parts: c.changes.map((part) => {
+          const b = before.get(c.name)?.[part] ?? null;
+          const a = after.get(c.name)?.[part] ?? null;
+          const bt = textOf(b);
+          const at = textOf(a);
+          const diff: ShownPart =
+            typeof bt === 'string' && typeof at === 'string'
+              ? { kind: 'lines', ...clipForDisplay(withContext(diffLines(splitLines(bt), splitLines(at), budget)), budget) }
+              : whyNotShown(bt, at);
+          return { part, before: b, after: a, diff };
+        }),
+      })),
+    }));
+  }
+  // One page of drifts costs up to DRIFT_PAGE_LIMITS of reading and comparing: computed at most
+  // once per SCORE_CACHE_MS and shared (served up to RANKED_STALE_MS old while one refresh runs),
+  // dropped when this process records a drift baseline.
+  const driftViews = cachedFigures((limit) => computeDriftViews(Number(limit)), { freshMs: SCORE_CACHE_MS, staleMs: RANKED_STALE_MS });
+  onDriftRecorded(db, () => driftViews.invalidate());
+
   return {
     async getDrift(req: Partial<GetDriftRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetDriftResponseSchema>> {
       const target = (req.server ?? '').trim();
@@ -230,57 +344,8 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
 
     recordBaseline,
 
-    /**
-     * Servers whose latest drift is among the newest `limit`, newest first (the /drift page): per
-     * changed tool part the hashes before and after and, when both texts are stored, a line diff
-     * of the readable text; added and removed tools with their parts' text.
-     */
-    async listDrifts(limit = 50) {
-      const store = driftStore(db);
-      const rows = await store.recentDrifts(Math.min(Math.max(1, limit), 200));
-      const wanted: string[] = [];
-      for (const r of rows) {
-        const before = new Map((r.prev_tools ?? []).map((t) => [t.name, t]));
-        const after = new Map(r.tools.map((t) => [t.name, t]));
-        for (const c of r.changes.changed) for (const part of c.changes) wanted.push(before.get(c.name)?.[part] ?? '', after.get(c.name)?.[part] ?? '');
-        for (const n of r.changes.added) wanted.push(...TOOL_PARTS.map((p) => after.get(n)?.[p] ?? ''));
-        for (const n of r.changes.removed) wanted.push(...TOOL_PARTS.map((p) => before.get(n)?.[p] ?? ''));
-      }
-      const texts = await store.texts(wanted.filter(Boolean));
-      const readable = (hash: string | null | undefined) => {
-        const canonical = hash ? texts.get(hash) : undefined;
-        return canonical === undefined ? null : readablePart(canonical);
-      };
-      const toolText = (t: ToolHashes | undefined) =>
-        TOOL_PARTS.map((part) => ({ part, text: readable(t?.[part]) })).filter((p) => p.text !== '');
-      return rows.map((r) => {
-        const before = new Map((r.prev_tools ?? []).map((t) => [t.name, t]));
-        const after = new Map(r.tools.map((t) => [t.name, t]));
-        return {
-          serverUrl: r.url,
-          name: r.name,
-          slug: r.slug,
-          baselineId: r.baseline_id,
-          baselineAt: r.recorded_at,
-          previousBaselineAt: r.prev_recorded_at,
-          toolCount: r.tool_count,
-          receiptId: r.receipt_id,
-          added: r.changes.added.map((name) => ({ name, parts: toolText(after.get(name)) })),
-          removed: r.changes.removed.map((name) => ({ name, parts: toolText(before.get(name)) })),
-          changed: r.changes.changed.map((c) => ({
-            name: c.name,
-            parts: c.changes.map((part) => {
-              const b = before.get(c.name)?.[part] ?? null;
-              const a = after.get(c.name)?.[part] ?? null;
-              const bt = readable(b);
-              const at = readable(a);
-              // null when a baseline predates stored texts: the page then shows the hashes only.
-              const diff = bt === null || at === null ? null : withContext(diffLines(splitLines(bt), splitLines(at)));
-              return { part, before: b, after: a, diff };
-            }),
-          })),
-        };
-      });
+    listDrifts(limit = 50) {
+      return driftViews.get(String(Math.min(Math.max(1, limit), 200)), now());
     },
 
     /** Every server's latest baseline, newest first (the /drift page). */

@@ -14,6 +14,28 @@ export interface DriftBaselineRow {
   receipt_id: string;
 }
 
+/** A server's latest baseline as the /drift page lists it. */
+export interface BaselineSummaryRow {
+  baseline_id: string;
+  server_id: number;
+  recorded_at: Date;
+  manifest_hash: string;
+  tool_count: number;
+  drift_detected: boolean;
+  receipt_id: string;
+  url: string;
+  name: string;
+  slug: string;
+}
+
+/** A server's latest drift as the /drift page shows it: `changes` cut to the first names of each list, `counts` whole. */
+export interface DriftSummaryRow extends Omit<BaselineSummaryRow, 'drift_detected'> {
+  previous_baseline_id: string | null;
+  prev_recorded_at: Date | null;
+  changes: ManifestDiff;
+  counts: { added: number; removed: number; changed: number };
+}
+
 const COLUMNS = 'baseline_id, server_id, recorded_at, manifest_hash, tool_count, tools, previous_baseline_id, drift_detected, changes, receipt_id';
 
 export function driftStore(db: Queryable) {
@@ -56,7 +78,13 @@ export function driftStore(db: Queryable) {
       return new Map(rows.map((r) => [r.hash, r.canonical]));
     },
 
-    /** Time of the most recent baseline that detected drift, or null. */
+    /** The size in bytes (UTF-8) of the stored texts of these part hashes, without reading them (unknown hashes are absent). */
+    async textSizes(hashes: string[]): Promise<Map<string, number>> {
+      if (hashes.length === 0) return new Map();
+      const rows = await db.query<{ hash: string; bytes: number }>('SELECT hash, octet_length(canonical)::int AS bytes FROM drift_part_texts WHERE hash = ANY($1::text[])', [[...new Set(hashes)]]);
+      return new Map(rows.map((r) => [r.hash, r.bytes]));
+    },
+
     async lastDriftAt(serverId: number): Promise<Date | null> {
       const rows = await db.query<{ at: Date | null }>('SELECT max(recorded_at) AS at FROM drift_baselines WHERE server_id = $1 AND drift_detected', [serverId]);
       return rows[0]?.at ?? null;
@@ -79,36 +107,71 @@ export function driftStore(db: Queryable) {
       return new Map(rows.map((r) => [Number(r.server_id), r.at]));
     },
 
-    /** Detected drifts of a server within [from, to) (compliance exports). */
-    async driftsBetween(serverId: number, from: Date, to: Date): Promise<DriftBaselineRow[]> {
-      return db.query<DriftBaselineRow>(
-        `SELECT ${COLUMNS} FROM drift_baselines WHERE server_id = $1 AND drift_detected AND recorded_at >= $2 AND recorded_at < $3 ORDER BY recorded_at`,
-        [serverId, from, to],
+    /**
+     * Detected drifts of a server within [from, to), oldest first, at most `limit` (compliance
+     * exports, which list receipts to the same bound): how many tools each added, removed and
+     * changed, never the tool lists themselves.
+     */
+    async driftsBetween(serverId: number, from: Date, to: Date, limit = 1000): Promise<{ baseline_id: string; recorded_at: Date; added: number; removed: number; changed: number }[]> {
+      return db.query(
+        `SELECT baseline_id, recorded_at, jsonb_array_length(changes->'added') AS added, jsonb_array_length(changes->'removed') AS removed,
+                jsonb_array_length(changes->'changed') AS changed
+           FROM drift_baselines WHERE server_id = $1 AND drift_detected AND recorded_at >= $2 AND recorded_at < $3 ORDER BY recorded_at, seq LIMIT $4`,
+        [serverId, from, to, limit],
       );
     },
 
     /**
-     * The newest baselines that detected drift (at most one per server: its latest drift), with
-     * the previous baseline's tool hashes and time, newest first; plus the server's identity.
+     * The newest baselines that detected drift (at most one per server: its latest drift), newest
+     * first, with the previous baseline's time and the server's identity. Each list of `changes`
+     * comes back cut to its first `namesPerList` names (`counts` has the whole lengths): what a
+     * page shows of a drift stays bounded however many tools a server changed. Tool hashes are
+     * read separately, for the tools shown only (toolHashes).
      */
-    async recentDrifts(limit: number): Promise<(DriftBaselineRow & { url: string; name: string; slug: string; prev_tools: ToolHashes[] | null; prev_recorded_at: Date | null })[]> {
+    async recentDrifts(limit: number, namesPerList: number): Promise<DriftSummaryRow[]> {
+      const firstNames = (list: string) =>
+        `coalesce((SELECT jsonb_agg(e.v ORDER BY e.o) FROM jsonb_array_elements(x.changes->'${list}') WITH ORDINALITY AS e(v, o) WHERE e.o <= $2), '[]'::jsonb)`;
       return db.query(
-        `SELECT * FROM (
-           SELECT DISTINCT ON (d.server_id) ${COLUMNS.split(', ').map((c) => `d.${c}`).join(', ')}, s.url, s.name, s.slug,
-                  p.tools AS prev_tools, p.recorded_at AS prev_recorded_at
-             FROM drift_baselines d JOIN servers s ON s.id = d.server_id
-             LEFT JOIN drift_baselines p ON p.baseline_id = d.previous_baseline_id
-            WHERE d.drift_detected ORDER BY d.server_id, d.recorded_at DESC, d.seq DESC) x
-          ORDER BY recorded_at DESC LIMIT $1`,
-        [limit],
+        `SELECT x.baseline_id, x.server_id, x.recorded_at, x.manifest_hash, x.tool_count, x.previous_baseline_id, x.receipt_id,
+                x.url, x.name, x.slug, p.recorded_at AS prev_recorded_at,
+                jsonb_build_object('added', ${firstNames('added')}, 'removed', ${firstNames('removed')}, 'changed', ${firstNames('changed')}) AS changes,
+                jsonb_build_object('added', jsonb_array_length(x.changes->'added'), 'removed', jsonb_array_length(x.changes->'removed'),
+                                   'changed', jsonb_array_length(x.changes->'changed')) AS counts
+           FROM (SELECT * FROM (
+                   SELECT DISTINCT ON (d.server_id) d.baseline_id, d.server_id, d.recorded_at, d.manifest_hash, d.tool_count,
+                          d.previous_baseline_id, d.receipt_id, d.changes, s.url, s.name, s.slug
+                     FROM drift_baselines d JOIN servers s ON s.id = d.server_id
+                    WHERE d.drift_detected ORDER BY d.server_id, d.recorded_at DESC, d.seq DESC) y
+                  ORDER BY recorded_at DESC LIMIT $1) x
+           LEFT JOIN drift_baselines p ON p.baseline_id = x.previous_baseline_id
+          ORDER BY x.recorded_at DESC`,
+        [limit, namesPerList],
       );
     },
 
-    /** Every server's latest baseline (drifted or not), newest first, with the server's identity. */
-    async latestBaselines(limit: number): Promise<(DriftBaselineRow & { url: string; name: string; slug: string })[]> {
+    /** The stored hashes of the tools named `names` in each of these baselines (others are not read). */
+    async toolHashes(baselineIds: string[], names: string[]): Promise<Map<string, ToolHashes[]>> {
+      const out = new Map<string, ToolHashes[]>();
+      if (baselineIds.length === 0 || names.length === 0) return out;
+      const rows = await db.query<{ baseline_id: string; tool: ToolHashes }>(
+        `SELECT b.baseline_id, t.tool FROM drift_baselines b, jsonb_array_elements(b.tools) AS t(tool)
+          WHERE b.baseline_id = ANY($1::text[]) AND t.tool->>'name' = ANY($2::text[])`,
+        [[...new Set(baselineIds)], [...new Set(names)]],
+      );
+      for (const r of rows) {
+        let list = out.get(r.baseline_id);
+        if (!list) out.set(r.baseline_id, (list = []));
+        list.push(r.tool);
+      }
+      return out;
+    },
+
+    /** Every server's latest baseline (drifted or not), newest first, with the server's identity; no tool lists. */
+    async latestBaselines(limit: number): Promise<BaselineSummaryRow[]> {
       return db.query(
         `SELECT * FROM (
-           SELECT DISTINCT ON (d.server_id) ${COLUMNS.split(', ').map((c) => `d.${c}`).join(', ')}, s.url, s.name, s.slug
+           SELECT DISTINCT ON (d.server_id) d.baseline_id, d.server_id, d.recorded_at, d.manifest_hash, d.tool_count, d.drift_detected,
+                  d.receipt_id, s.url, s.name, s.slug
              FROM drift_baselines d JOIN servers s ON s.id = d.server_id ORDER BY d.server_id, d.recorded_at DESC, d.seq DESC) x
           ORDER BY recorded_at DESC LIMIT $1`,
         [limit],

@@ -1,0 +1,99 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Tool } from '@modelcontextprotocol/sdk/types.js';
+import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { backend } from './support/db.js';
+import { startModernMcpTarget } from './support/mcp-target.js';
+import { MANIFEST_LIMITS } from '../src/probes/mcp-manifest.js';
+import { DRIFT_PAGE_LIMITS } from '../src/services/drift.js';
+import { DIFF_DISPLAY_LIMITS } from '../src/domain/text-diff.js';
+
+// A hostile MCP server's manifest is what the drift check stores and what /drift shows to anyone.
+// Before these limits one server with 50 pages of 1 MiB (50 MiB of tools per check, stored as
+// drift texts) or a few hundred long descriptions that all change made every GET /drift compare
+// each of them line by line (4 M LCS cells per 2,000-line description) and send every line: the
+// event loop stopped for seconds per view and the page ran to many megabytes.
+
+const LINES = 2000;
+/** A description of LINES short lines; `v` changes every line. */
+const description = (tool: number, v: string) => Array.from({ length: LINES }, (_, j) => `tool ${tool} line ${j} ${v}`).join('\n');
+const longName = `a${'n'.repeat(999)}`;
+/** Long tools in the drift test: about 3.3 MB of tools, inside the probe's 4 MiB. */
+const N = 70;
+
+function manifest(v: string, count: number): Tool[] {
+  const tools: Tool[] = Array.from({ length: count }, (_, i) => ({ name: `tool_${String(i).padStart(3, '0')}`, description: description(i, v), inputSchema: { type: 'object' } }));
+  // Sorted first among the changed tools: a part longer than the page shows, and a 1,000-character name.
+  tools.push({ name: 'a_long', description: `${v} ${'x'.repeat(DRIFT_PAGE_LIMITS.partTextBytes)}`, inputSchema: { type: 'object' } });
+  tools.push({ name: longName, description: `named at length ${v}`, inputSchema: { type: 'object' } });
+  return tools;
+}
+
+let t: TestApp;
+let target: Awaited<ReturnType<typeof startModernMcpTarget>>;
+beforeAll(async () => {
+  t = await startTestApp({ ALLOW_PRIVATE_TARGETS: '1' });
+  target = await startModernMcpTarget(manifest('before', N), { pageSize: 20 });
+  expect((await postJson(`${t.base}/api/report`, { server_url: target.url, success: true, latency_ms: 5 })).status).toBe(200);
+}, 60_000);
+afterAll(async () => {
+  await target?.close();
+  await t?.close();
+});
+
+const drift = (server: string) => fetch(`${t.base}/api/drift?server=${encodeURIComponent(server)}`);
+
+describe(`a hostile server's manifest on /api/drift and /drift (${backend})`, () => {
+  it('a manifest over the probe\'s byte limit is refused (502) and stores nothing', async () => {
+    const before = await t.obs.db.query<{ n: number }>('SELECT count(*)::int AS n FROM drift_part_texts');
+    target.setTools(manifest('huge', 120)); // about 4.6 MB of tools over 7 pages, each page under the safe client's 1 MiB cap
+    const body = await expectProblem(await drift(target.url), 502, 'upstream_error');
+    expect(String(body.detail)).toContain(`more than ${MANIFEST_LIMITS.maxBytes} bytes`);
+    const after = await t.obs.db.query<{ n: number }>('SELECT count(*)::int AS n FROM drift_part_texts');
+    expect(after[0]!.n).toBe(before[0]!.n);
+  }, 60_000);
+
+  it('a drift of 74 long tools: /drift details 50, compares within its allowance and stays small', async () => {
+    target.setTools(manifest('before', N));
+    const baseline = await json(drift(target.url));
+    expect(baseline, JSON.stringify(baseline).slice(0, 500)).toMatchObject({ drift_detected: false, tool_count: N + 2 });
+    // Every line of every description changes; two tools go, two arrive.
+    const next = manifest('after', N + 2).filter((x) => x.name !== 'tool_000' && x.name !== 'tool_001');
+    target.setTools(next);
+    const b = await json(drift(target.url));
+    expect(b.drift_detected).toBe(true);
+    expect(b.tools_changed).toHaveLength(N);
+    expect(b.tools_added).toEqual([`tool_0${N}`, `tool_0${N + 1}`]);
+    expect(b.tools_removed).toEqual(['tool_000', 'tool_001']);
+
+    const res = await fetch(`${t.base}/drift`);
+    expect(res.status).toBe(200);
+    const page = await res.text();
+    // Before: every part of all 74 tools, 4,000 diff lines each (about 9 MB).
+    expect(page.length).toBeLessThan(DIFF_DISPLAY_LIMITS.pageChars * 2);
+    const start = page.indexOf(`data-server="${target.url}"`);
+    const article = page.slice(start, page.indexOf('</article>', start));
+    // 50 tools detailed (the changed ones first, by name), the other 44 counted.
+    expect(article.match(/<div class="tooldiff" data-tool="[^"]*" data-part="description">/g)).toHaveLength(DRIFT_PAGE_LIMITS.toolsPerDrift);
+    expect(article).toContain(`data-more-tools="${N + 2 + 2 - DRIFT_PAGE_LIMITS.toolsPerDrift}"`);
+    expect(article).not.toContain('data-change="added"');
+    // The long part is named with its size, not read.
+    const long = article.slice(article.indexOf('data-tool="a_long" data-part="description"'));
+    expect(long.slice(0, 600)).toContain('data-shown="too_long"');
+    // A 1,000-character name is shown cut.
+    expect(article).toContain(`${longName.slice(0, 200)}…`);
+    expect(page).not.toContain(longName.slice(0, 201));
+    // The first descriptions are compared line by line within the page's LCS cells, each diff cut
+    // to its lines; once the page's text is read, later parts say so.
+    const first = article.slice(article.indexOf('data-tool="tool_002" data-part="description"'));
+    expect(first.slice(0, 2000)).toContain('<del>− tool 2 line 0 before</del>');
+    expect(article).toContain('data-shown="hidden"');
+    expect(article).toContain('data-shown="over_page"');
+    const shownLines = (article.match(/<(?:del|ins)>[−+] tool \d+ line/g) ?? []).length;
+    expect(shownLines).toBeLessThanOrEqual(DRIFT_PAGE_LIMITS.toolsPerDrift * DIFF_DISPLAY_LIMITS.partLines);
+    // The compliance export counts the drift's tools without reading their lists.
+    const exp = await json(fetch(`${t.base}/api/compliance?server_url=${encodeURIComponent(target.url)}`));
+    expect(exp.anomalies).toContainEqual(
+      expect.objectContaining({ flag: 'tool_manifest_drift', description: `tool manifest changed: 2 added, 2 removed, ${N} changed (baseline ${b.baseline_id})` }),
+    );
+  }, 120_000);
+});
