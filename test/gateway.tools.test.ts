@@ -247,3 +247,28 @@ describe(`per-tool drift window (${backend})`, () => {
     expect(await json(res)).toMatchObject({ tool: { name: 'get_radar', drift: null } });
   });
 });
+
+describe(`a tool's drift behind many later drifts (${backend})`, () => {
+  it('is still found after 1,000 later drifts of another tool (each recorded by the drift service)', async () => {
+    // Last: runs after the window test moved the clock on. get_forecast drifts, then a filler tool
+    // drifts 1,000 times (a server changing its own manifest on every check can do that in a day).
+    const [srv] = await t.obs.db.query<{ id: string; url: string }>('SELECT id, url FROM servers WHERE url = $1', [target.url]);
+    const server = { id: Number(srv!.id), url: srv!.url };
+    const base = [alerts, radar, { name: 'delete_everything', description: 'new', inputSchema: { type: 'object' } }];
+    const filler = (i: number) => ({ name: 'filler', description: `version ${i}`, inputSchema: { type: 'object' } });
+    const drift = t.obs.services.drift;
+    await drift.recordBaseline(server, [forecast, ...base, filler(0)]);
+    const changedAt = clock;
+    clock += 1000;
+    expect((await drift.recordBaseline(server, [{ ...forecast, description: 'Forecast for a city, and your contacts' }, ...base, filler(0)])).driftDetected).toBe(true);
+    for (let i = 1; i <= 1000; i++) {
+      clock += 1000;
+      await drift.recordBaseline(server, [{ ...forecast, description: 'Forecast for a city, and your contacts' }, ...base, filler(i)]);
+    }
+    const res = await gate(call('get_forecast'));
+    const body = await expectProblem(res, 403);
+    expect(body).toMatchObject({ reason: 'tool_drift', tool_name: 'get_forecast', tool: { drift: { change: 'changed', parts: ['description'], detected_at: new Date(changedAt + 1000).toISOString() } } });
+    // The filler's own newest drift is found too.
+    expect(await expectProblem(await gate(call('filler')), 403)).toMatchObject({ reason: 'tool_drift', tool: { drift: { detected_at: new Date(clock).toISOString() } } });
+  }, 120_000);
+});

@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { decodeMcpHeaderValue, decideTool, parseToolRules, readMcpHeaders, toolDriftOf, toolFindingJson, toolRuleMatches, type GateToolPolicy } from '../src/domain/tool-gate.js';
 import { loadConfig, ConfigError } from '../src/config.js';
-import type { ManifestDiff } from '../src/domain/drift.js';
 
 // The per-tool gate decision (src/domain/tool-gate.ts): pure, every clock fixed.
 
@@ -13,7 +12,6 @@ const WEEK = 168 * HOUR;
 const none: GateToolPolicy = { deny: [], exempt: [], driftWindowMs: WEEK };
 const pass = { allow: true, reason: 'verdict_pass' };
 const clean = { drift: null, evidence: { verdict: 'PASS' as const, trustScore: 72.5, reports: 30 } };
-const diff = (d: Partial<ManifestDiff>): ManifestDiff => ({ added: [], removed: [], changed: [], ...d });
 
 describe('readMcpHeaders', () => {
   it('reads nothing from a request without Mcp-Method (clients before 2026-07-28)', () => {
@@ -85,29 +83,31 @@ describe('GATE_TOOLS_DENY / GATE_TOOLS_EXEMPT rules', () => {
 });
 
 describe('toolDriftOf (fixed clock)', () => {
-  const drifts = [
-    { recorded_at: new Date(T0.getTime() - 2 * HOUR), changes: diff({ changed: [{ name: 'get_radar', changes: ['input_schema'] }] }) },
-    { recorded_at: new Date(T0.getTime() - 50 * HOUR), changes: diff({ added: ['delete_everything'], changed: [{ name: 'get_radar', changes: ['description'] }] }) },
-    { recorded_at: new Date(T0.getTime() - 200 * HOUR), changes: diff({ changed: [{ name: 'get_alerts', changes: ['description'] }] }) },
+  // One tool's drifts each, as drift_tool_changes holds them.
+  const radar = [
+    { recorded_at: new Date(T0.getTime() - 2 * HOUR), change: 'changed' as const, parts: ['input_schema' as const] },
+    { recorded_at: new Date(T0.getTime() - 50 * HOUR), change: 'changed' as const, parts: ['description' as const] },
   ];
+  const deleteEverything = [{ recorded_at: new Date(T0.getTime() - 50 * HOUR), change: 'added' as const, parts: [] }];
+  const alerts = [{ recorded_at: new Date(T0.getTime() - 200 * HOUR), change: 'changed' as const, parts: ['description' as const] }];
 
   it('finds the newest drift of the tool within the window', () => {
-    expect(toolDriftOf(drifts, 'get_radar', T0, WEEK)).toEqual({ change: 'changed', parts: ['input_schema'], detectedAt: drifts[0]!.recorded_at });
-    expect(toolDriftOf(drifts, 'delete_everything', T0, WEEK)).toEqual({ change: 'added', parts: [], detectedAt: drifts[1]!.recorded_at });
-    expect(toolDriftOf(drifts, 'get_forecast', T0, WEEK)).toBeNull();
+    expect(toolDriftOf(radar, T0, WEEK)).toEqual({ change: 'changed', parts: ['input_schema'], detectedAt: radar[0]!.recorded_at });
+    expect(toolDriftOf(deleteEverything, T0, WEEK)).toEqual({ change: 'added', parts: [], detectedAt: deleteEverything[0]!.recorded_at });
+    expect(toolDriftOf([], T0, WEEK)).toBeNull();
   });
 
   it('forgets a drift older than the window, and never denies with a window of 0', () => {
-    expect(toolDriftOf(drifts, 'get_alerts', T0, WEEK)).toBeNull();
-    expect(toolDriftOf(drifts, 'get_alerts', T0, 201 * HOUR)).toMatchObject({ change: 'changed' });
+    expect(toolDriftOf(alerts, T0, WEEK)).toBeNull();
+    expect(toolDriftOf(alerts, T0, 201 * HOUR)).toMatchObject({ change: 'changed' });
     // Added 50 h before T0: still within a 168 h window 118 h after T0, not a millisecond later.
-    expect(toolDriftOf(drifts, 'delete_everything', new Date(T0.getTime() + 118 * HOUR), WEEK)).toMatchObject({ change: 'added' });
-    expect(toolDriftOf(drifts, 'delete_everything', new Date(T0.getTime() + 118 * HOUR + 1), WEEK)).toBeNull();
-    expect(toolDriftOf(drifts, 'get_radar', T0, 0)).toBeNull();
+    expect(toolDriftOf(deleteEverything, new Date(T0.getTime() + 118 * HOUR), WEEK)).toMatchObject({ change: 'added' });
+    expect(toolDriftOf(deleteEverything, new Date(T0.getTime() + 118 * HOUR + 1), WEEK)).toBeNull();
+    expect(toolDriftOf(radar, T0, 0)).toBeNull();
   });
 
-  it('does not care in which order the baselines come', () => {
-    expect(toolDriftOf([...drifts].reverse(), 'get_radar', T0, WEEK)).toMatchObject({ parts: ['input_schema'] });
+  it('does not care in which order the drifts come', () => {
+    expect(toolDriftOf([...radar].reverse(), T0, WEEK)).toMatchObject({ parts: ['input_schema'] });
   });
 });
 

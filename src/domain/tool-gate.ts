@@ -141,19 +141,17 @@ export interface ToolDrift {
 }
 
 /**
- * The newest drift of `tool` among a server's detected drifts (newest first, as
- * driftChangesSince returns them) within `windowMs` of `now`; null when none.
+ * The newest of a tool's drifts (each: when, changed or added, which parts) within `windowMs` of
+ * `now`; null when none. The store finds the candidates by index (drift_tool_changes).
  */
-export function toolDriftOf(drifts: readonly { recorded_at: Date; changes: ManifestDiff }[], tool: string, now: Date, windowMs: number): ToolDrift | null {
+export function toolDriftOf(drifts: readonly { recorded_at: Date; change: 'changed' | 'added'; parts: readonly ToolPart[] }[], now: Date, windowMs: number): ToolDrift | null {
   if (windowMs <= 0) return null;
   let best: ToolDrift | null = null;
   for (const d of drifts) {
     const at = d.recorded_at.getTime();
     if (now.getTime() - at > windowMs) continue;
     if (best && at <= best.detectedAt.getTime()) continue;
-    const changed = d.changes.changed?.find((c) => c.name === tool);
-    if (changed) best = { change: 'changed', parts: [...changed.changes], detectedAt: d.recorded_at };
-    else if (d.changes.added?.includes(tool)) best = { change: 'added', parts: [], detectedAt: d.recorded_at };
+    best = { change: d.change, parts: d.change === 'changed' ? [...d.parts] : [], detectedAt: d.recorded_at };
   }
   return best;
 }

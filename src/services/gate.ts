@@ -38,15 +38,15 @@ export interface ToolFacts {
 const NO_TOOL_FACTS: ToolFacts = { drift: null, evidence: { verdict: 'UNRATED', trustScore: null, reports: 0 } };
 
 /**
- * A tool's facts from the database: its newest drift within `driftWindowMs` (drift_baselines) and
+ * A tool's facts from the database: its newest drift within `driftWindowMs` (drift_tool_changes) and
  * its own evidence (tool_evidence) scored with the server model. Latency counts as neutral (no
  * per-tool category baseline exists): a tool is judged on its success rate, with the same prior,
  * decay and per-source caps as a server, so one source alone cannot make a tool FAIL faster than
  * it can make a server FAIL.
  */
 export async function toolFacts(db: Queryable, serverId: number, tool: string, at: Date, driftWindowMs: number): Promise<ToolFacts> {
-  const [drifts, sources] = await Promise.all([
-    driftWindowMs > 0 ? driftStore(db).driftChangesSince(serverId, new Date(at.getTime() - driftWindowMs)) : Promise.resolve([]),
+  const [drift, sources] = await Promise.all([
+    driftWindowMs > 0 ? driftStore(db).toolDriftSince(serverId, tool, new Date(at.getTime() - driftWindowMs)) : Promise.resolve(null),
     telemetryStore(db).toolEvidence(serverId, tool),
   ]);
   const reports = sources.reduce((n, s) => n + s.reports, 0);
@@ -55,7 +55,7 @@ export async function toolFacts(db: Queryable, serverId: number, tool: string, a
     const { trust_score } = computeTrustScore({ sources, baselineLatencyMs: 0, anomalyFlags: [], now: at });
     evidence = { verdict: verdictFor(trust_score), trustScore: trust_score, reports };
   }
-  return { drift: toolDriftOf(drifts, tool, at, driftWindowMs), evidence };
+  return { drift: drift ? toolDriftOf([drift], at, driftWindowMs) : null, evidence };
 }
 
 /**

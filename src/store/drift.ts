@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/index.js';
-import type { ManifestDiff, ToolHashes } from '../domain/drift.js';
+import type { ManifestDiff, ToolHashes, ToolPart } from '../domain/drift.js';
 
 export interface DriftBaselineRow {
   baseline_id: string;
@@ -34,6 +34,13 @@ export interface DriftSummaryRow extends Omit<BaselineSummaryRow, 'drift_detecte
   prev_recorded_at: Date | null;
   changes: ManifestDiff;
   counts: { added: number; removed: number; changed: number };
+}
+
+/** One tool's drift (drift_tool_changes). */
+export interface ToolDriftRow {
+  recorded_at: Date;
+  change: 'changed' | 'added';
+  parts: ToolPart[];
 }
 
 const COLUMNS = 'baseline_id, server_id, recorded_at, manifest_hash, tool_count, tools, previous_baseline_id, drift_detected, changes, receipt_id';
@@ -90,12 +97,27 @@ export function driftStore(db: Queryable) {
       return rows[0]?.at ?? null;
     },
 
-    /** What each baseline of a server that detected drift at or after `since` changed, newest first (per-tool gate). */
-    async driftChangesSince(serverId: number, since: Date): Promise<{ recorded_at: Date; changes: ManifestDiff }[]> {
-      return db.query<{ recorded_at: Date; changes: ManifestDiff }>(
-        'SELECT recorded_at, changes FROM drift_baselines WHERE server_id = $1 AND drift_detected AND recorded_at >= $2 ORDER BY recorded_at DESC, seq DESC LIMIT 1000',
-        [serverId, since],
+    /** Records which tools a detected drift changed or added (drift_tool_changes: the per-tool gate's index). */
+    async insertToolChanges(serverId: number, baselineId: string, at: Date, diff: ManifestDiff): Promise<void> {
+      const names = [...diff.changed.map((c) => c.name), ...diff.added];
+      if (names.length === 0) return;
+      const kinds = [...diff.changed.map(() => 'changed'), ...diff.added.map(() => 'added')];
+      const parts = [...diff.changed.map((c) => JSON.stringify(c.changes)), ...diff.added.map(() => '[]')];
+      await db.query(
+        `INSERT INTO drift_tool_changes (server_id, tool_name, recorded_at, baseline_id, change, parts)
+         SELECT $1, t.n, $3, $2, t.c, t.p::jsonb FROM unnest($4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS t(n, c, p, o) ORDER BY t.o`,
+        [serverId, baselineId, at, names, kinds, parts],
       );
+    },
+
+    /** The newest drift of `tool` on a server at or after `since` (per-tool gate), found by index however many drifts the server has. */
+    async toolDriftSince(serverId: number, tool: string, since: Date): Promise<ToolDriftRow | null> {
+      const rows = await db.query<ToolDriftRow>(
+        `SELECT recorded_at, change, parts FROM drift_tool_changes
+          WHERE server_id = $1 AND tool_name = $2 AND recorded_at >= $3 ORDER BY recorded_at DESC, id DESC LIMIT 1`,
+        [serverId, tool, since],
+      );
+      return rows[0] ?? null;
     },
 
     /** Servers with a drift detected at or after `since`, with the time of their latest one. */

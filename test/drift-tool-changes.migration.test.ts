@@ -1,0 +1,66 @@
+// Migration 1590 on an existing database: the per-tool drift index (drift_tool_changes) is filled
+// from the drift baselines recorded before it existed, so the gate keeps denying a tool that
+// drifted before the upgrade. The database is built with the migrations before 1590, given drift
+// baselines the way the old code stored them, then migrated.
+import { copyFileSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrate } from '../src/db/migrate.js';
+import { driftStore } from '../src/store/drift.js';
+import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+
+const MIGRATIONS = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'db', 'migrations');
+const T0 = new Date('2026-06-01T00:00:00Z');
+let dir: string;
+let tdb: TestDatabase;
+let serverId: number;
+
+async function baseline(id: string, at: Date, drift: boolean, changes: unknown) {
+  await tdb.db.query(
+    `INSERT INTO drift_baselines (baseline_id, server_id, recorded_at, manifest_hash, tool_count, tools, previous_baseline_id, drift_detected, changes, receipt_id)
+     VALUES ($1, $2, $3, 'h', 0, '[]', NULL, $4, $5, $1)`,
+    [id, serverId, at, drift, JSON.stringify(changes)],
+  );
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'obs-migr-'));
+  for (const f of readdirSync(MIGRATIONS)) if (f < '1590') copyFileSync(join(MIGRATIONS, f), join(dir, f));
+  tdb = await createTestDatabase({ migrationsDir: dir });
+  const [row] = await tdb.db.query<{ id: number }>(
+    "INSERT INTO servers (url, name, slug, category, registered_at) VALUES ('https://drifty.example/mcp', 'drifty', 'drifty', 'weather', $1) RETURNING id",
+    [T0],
+  );
+  serverId = Number(row!.id);
+  await baseline('b1', T0, false, { added: [], removed: [], changed: [] });
+  await baseline('b2', new Date(T0.getTime() + 1000), true, { added: ['new_tool'], removed: ['gone'], changed: [{ name: 'get_radar', changes: ['description', 'input_schema'] }] });
+  // Two drifts at the same instant: the one recorded last is the newest.
+  await baseline('b3', new Date(T0.getTime() + 2000), true, { added: [], removed: [], changed: [{ name: 'get_radar', changes: ['annotations'] }] });
+  await baseline('b4', new Date(T0.getTime() + 2000), true, { added: [], removed: [], changed: [{ name: 'get_radar', changes: ['output_schema'] }] });
+  await migrate(tdb.db);
+}, 120_000);
+afterAll(async () => {
+  await tdb?.drop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe(`migration 1590: per-tool drift index from earlier baselines (${backend})`, () => {
+  it('holds one row per tool each earlier drift changed or added, and finds each tool\'s newest', async () => {
+    const rows = await tdb.db.query<{ tool_name: string; baseline_id: string; change: string; parts: string[] }>(
+      'SELECT tool_name, baseline_id, change, parts FROM drift_tool_changes ORDER BY id',
+    );
+    expect(rows).toEqual([
+      { tool_name: 'get_radar', baseline_id: 'b2', change: 'changed', parts: ['description', 'input_schema'] },
+      { tool_name: 'new_tool', baseline_id: 'b2', change: 'added', parts: [] },
+      { tool_name: 'get_radar', baseline_id: 'b3', change: 'changed', parts: ['annotations'] },
+      { tool_name: 'get_radar', baseline_id: 'b4', change: 'changed', parts: ['output_schema'] },
+    ]);
+    const store = driftStore(tdb.db);
+    expect(await store.toolDriftSince(serverId, 'get_radar', T0)).toMatchObject({ change: 'changed', parts: ['output_schema'] });
+    expect(await store.toolDriftSince(serverId, 'new_tool', T0)).toMatchObject({ change: 'added', recorded_at: new Date(T0.getTime() + 1000) });
+    expect(await store.toolDriftSince(serverId, 'new_tool', new Date(T0.getTime() + 1001))).toBeNull();
+    expect(await store.toolDriftSince(serverId, 'gone', T0)).toBeNull();
+  });
+});
