@@ -56,6 +56,15 @@ describe('compareServerCard', () => {
     ]);
   });
 
+  it('names at most 20 tools in a difference, each cut at 200 characters, and counts the rest (the server chooses them)', () => {
+    const many = Array.from({ length: 2000 }, (_, i) => `tool_${i}_${'x'.repeat(300)}`);
+    const [d] = compareServerCard(claims(card({ tools: [] })), { ...modern, tools: many });
+    expect(d!.observed.length).toBeLessThan(20 * 215 + 40);
+    expect(d!.observed).toMatch(/ and 1980 more$/);
+    expect(d!.observed.startsWith(`${many[0]!.slice(0, 200)}…, `)).toBe(true);
+    expect(d!.detail.length).toBeLessThan(20 * 215 + 100);
+  });
+
   it('name, version, title, endpoint and transport', () => {
     const d = compareServerCard(claims(card({ name: 'com.example/rain', version: '2.0.0', title: 'Rain', remotes: [{ type: 'sse', url: 'https://other.example.com/mcp' }] })), modern);
     expect(d.map((x) => [x.field, x.claimed, x.observed])).toEqual([

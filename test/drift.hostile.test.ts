@@ -3,7 +3,7 @@ import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 import { startModernMcpTarget } from './support/mcp-target.js';
-import { MANIFEST_LIMITS } from '../src/probes/mcp-manifest.js';
+import { MANIFEST_LIMITS, SELF_DESCRIPTION_LIMITS } from '../src/probes/mcp-manifest.js';
 import { DRIFT_PAGE_LIMITS } from '../src/services/drift.js';
 import { DIFF_DISPLAY_LIMITS } from '../src/domain/text-diff.js';
 
@@ -16,13 +16,13 @@ import { DIFF_DISPLAY_LIMITS } from '../src/domain/text-diff.js';
 const LINES = 2000;
 /** A description of LINES short lines; `v` changes every line. */
 const description = (tool: number, v: string) => Array.from({ length: LINES }, (_, j) => `tool ${tool} line ${j} ${v}`).join('\n');
-const longName = `a${'n'.repeat(999)}`;
+const longName = `a${'n'.repeat(MANIFEST_LIMITS.maxNameLength - 1)}`;
 /** Long tools in the drift test: about 3.3 MB of tools, inside the probe's 4 MiB. */
 const N = 70;
 
 function manifest(v: string, count: number): Tool[] {
   const tools: Tool[] = Array.from({ length: count }, (_, i) => ({ name: `tool_${String(i).padStart(3, '0')}`, description: description(i, v), inputSchema: { type: 'object' } }));
-  // Sorted first among the changed tools: a part longer than the page shows, and a 1,000-character name.
+  // Sorted first among the changed tools: a part longer than the page shows, and the longest name the probe takes.
   tools.push({ name: 'a_long', description: `${v} ${'x'.repeat(DRIFT_PAGE_LIMITS.partTextBytes)}`, inputSchema: { type: 'object' } });
   tools.push({ name: longName, description: `named at length ${v}`, inputSchema: { type: 'object' } });
   return tools;
@@ -52,6 +52,25 @@ describe(`a hostile server's manifest on /api/drift and /drift (${backend})`, ()
     expect(after[0]!.n).toBe(before[0]!.n);
   }, 60_000);
 
+  it('a tool name longer than the probe takes is refused (502) naming the limit; what a server says about itself is cut', async () => {
+    target.setTools([{ name: `b${'n'.repeat(MANIFEST_LIMITS.maxNameLength)}`, inputSchema: { type: 'object' } }]);
+    const body = await expectProblem(await drift(target.url), 502, 'upstream_error');
+    expect(String(body.detail)).toContain(`a tool name is longer than ${MANIFEST_LIMITS.maxNameLength} characters`);
+
+    const loud = await startModernMcpTarget([{ name: 'ping', inputSchema: { type: 'object' } }], { name: 'N'.repeat(100_000), version: 'V'.repeat(100_000) });
+    try {
+      expect((await postJson(`${t.base}/api/report`, { server_url: loud.url, success: true, latency_ms: 5 })).status).toBe(200);
+      expect((await drift(loud.url)).status).toBe(200);
+      const [facts] = await t.obs.db.query<{ server_name: string; server_version: string }>(
+        'SELECT f.server_name, f.server_version FROM mcp_server_facts f JOIN servers s ON s.id = f.server_id WHERE s.url = $1',
+        [loud.url],
+      );
+      expect(facts).toEqual({ server_name: 'N'.repeat(SELF_DESCRIPTION_LIMITS.textChars), server_version: 'V'.repeat(SELF_DESCRIPTION_LIMITS.textChars) });
+    } finally {
+      await loud.close();
+    }
+  }, 60_000);
+
   it('a drift of 74 long tools: /drift details 50, compares within its allowance and stays small', async () => {
     target.setTools(manifest('before', N));
     const baseline = await json(drift(target.url));
@@ -79,7 +98,7 @@ describe(`a hostile server's manifest on /api/drift and /drift (${backend})`, ()
     // The long part is named with its size, not read.
     const long = article.slice(article.indexOf('data-tool="a_long" data-part="description"'));
     expect(long.slice(0, 600)).toContain('data-shown="too_long"');
-    // A 1,000-character name is shown cut.
+    // A 512-character name is shown cut.
     expect(article).toContain(`${longName.slice(0, 200)}…`);
     expect(page).not.toContain(longName.slice(0, 201));
     // The first descriptions are compared line by line within the page's LCS cells, each diff cut

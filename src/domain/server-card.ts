@@ -121,7 +121,13 @@ export function cardDescribes(card: CardClaims, url: string, location: 'reserved
   return location === 'reserved' || remoteFor(card, url) !== null;
 }
 
-const list = (xs: readonly string[]) => (xs.length === 0 ? 'none' : xs.join(', '));
+/** Names in a difference's text: at most LISTED_IN_TEXT, each cut at 200 characters (the rest counted). */
+const LISTED_IN_TEXT = 20;
+const list = (xs: readonly string[]) => {
+  if (xs.length === 0) return 'none';
+  const shown = xs.slice(0, LISTED_IN_TEXT).map((x) => (x.length > 200 ? `${x.slice(0, 200)}…` : x));
+  return xs.length > LISTED_IN_TEXT ? `${shown.join(', ')} and ${xs.length - LISTED_IN_TEXT} more` : shown.join(', ');
+};
 const isModern = (v: string) => v >= FIRST_MODERN_PROTOCOL_VERSION;
 
 /** Same name: equal, or the card's reverse-DNS name ends in the runtime name ("com.example/weather" and "weather"). */

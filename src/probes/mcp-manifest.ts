@@ -19,7 +19,21 @@ import { ProbeFailed, responseTls, TargetRefused, type SafeFetcher, type TlsInfo
  * together: each answer is already held to the safe client's 1 MiB cap, but 50 of them would be
  * 50 MiB to hash, store as drift texts and show) and time.
  */
-export const MANIFEST_LIMITS = { maxPages: 50, maxTools: 2000, maxBytes: 4 * 1024 * 1024, totalTimeoutMs: 20_000 } as const;
+export const MANIFEST_LIMITS = { maxPages: 50, maxTools: 2000, maxBytes: 4 * 1024 * 1024, maxNameLength: 512, totalTimeoutMs: 20_000 } as const;
+
+/**
+ * What the probe keeps of what a server says about itself (its name, version and title, the
+ * revisions it offers): stored per server and shown on its trust record and pages, so cut to
+ * these lengths and counts, whatever the server sent.
+ */
+export const SELF_DESCRIPTION_LIMITS = { textChars: 256, versionChars: 64, versions: 32 } as const;
+
+/** `s` cut to `max` characters (never inside a surrogate pair). */
+function cut(s: string, max: number): string {
+  if (s.length <= max) return s;
+  const c = s.charCodeAt(max - 1);
+  return s.slice(0, c >= 0xd800 && c <= 0xdbff ? max - 1 : max);
+}
 
 export type McpTransportKind = 'streamable-http' | 'sse';
 
@@ -142,11 +156,20 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
     const info = client.getServerVersion();
     const caps = client.getServerCapabilities();
     const connection: McpConnection = {
-      protocol_version: client.getNegotiatedProtocolVersion() ?? 'unknown',
+      protocol_version: cut(client.getNegotiatedProtocolVersion() ?? 'unknown', SELF_DESCRIPTION_LIMITS.versionChars),
       era,
       transport: kind,
-      server_info: info ? { name: info.name, version: info.version, title: typeof info.title === 'string' ? info.title : null } : null,
-      supported_versions: era === 'modern' ? [...(client.getDiscoverResult()?.supportedVersions ?? [])] : null,
+      server_info: info
+        ? {
+            name: cut(info.name, SELF_DESCRIPTION_LIMITS.textChars),
+            version: cut(info.version, SELF_DESCRIPTION_LIMITS.textChars),
+            title: typeof info.title === 'string' ? cut(info.title, SELF_DESCRIPTION_LIMITS.textChars) : null,
+          }
+        : null,
+      supported_versions:
+        era === 'modern'
+          ? (client.getDiscoverResult()?.supportedVersions ?? []).slice(0, SELF_DESCRIPTION_LIMITS.versions).map((v) => cut(v, SELF_DESCRIPTION_LIMITS.versionChars))
+          : null,
       has_tools: Boolean(caps?.tools),
     };
     if (!listTools) return connection;
@@ -162,6 +185,8 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
         const page = await run.guard(client.request({ method: 'tools/list', params: cursor === undefined ? {} : { cursor } }, { signal, timeout: timeoutMs }));
         pages++;
         for (const t of page.tools) {
+          // Names are stored, indexed (drift_tool_changes) and shown: the spec asks for at most 128 characters.
+          if (t.name.length > MANIFEST_LIMITS.maxNameLength) throw new ProbeFailed('too_large', `a tool name is longer than ${MANIFEST_LIMITS.maxNameLength} characters`);
           const tool = manifestToolOf(t);
           bytes += Buffer.byteLength(JSON.stringify(tool));
           tools.push(tool);
