@@ -1,6 +1,6 @@
 // Migration 1590 on an existing database: the per-tool drift index (drift_tool_changes) is filled
-// from the drift baselines recorded before it existed, so the gate keeps denying a tool that
-// drifted before the upgrade. The database is built with the migrations before 1590, given drift
+// from the drift baselines recorded before it existed (each current tool's newest drift), so the
+// gate keeps denying a tool that drifted before the upgrade. The database is built with the migrations before 1590, given drift
 // baselines the way the old code stored them, then migrated.
 import { copyFileSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,11 +17,12 @@ let dir: string;
 let tdb: TestDatabase;
 let serverId: number;
 
-async function baseline(id: string, at: Date, drift: boolean, changes: unknown) {
+async function baseline(id: string, at: Date, drift: boolean, changes: unknown, tools: string[]) {
+  const hashes = tools.map((name) => ({ name, hash: 'h', description: 'h', input_schema: 'h', output_schema: 'h', annotations: 'h' }));
   await tdb.db.query(
     `INSERT INTO drift_baselines (baseline_id, server_id, recorded_at, manifest_hash, tool_count, tools, previous_baseline_id, drift_detected, changes, receipt_id)
-     VALUES ($1, $2, $3, 'h', 0, '[]', NULL, $4, $5, $1)`,
-    [id, serverId, at, drift, JSON.stringify(changes)],
+     VALUES ($1, $2, $3, 'h', $6, $7, NULL, $4, $5, $1)`,
+    [id, serverId, at, drift, JSON.stringify(changes), tools.length, JSON.stringify(hashes)],
   );
 }
 
@@ -34,11 +35,11 @@ beforeAll(async () => {
     [T0],
   );
   serverId = Number(row!.id);
-  await baseline('b1', T0, false, { added: [], removed: [], changed: [] });
-  await baseline('b2', new Date(T0.getTime() + 1000), true, { added: ['new_tool'], removed: ['gone'], changed: [{ name: 'get_radar', changes: ['description', 'input_schema'] }] });
-  // Two drifts at the same instant: the one recorded last is the newest.
-  await baseline('b3', new Date(T0.getTime() + 2000), true, { added: [], removed: [], changed: [{ name: 'get_radar', changes: ['annotations'] }] });
-  await baseline('b4', new Date(T0.getTime() + 2000), true, { added: [], removed: [], changed: [{ name: 'get_radar', changes: ['output_schema'] }] });
+  await baseline('b1', T0, false, { added: [], removed: [], changed: [] }, ['get_radar', 'gone', 'dropped_later']);
+  await baseline('b2', new Date(T0.getTime() + 1000), true, { added: ['new_tool'], removed: ['gone'], changed: [{ name: 'get_radar', changes: ['description', 'input_schema'] }, { name: 'dropped_later', changes: ['description'] }] }, ['dropped_later', 'get_radar', 'new_tool']);
+  // Two drifts at the same instant: the one recorded last is the newest. dropped_later goes.
+  await baseline('b3', new Date(T0.getTime() + 2000), true, { added: [], removed: ['dropped_later'], changed: [{ name: 'get_radar', changes: ['annotations'] }] }, ['get_radar', 'new_tool']);
+  await baseline('b4', new Date(T0.getTime() + 2000), true, { added: [], removed: [], changed: [{ name: 'get_radar', changes: ['output_schema'] }] }, ['get_radar', 'new_tool']);
   await migrate(tdb.db);
 }, 120_000);
 afterAll(async () => {
@@ -47,20 +48,19 @@ afterAll(async () => {
 });
 
 describe(`migration 1590: per-tool drift index from earlier baselines (${backend})`, () => {
-  it('holds one row per tool each earlier drift changed or added, and finds each tool\'s newest', async () => {
+  it('holds each current tool\'s newest earlier drift, and none for a tool a later drift removed', async () => {
     const rows = await tdb.db.query<{ tool_name: string; baseline_id: string; change: string; parts: string[] }>(
-      'SELECT tool_name, baseline_id, change, parts FROM drift_tool_changes ORDER BY id',
+      'SELECT tool_name, baseline_id, change, parts FROM drift_tool_changes ORDER BY tool_name',
     );
     expect(rows).toEqual([
-      { tool_name: 'get_radar', baseline_id: 'b2', change: 'changed', parts: ['description', 'input_schema'] },
-      { tool_name: 'new_tool', baseline_id: 'b2', change: 'added', parts: [] },
-      { tool_name: 'get_radar', baseline_id: 'b3', change: 'changed', parts: ['annotations'] },
       { tool_name: 'get_radar', baseline_id: 'b4', change: 'changed', parts: ['output_schema'] },
+      { tool_name: 'new_tool', baseline_id: 'b2', change: 'added', parts: [] },
     ]);
     const store = driftStore(tdb.db);
     expect(await store.toolDriftSince(serverId, 'get_radar', T0)).toMatchObject({ change: 'changed', parts: ['output_schema'] });
     expect(await store.toolDriftSince(serverId, 'new_tool', T0)).toMatchObject({ change: 'added', recorded_at: new Date(T0.getTime() + 1000) });
     expect(await store.toolDriftSince(serverId, 'new_tool', new Date(T0.getTime() + 1001))).toBeNull();
     expect(await store.toolDriftSince(serverId, 'gone', T0)).toBeNull();
+    expect(await store.toolDriftSince(serverId, 'dropped_later', T0)).toBeNull();
   });
 });

@@ -270,5 +270,11 @@ describe(`a tool's drift behind many later drifts (${backend})`, () => {
     expect(body).toMatchObject({ reason: 'tool_drift', tool_name: 'get_forecast', tool: { drift: { change: 'changed', parts: ['description'], detected_at: new Date(changedAt + 1000).toISOString() } } });
     // The filler's own newest drift is found too.
     expect(await expectProblem(await gate(call('filler')), 403)).toMatchObject({ reason: 'tool_drift', tool: { drift: { detected_at: new Date(clock).toISOString() } } });
+    // One row per current tool, whatever the number of drifts; a drift that removes a tool drops its row.
+    const rows = async () => (await t.obs.db.query<{ tool_name: string }>('SELECT tool_name FROM drift_tool_changes WHERE server_id = $1 ORDER BY tool_name', [server.id])).map((r) => r.tool_name);
+    expect(await rows()).toEqual(['delete_everything', 'filler', 'get_forecast', 'get_radar']);
+    clock += 1000;
+    expect((await drift.recordBaseline(server, [{ ...forecast, description: 'Forecast for a city, and your contacts' }, ...base])).diff.removed).toEqual(['filler']);
+    expect(await rows()).toEqual(['delete_everything', 'get_forecast', 'get_radar']);
   }, 120_000);
 });

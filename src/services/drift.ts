@@ -204,7 +204,7 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
         changes: diff,
         receipt_id: receipt.receiptId,
       });
-      if (drift) await store.insertToolChanges(server.id, baselineId, recordedAt, diff);
+      if (drift) await store.recordToolChanges(server.id, baselineId, recordedAt, diff);
       await store.saveTexts(hashed.texts, recordedAt);
       return { recorded: true, baselineId, recordedAt, previous: prev, driftDetected: drift, diff, toolCount: hashed.tools.length, manifestHash: hashed.manifest_hash, receiptId: receipt.receiptId, receipt: receipt.jws };
     });

@@ -97,24 +97,30 @@ export function driftStore(db: Queryable) {
       return rows[0]?.at ?? null;
     },
 
-    /** Records which tools a detected drift changed or added (drift_tool_changes: the per-tool gate's index). */
-    async insertToolChanges(serverId: number, baselineId: string, at: Date, diff: ManifestDiff): Promise<void> {
+    /**
+     * Keeps each tool's newest drift (drift_tool_changes, the per-tool gate's index): the tools a
+     * detected drift changed or added get this drift, the tools it removed lose their row. The
+     * table therefore holds at most a server's current tools.
+     */
+    async recordToolChanges(serverId: number, baselineId: string, at: Date, diff: ManifestDiff): Promise<void> {
+      if (diff.removed.length > 0) await db.query('DELETE FROM drift_tool_changes WHERE server_id = $1 AND tool_name = ANY($2::text[])', [serverId, diff.removed]);
       const names = [...diff.changed.map((c) => c.name), ...diff.added];
       if (names.length === 0) return;
       const kinds = [...diff.changed.map(() => 'changed'), ...diff.added.map(() => 'added')];
       const parts = [...diff.changed.map((c) => JSON.stringify(c.changes)), ...diff.added.map(() => '[]')];
       await db.query(
-        `INSERT INTO drift_tool_changes (server_id, tool_name, recorded_at, baseline_id, change, parts)
-         SELECT $1, t.n, $3, $2, t.c, t.p::jsonb FROM unnest($4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS t(n, c, p, o) ORDER BY t.o`,
+        `INSERT INTO drift_tool_changes AS d (server_id, tool_name, recorded_at, baseline_id, change, parts)
+         SELECT $1, t.n, $3, $2, t.c, t.p::jsonb FROM unnest($4::text[], $5::text[], $6::text[]) AS t(n, c, p) ORDER BY t.n
+         ON CONFLICT (server_id, tool_name) DO UPDATE SET recorded_at = EXCLUDED.recorded_at, baseline_id = EXCLUDED.baseline_id,
+           change = EXCLUDED.change, parts = EXCLUDED.parts`,
         [serverId, baselineId, at, names, kinds, parts],
       );
     },
 
-    /** The newest drift of `tool` on a server at or after `since` (per-tool gate), found by index however many drifts the server has. */
+    /** The newest drift of `tool` on a server if it was at or after `since` (per-tool gate), read by key. */
     async toolDriftSince(serverId: number, tool: string, since: Date): Promise<ToolDriftRow | null> {
       const rows = await db.query<ToolDriftRow>(
-        `SELECT recorded_at, change, parts FROM drift_tool_changes
-          WHERE server_id = $1 AND tool_name = $2 AND recorded_at >= $3 ORDER BY recorded_at DESC, id DESC LIMIT 1`,
+        'SELECT recorded_at, change, parts FROM drift_tool_changes WHERE server_id = $1 AND tool_name = $2 AND recorded_at >= $3',
         [serverId, tool, since],
       );
       return rows[0] ?? null;
