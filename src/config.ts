@@ -63,6 +63,12 @@ export interface Config {
   gate: GateConfig;
   /** Probe requests (drift, agent-readiness, agency-checklist, compliance) per client address per minute, per instance; 0 = unlimited. */
   rateLimitProbesPerMinute: number;
+  /**
+   * DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY (default 16 MiB, 0 = no limit): bytes of new tool-part texts
+   * drift baselines of one server may store within 24 hours (the texts /drift shows). Beyond, a
+   * baseline keeps its hashes only: drift is still detected, signed and flagged.
+   */
+  driftTextBytesPerServerPerDay: number;
   /** Pre-flight requests (REST and Connect) per client address per minute, per instance; 0 = unlimited. */
   rateLimitPreflightPerMinute: number;
   /** Gate decisions (/v1/gate, ext_authz Check) per client address (the gateway) per minute, per instance; 0 = unlimited. */
@@ -472,6 +478,7 @@ export function loadConfig(env: Env = process.env): Config {
       },
     },
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),
+    driftTextBytesPerServerPerDay: int(env, 'DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY', 16 * 1024 * 1024, 0, 1024 * 1024 * 1024 * 1024),
     rateLimitPreflightPerMinute: int(env, 'RATE_LIMIT_PREFLIGHT_PER_MINUTE', 600, 0, 1_000_000),
     // A gateway asks for every request it forwards, all from its own address (docs/reliability.md
     // "Rate limits" sizes these defaults).

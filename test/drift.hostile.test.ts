@@ -116,3 +116,40 @@ describe(`a hostile server's manifest on /api/drift and /drift (${backend})`, ()
     );
   }, 120_000);
 });
+
+describe(`the daily allowance of stored drift text per server (${backend})`, () => {
+  it('keeps texts within DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY, then hashes only, drift still detected and signed', async () => {
+    const app = await startTestApp({ ALLOW_PRIVATE_TARGETS: '1', DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY: '100000' });
+    const text = (v: string): Tool[] => [{ name: 'speak', description: `${v} ${'w'.repeat(60_000)}`, inputSchema: { type: 'object' } }];
+    const server = await startModernMcpTarget(text('one'));
+    try {
+      expect((await postJson(`${app.base}/api/report`, { server_url: server.url, success: true, latency_ms: 5 })).status).toBe(200);
+      const check = async () => json(fetch(`${app.base}/api/drift?server=${encodeURIComponent(server.url)}`));
+      await check(); // about 60 KB stored
+      server.setTools(text('two'));
+      expect((await check()).drift_detected).toBe(true); // 60 KB used, under 100 KB: stored
+      server.setTools(text('three'));
+      const third = await check(); // 120 KB used: hashes only
+      expect(third).toMatchObject({ drift_detected: true, tools_changed: [{ name: 'speak', changes: ['description'] }] });
+      expect((await app.obs.services.receipts.verify(third.receipt)).valid).toBe(true);
+      const stored = await app.obs.db.query<{ text_bytes: string }>(
+        'SELECT d.text_bytes FROM drift_baselines d JOIN servers s ON s.id = d.server_id WHERE s.url = $1 ORDER BY d.recorded_at, d.seq',
+        [server.url],
+      );
+      expect(stored.map((r) => Number(r.text_bytes) > 60_000)).toEqual([true, true, false]);
+      expect(Number(stored[2]!.text_bytes)).toBe(0);
+      // The page says why it shows hashes only for the newest change.
+      const page = await (await fetch(`${app.base}/drift`)).text();
+      const article = page.slice(page.indexOf(`data-server="${server.url}"`));
+      expect(article.slice(0, article.indexOf('</article>'))).toContain('data-shown="unknown"');
+      expect(await app.obs.db.query('SELECT 1 FROM drift_part_texts WHERE canonical LIKE $1', ['%three %'])).toHaveLength(0);
+    } finally {
+      await server.close();
+      await app.close();
+    }
+  }, 60_000);
+
+  it('refuses a value that is not a byte count at start-up', async () => {
+    await expect(startTestApp({ DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY: 'lots' })).rejects.toThrow(/DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY/);
+  });
+});

@@ -17,7 +17,7 @@ const toolName = (n: string) => (n.length > 200 ? `${n.slice(0, 200)}…` : n);
 
 /** A line diff (or a whole text) as a block people read: removed lines red with "−", added green with "+", long unchanged runs folded; or why it is not shown. */
 function shownPart(p: ShownPart): SafeHtml {
-  if (p.kind === 'unknown') return html`<p class="small muted">Only the hashes are known: the earlier baseline was recorded before texts were stored.</p>`;
+  if (p.kind === 'unknown') return html`<p class="small muted" data-shown="unknown">Only the hashes are known: a baseline recorded before texts were stored, or after its server had stored its day's allowance of text.</p>`;
   if (p.kind === 'too_long') return html`<p class="small muted" data-shown="too_long">This part is ${fmtInt(p.bytes)} bytes, more than the ${fmtInt(DRIFT_PAGE_LIMITS.partTextBytes)} this page shows of one part: compare the hashes above.</p>`;
   if (p.kind === 'over_page') return html`<p class="small muted" data-shown="over_page">Not shown: this page already holds as much text as it shows at once (newest drifts first).</p>`;
   const row = (l: DiffLine | DiffGap) =>
@@ -37,7 +37,7 @@ function toolText(kind: 'added' | 'removed', t: { name: string; parts: { part: s
   const name = toolName(t.name);
   const known = t.parts.filter((p) => p.text.kind !== 'unknown');
   return html`<details class="tooldiff" data-tool="${name}" data-change="${kind}"><summary>${kind === 'added' ? html`<ins>+ ${name}</ins> added` : html`<del>− ${name}</del> removed`}</summary>
-${known.length === 0 ? html`<p class="small muted">Its text was not kept by that baseline (recorded before texts were stored).</p>` : known.map((p) => html`<h4>${PART_WORDS[p.part] ?? p.part}</h4>${shownPart(p.text)}`)}
+${known.length === 0 ? html`<p class="small muted" data-shown="unknown">Its text was not kept by that baseline (recorded before texts were stored, or after its server had stored its day's allowance of text).</p>` : known.map((p) => html`<h4>${PART_WORDS[p.part] ?? p.part}</h4>${shownPart(p.text)}`)}
 </details>`;
 }
 

@@ -119,7 +119,8 @@ export const DRIFT_PAGE_LIMITS = { toolsPerDrift: 50, partTextBytes: 64 * 1024, 
 
 /**
  * One tool part as the /drift page shows it: lines (a diff, or a whole text added or removed, cut
- * by clipForDisplay), or why not: its text was not stored (a baseline older than stored texts),
+ * by clipForDisplay), or why not: its text was not stored (a baseline older than stored texts, or
+ * one recorded over its server's DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY),
  * it is longer than DRIFT_PAGE_LIMITS.partTextBytes, or the page's allowance was used up.
  */
 export type ShownPart = ({ kind: 'lines' } & ShownLines) | { kind: 'unknown' } | { kind: 'too_long'; bytes: number } | { kind: 'over_page' };
@@ -130,6 +131,9 @@ function whyNotShown(before: string | NotShown, after: string | NotShown): NotSh
   const sides = [before, after].filter((x): x is NotShown => typeof x !== 'string');
   return sides.find((x) => x.kind === 'unknown') ?? sides.find((x) => x.kind === 'too_long') ?? { kind: 'over_page' };
 }
+
+/** The window of DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY: a day. */
+const TEXT_ALLOWANCE_WINDOW_MS = 86_400_000;
 
 /** What recordBaseline did. `recorded` false: the manifest was unchanged and its baseline recent (previous, receipt null). */
 export interface BaselineResult {
@@ -147,7 +151,7 @@ export interface BaselineResult {
 
 /** GetDrift (GET /api/drift): live manifest (and Server Card) -> signed baseline -> per-tool drift report. */
 export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: McpProbeService } = {}) {
-  const { db, now, receipts } = deps;
+  const { db, now, receipts, config } = deps;
   const servers = serverStore(db);
   const mcpProbe = services.mcpProbe ?? createMcpProbeService(deps);
 
@@ -192,6 +196,9 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
         },
         { db: tx },
       );
+      // The texts are the server's own: within its daily allowance they are kept for /drift, beyond it the baseline keeps hashes only.
+      const allowance = config.driftTextBytesPerServerPerDay;
+      const textBytes = allowance === 0 || (await store.textBytesSince(server.id, new Date(recordedAt.getTime() - TEXT_ALLOWANCE_WINDOW_MS))) < allowance ? await store.saveTexts(hashed.texts, recordedAt) : 0;
       await store.insert({
         baseline_id: baselineId,
         server_id: server.id,
@@ -203,9 +210,8 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
         drift_detected: drift,
         changes: diff,
         receipt_id: receipt.receiptId,
-      });
+      }, textBytes);
       if (drift) await store.recordToolChanges(server.id, baselineId, recordedAt, diff);
-      await store.saveTexts(hashed.texts, recordedAt);
       return { recorded: true, baselineId, recordedAt, previous: prev, driftDetected: drift, diff, toolCount: hashed.tools.length, manifestHash: hashed.manifest_hash, receiptId: receipt.receiptId, receipt: receipt.jws };
     });
     // Committed: trust reads and pre-flights in this process see a new baseline at once.

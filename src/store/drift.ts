@@ -60,22 +60,36 @@ export function driftStore(db: Queryable) {
       return rows[0] ?? null;
     },
 
-    async insert(r: DriftBaselineRow): Promise<void> {
+    /** `textBytes`: bytes of part texts this baseline newly stored (saveTexts). */
+    async insert(r: DriftBaselineRow, textBytes: number): Promise<void> {
       await db.query(
-        `INSERT INTO drift_baselines (${COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-        [r.baseline_id, r.server_id, r.recorded_at, r.manifest_hash, r.tool_count, JSON.stringify(r.tools), r.previous_baseline_id, r.drift_detected, JSON.stringify(r.changes), r.receipt_id],
+        `INSERT INTO drift_baselines (${COLUMNS}, text_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+        [r.baseline_id, r.server_id, r.recorded_at, r.manifest_hash, r.tool_count, JSON.stringify(r.tools), r.previous_baseline_id, r.drift_detected, JSON.stringify(r.changes), r.receipt_id, textBytes],
       );
     },
 
-    /** Stores part texts by hash (ON CONFLICT DO NOTHING: the same hash is always the same text). */
-    async saveTexts(texts: Map<string, string>, at: Date): Promise<void> {
-      if (texts.size === 0) return;
+    /**
+     * Stores part texts by hash (ON CONFLICT DO NOTHING: the same hash is always the same text)
+     * and answers how many bytes of them were new.
+     */
+    async saveTexts(texts: Map<string, string>, at: Date): Promise<number> {
+      if (texts.size === 0) return 0;
       const hashes = [...texts.keys()];
-      await db.query(
-        `INSERT INTO drift_part_texts (hash, canonical, first_seen_at)
-         SELECT h, c, $3 FROM unnest($1::text[], $2::text[]) AS t(h, c) ORDER BY h ON CONFLICT (hash) DO NOTHING`,
+      const rows = await db.query<{ bytes: string | number }>(
+        `WITH stored AS (
+           INSERT INTO drift_part_texts (hash, canonical, first_seen_at)
+           SELECT h, c, $3 FROM unnest($1::text[], $2::text[]) AS t(h, c) ORDER BY h ON CONFLICT (hash) DO NOTHING
+           RETURNING octet_length(canonical) AS b)
+         SELECT coalesce(sum(b), 0)::int8 AS bytes FROM stored`,
         [hashes, hashes.map((h) => texts.get(h)!), at],
       );
+      return Number(rows[0]?.bytes ?? 0);
+    },
+
+    /** Bytes of new texts a server's baselines stored at or after `since` (the daily allowance). */
+    async textBytesSince(serverId: number, since: Date): Promise<number> {
+      const rows = await db.query<{ bytes: string | number }>('SELECT coalesce(sum(text_bytes), 0)::int8 AS bytes FROM drift_baselines WHERE server_id = $1 AND recorded_at >= $2', [serverId, since]);
+      return Number(rows[0]?.bytes ?? 0);
     },
 
     /** The stored canonical texts of these part hashes (unknown hashes are absent). */
