@@ -99,6 +99,7 @@ export async function createBundleGate(config: Config, opts: { logger?: boolean;
       ['/v1/gate/*', 'gate'],
     ]),
     new Set(),
+    new Map(),
   );
   installBodyBudget(app, { limit: config.http.bodyBudgetBytes, defaultLimit: config.bodyLimit });
   await app.register(connectPlugin, {

@@ -69,6 +69,12 @@ export interface Config {
    * baseline keeps its hashes only: drift is still detected, signed and flagged.
    */
   driftTextBytesPerServerPerDay: number;
+  /**
+   * PROBE_CONCURRENCY (default 32): on-demand probes (drift, agent-readiness, agency checklist,
+   * attestation) running at once in this instance; one client network may run an eighth (at
+   * least 2). Beyond: 503 (429 for a client's share) with Retry-After. Observation is not counted.
+   */
+  probeConcurrency: number;
   /** Pre-flight requests (REST and Connect) per client address per minute, per instance; 0 = unlimited. */
   rateLimitPreflightPerMinute: number;
   /** Gate decisions (/v1/gate, ext_authz Check) per client address (the gateway) per minute, per instance; 0 = unlimited. */
@@ -479,6 +485,7 @@ export function loadConfig(env: Env = process.env): Config {
     },
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),
     driftTextBytesPerServerPerDay: int(env, 'DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY', 16 * 1024 * 1024, 0, 1024 * 1024 * 1024 * 1024),
+    probeConcurrency: int(env, 'PROBE_CONCURRENCY', 32, 1, 10_000),
     rateLimitPreflightPerMinute: int(env, 'RATE_LIMIT_PREFLIGHT_PER_MINUTE', 600, 0, 1_000_000),
     // A gateway asks for every request it forwards, all from its own address (docs/reliability.md
     // "Rate limits" sizes these defaults).

@@ -168,6 +168,27 @@ describe(`rate limits on expensive endpoints (${backend})`, () => {
     expect(trust.headers.get('ratelimit')).toBeNull();
   });
 
+  it('the /drift form runs the same drift check and takes from the same bucket; the page without it is not counted', async () => {
+    const ip = '203.0.113.10';
+    for (let i = 0; i < 3; i++) {
+      const page = await fetch(`${t.base}/drift`, { headers: from(ip) });
+      expect(page.status).toBe(200);
+      expect(page.headers.get('ratelimit')).toBeNull();
+      await page.arrayBuffer();
+    }
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await fetch(`${t.base}/drift?server=${encodeURIComponent('http://127.0.0.1:9/mcp')}`, { headers: from(ip) });
+      expect(r.headers.get('ratelimit-policy')).toBe('"probes";q=3;w=60');
+      statuses.push(r.status);
+      await r.arrayBuffer();
+    }
+    expect(statuses).not.toContain(429);
+    // The API route shares the bucket: the fourth probe of this client is refused.
+    await expectProblem(await fetch(`${t.base}/api/drift?server=http://127.0.0.1:9/mcp`, { headers: from(ip) }), 429, 'rate_limited');
+    await expectProblem(await fetch(`${t.base}/drift?server=x`, { headers: from(ip) }), 429, 'rate_limited');
+  });
+
   it('probe routes are limited, whatever their answer', async () => {
     const statuses: number[] = [];
     for (let i = 0; i < 4; i++) {

@@ -40,6 +40,14 @@ export const REST_RATE_LIMITS: ReadonlyMap<string, RateLimitName> = new Map<stri
  */
 export const SEARCH_RATE_LIMITED: ReadonlySet<string> = new Set(['/api/leaderboard', '/monitor', '/atlas/report']);
 
+/**
+ * Pages whose requests with this query parameter run a live probe, and take from the `probes`
+ * bucket like the API routes that probe: `/drift?server=` is the same drift check as
+ * `/api/drift?server=` (a probe of the server, a signed baseline), so a form must not be the way
+ * around RATE_LIMIT_PROBES_PER_MINUTE.
+ */
+export const PROBING_PAGES: ReadonlyMap<string, string> = new Map([['/drift', 'server']]);
+
 /** Whether a request's `q` asks for a search (the list code ignores a blank one). */
 export const isSearch = (q: unknown): boolean => (typeof q === 'string' ? q.trim() !== '' : Array.isArray(q) ? q.some(isSearch) : false);
 
@@ -64,6 +72,7 @@ export function installRateLimits(
   limits: RateLimiter,
   table: ReadonlyMap<string, RateLimitName> = REST_RATE_LIMITS,
   searched: ReadonlySet<string> = SEARCH_RATE_LIMITED,
+  probing: ReadonlyMap<string, string> = PROBING_PAGES,
 ) {
   const registered = new Set<string>();
   // The hook goes only on the routes that have a limit, so the others (most of them) pay nothing.
@@ -71,9 +80,12 @@ export function installRateLimits(
   app.addHook('onRoute', (opts) => {
     registered.add(opts.url);
     const fixed = table.get(opts.url);
-    if (fixed === undefined && !searched.has(opts.url)) return;
+    const probeParam = probing.get(opts.url);
+    const search = searched.has(opts.url);
+    if (fixed === undefined && !search && probeParam === undefined) return;
     const hook = (req: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
-      const name = fixed ?? (isSearch((req.query as Record<string, unknown> | undefined)?.q) ? 'search' : undefined);
+      const query = req.query as Record<string, unknown> | undefined;
+      const name = fixed ?? (search && isSearch(query?.q) ? 'search' : probeParam !== undefined && query?.[probeParam] !== undefined ? 'probes' : undefined);
       if (name === undefined) return done();
       const d = limits.take(name, req.ip);
       if (!d) return done();
@@ -87,7 +99,7 @@ export function installRateLimits(
     opts.onRequest = withRouteHook(opts.onRequest, hook);
   });
   app.addHook('onReady', async () => {
-    const missing = [...table.keys(), ...searched].filter((url) => !registered.has(url));
+    const missing = [...table.keys(), ...searched, ...probing.keys()].filter((url) => !registered.has(url));
     if (missing.length > 0) throw new Error(`rate limits name routes that do not exist: ${missing.join(', ')}`);
   });
 }

@@ -2,6 +2,7 @@
 // form that checks a server now through the same GetDrift the API answers /api/drift with.
 import { ObservatoryError, PROBLEMS } from '../errors.js';
 import type { Services } from '../services/index.js';
+import type { CallContext } from '../services/context.js';
 import { fmtInt, fmtTime } from './format.js';
 import { html, type SafeHtml } from './html.js';
 import { page } from './layout.js';
@@ -42,13 +43,13 @@ ${known.length === 0 ? html`<p class="small muted" data-shown="unknown">Its text
 }
 
 /** Renders /drift; `server` (the form's field) runs a live check first. Returns the HTTP status too. */
-export async function driftPage(services: Services, q: { server?: string }): Promise<{ status: number; body: SafeHtml }> {
+export async function driftPage(services: Services, q: { server?: string }, ctx?: CallContext): Promise<{ status: number; body: SafeHtml }> {
   let check: SafeHtml = html``;
   let status = 200;
   const target = q.server?.trim();
   if (q.server !== undefined) {
     try {
-      const r = await services.drift.getDrift({ server: q.server });
+      const r = await services.drift.getDrift({ server: q.server }, ctx);
       const changed = r.toolsChanged ?? [];
       check = html`<section class="notice ${r.driftDetected ? 'err' : 'ok'}" id="check-result">
 <b>${r.name}</b>: ${

@@ -9,6 +9,7 @@ import { html, SafeHtml } from './html.js';
 import { page, type Section } from './layout.js';
 import { monitorPage, serverPage } from './monitor.js';
 import { driftPage } from './drift.js';
+import { callContext } from '../services/context.js';
 
 const stringQuery = (...names: string[]) => ({ type: 'object', properties: Object.fromEntries(names.map((n) => [n, { type: 'string' }])) }) as const;
 
@@ -36,7 +37,8 @@ export function pageRoutes(app: FastifyInstance, { services, config }: RouteDeps
   );
   app.get<{ Params: { slug: string } }>('/monitor/server/:slug', (req, reply) => render(reply, 'monitor', () => serverPage(services, config, req.params.slug)));
   app.get<{ Querystring: { server?: string } }>('/drift', { schema: { querystring: stringQuery('server') } }, (req, reply) =>
-    render(reply, 'drift', () => driftPage(services, req.query)),
+    // The form runs the same drift check as /api/drift: it counts against the caller's probes (rate limit, PROBE_CONCURRENCY).
+    render(reply, 'drift', () => driftPage(services, req.query, callContext(req.headers, req.ip))),
   );
   app.get<{ Querystring: { category?: string; q?: string; verdict?: string; cursor?: string } }>(
     '/atlas/report',

@@ -33,6 +33,7 @@ import { driftStore } from '../store/drift.js';
 import { evidenceStore } from '../store/evidence.js';
 import { serverStore } from '../store/servers.js';
 import type { CallContext, ServiceDeps } from './context.js';
+import { createProbeSlots, type ProbeSlots } from './probe-slots.js';
 import type { TrustService } from './trust.js';
 import { requireServerUrl } from './trust.js';
 
@@ -40,18 +41,18 @@ const EXPORT_NOTICE =
   'Governance export of the evidence this observatory logged independently. Telemetry carries no agent, user or prompt data (SPEC 1.3), so agent_id labels the export but cannot filter events. Not affiliated with any regulator; not legal advice.';
 
 /** ComplianceService: agency checklist, signed attestation, governance export. */
-export function createComplianceService({ db, config, now, receipts }: ServiceDeps, { trust }: { trust: Pick<TrustService, 'scoreFor'> }) {
+export function createComplianceService({ db, config, now, receipts }: ServiceDeps, { trust, probeSlots = createProbeSlots(config.probeConcurrency) }: { trust: Pick<TrustService, 'scoreFor'>; probeSlots?: ProbeSlots }) {
   const fetcher = createSafeFetcher({ allowPrivate: config.allowPrivateTargets });
   const servers = serverStore(db);
   const evidence = evidenceStore(db);
   const drift = driftStore(db);
 
   /** The evidence both the checklist and the attestation stand on. */
-  async function controlsFor(url: string): Promise<{ controls: Control[]; checkedAt: Date }> {
+  async function controlsFor(url: string, ctx: CallContext | undefined): Promise<{ controls: Control[]; checkedAt: Date }> {
     let live;
     try {
       await fetcher.check(url);
-      live = await probeAgency(fetcher, url);
+      live = await probeSlots.run(ctx, () => probeAgency(fetcher, url));
     } catch (err) {
       throw probeError(err);
     }
@@ -87,9 +88,9 @@ export function createComplianceService({ db, config, now, receipts }: ServiceDe
   }
 
   return {
-    async getAgencyChecklist(req: Partial<GetAgencyChecklistRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetAgencyChecklistResponseSchema>> {
+    async getAgencyChecklist(req: Partial<GetAgencyChecklistRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof GetAgencyChecklistResponseSchema>> {
       const url = requireServerUrl(req.url, 'url');
-      const { controls, checkedAt } = await controlsFor(url);
+      const { controls, checkedAt } = await controlsFor(url, ctx);
       const s = summarize(controls);
       return {
         url,
@@ -101,11 +102,11 @@ export function createComplianceService({ db, config, now, receipts }: ServiceDe
       };
     },
 
-    async getComplianceAttestation(req: Partial<GetComplianceAttestationRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetComplianceAttestationResponseSchema>> {
+    async getComplianceAttestation(req: Partial<GetComplianceAttestationRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof GetComplianceAttestationResponseSchema>> {
       const standard = req.standard === undefined || req.standard === '' ? AGENCY_STANDARD : req.standard;
       if (standard !== AGENCY_STANDARD) throw invalidArgument(`standard "${standard.slice(0, 64)}" is not supported; the only standard is ${AGENCY_STANDARD}`);
       const url = await targetUrl(req.server, 'server');
-      const { controls, checkedAt } = await controlsFor(url);
+      const { controls, checkedAt } = await controlsFor(url, ctx);
       const dimensions = CONTROL_CATEGORIES.map((cat) => {
         const mine = controls.filter((c) => c.category === cat);
         return {

@@ -12,6 +12,7 @@ import type { CallContext, ServiceDeps } from './context.js';
 import { createMcpProbeService, type McpProbeService } from './mcp-probe.js';
 import { RANKED_STALE_MS, SCORE_CACHE_MS } from './trust-engine.js';
 import { cachedFigures } from './cached-figure.js';
+import { createProbeSlots, type ProbeSlots } from './probe-slots.js';
 import { BoundedMap } from '../store/cache-limits.js';
 import { dbSignal } from '../store/db-signal.js';
 
@@ -150,10 +151,11 @@ export interface BaselineResult {
 }
 
 /** GetDrift (GET /api/drift): live manifest (and Server Card) -> signed baseline -> per-tool drift report. */
-export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: McpProbeService } = {}) {
+export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: McpProbeService; probeSlots?: ProbeSlots } = {}) {
   const { db, now, receipts, config } = deps;
   const servers = serverStore(db);
   const mcpProbe = services.mcpProbe ?? createMcpProbeService(deps);
+  const probeSlots = services.probeSlots ?? createProbeSlots(deps.config.probeConcurrency);
 
   /**
    * Records a signed baseline of a manifest just read from `server` and compares it with the
@@ -311,7 +313,7 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
   onDriftRecorded(db, () => driftViews.invalidate());
 
   return {
-    async getDrift(req: Partial<GetDriftRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetDriftResponseSchema>> {
+    async getDrift(req: Partial<GetDriftRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof GetDriftResponseSchema>> {
       const target = (req.server ?? '').trim();
       if (target === '') throw invalidArgument('server is required');
       const server = await servers.resolve(target);
@@ -321,7 +323,7 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
       try {
         // The catalogue's transport when it knows one; otherwise the probe finds out (Streamable HTTP, then SSE).
         const transport = (await servers.catalogue(server.id))?.transport === 'sse' ? ('sse' as const) : undefined;
-        probed = await mcpProbe.probe(server, { transport });
+        probed = await probeSlots.run(ctx, () => mcpProbe.probe(server, { transport }));
       } catch (err) {
         throw probeError(err);
       }

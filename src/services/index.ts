@@ -19,6 +19,7 @@ import { createBundleService } from './bundle.js';
 import { createCoverageService } from './coverage.js';
 import { Authorization } from '../../gen/envoy/service/auth/v3/external_auth_pb.js';
 import { createDriftService } from './drift.js';
+import { createProbeSlots } from './probe-slots.js';
 import { createProbeService } from './probes.js';
 import { createComplianceService } from './compliance.js';
 import { createCatalogueService } from './catalogue.js';
@@ -45,7 +46,9 @@ export function createServices(deps: ServiceDeps) {
   const preflight = enforceContract(createPreflightService(deps, trust), TrustService);
   const telemetry = createTelemetryService(deps);
   const mcpProbe = createMcpProbeService(deps);
-  const drift = enforceContract(createDriftService(deps, { mcpProbe }), TrustService);
+  // One bound on the on-demand probes running at once, shared by every service that probes.
+  const probeSlots = createProbeSlots(deps.config.probeConcurrency);
+  const drift = enforceContract(createDriftService(deps, { mcpProbe, probeSlots }), TrustService);
   const observation = createObservationService(deps, { telemetry, drift, mcpProbe }, { onError: deps.onBackgroundError });
   const telemetryRetention = createTelemetryRetention(deps, { onError: deps.onBackgroundError });
   const limits = createRateLimiter(deps.config);
@@ -84,8 +87,10 @@ export function createServices(deps: ServiceDeps) {
     registrySync,
     /** Active observation: the observatory's own scheduled probes (started by `serve` and `observe`). */
     observation,
-    probes: enforceContract(createProbeService(deps), TrustService),
-    compliance: enforceContract(createComplianceService(deps, { trust }), ComplianceService),
+    probes: enforceContract(createProbeService(deps, { probeSlots }), TrustService),
+    compliance: enforceContract(createComplianceService(deps, { trust, probeSlots }), ComplianceService),
+    /** On-demand probes running at once (PROBE_CONCURRENCY), shared by drift, agent-readiness and compliance. */
+    probeSlots,
     /** The coverage report (/atlas/report): index coverage next to pre-flight demand. */
     coverage: createCoverageService(deps, trust),
     /** Monthly telemetry partitions and TELEMETRY_RETENTION_DAYS (periodic job). */

@@ -6,26 +6,29 @@ import { probeError } from '../probes/probe-errors.js';
 import { probeMcpEndpoint, probeReadiness } from '../probes/readiness.js';
 import { createSafeFetcher } from '../probes/safe-fetch.js';
 import type { CallContext, ServiceDeps } from './context.js';
+import { createProbeSlots, type ProbeSlots } from './probe-slots.js';
 import { requireServerUrl } from './trust.js';
 
 /** GetAgentReadiness (GET /api/agent-readiness): probes five documents and scores them; connects to the MCP endpoint mcp.json names. */
-export function createProbeService({ config, now }: ServiceDeps) {
+export function createProbeService({ config, now }: ServiceDeps, { probeSlots = createProbeSlots(config.probeConcurrency) }: { probeSlots?: ProbeSlots } = {}) {
   const fetcher = createSafeFetcher({ allowPrivate: config.allowPrivateTargets });
 
   return {
-    async getAgentReadiness(req: Partial<GetAgentReadinessRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetAgentReadinessResponseSchema>> {
+    async getAgentReadiness(req: Partial<GetAgentReadinessRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof GetAgentReadinessResponseSchema>> {
       const origin = new URL(requireServerUrl(req.url, 'url')).origin;
       try {
         await fetcher.check(origin);
       } catch (err) {
         throw probeError(err);
       }
-      const { observation, probes } = await probeReadiness(fetcher, origin);
-      if (probes.every((p) => p.http_status === null && !p.note.startsWith('redirect refused'))) {
-        throw new ObservatoryError('upstream_error', `${origin} could not be reached: ${probes[0]?.note ?? 'no answer'}`);
-      }
-      // The endpoint mcp.json names, reached with the one MCP probe: shown, not scored.
-      const mcpProbe = await probeMcpEndpoint(fetcher, origin, observation.mcp);
+      const { observation, probes, mcpProbe } = await probeSlots.run(ctx, async () => {
+        const found = await probeReadiness(fetcher, origin);
+        if (found.probes.every((p) => p.http_status === null && !p.note.startsWith('redirect refused'))) {
+          throw new ObservatoryError('upstream_error', `${origin} could not be reached: ${found.probes[0]?.note ?? 'no answer'}`);
+        }
+        // The endpoint mcp.json names, reached with the one MCP probe: shown, not scored.
+        return { ...found, mcpProbe: await probeMcpEndpoint(fetcher, origin, found.observation.mcp) };
+      });
       const s = scoreReadiness(observation);
       return {
         url: origin,

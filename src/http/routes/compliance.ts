@@ -11,6 +11,7 @@ import { invalidArgument } from '../../errors.js';
 import type { RouteDeps } from '../routes.js';
 import { restQuerySchema } from '../contract-schema.js';
 import { restJson } from '../rest-json.js';
+import { callContext } from '../../services/context.js';
 
 
 type Json = ReturnType<typeof restJson>;
@@ -71,9 +72,9 @@ export function complianceRoutes(app: FastifyInstance, { services }: RouteDeps) 
     },
   );
   app.get<{ Querystring: { url?: string } }>('/api/agency-checklist', { schema: { querystring: restQuerySchema(GetAgencyChecklistRequestSchema) } }, async (req) =>
-    restJson(GetAgencyChecklistResponseSchema, await services.compliance.getAgencyChecklist({ url: req.query.url })),
+    restJson(GetAgencyChecklistResponseSchema, await services.compliance.getAgencyChecklist({ url: req.query.url }, callContext(req.headers, req.ip))),
   );
   app.get<{ Querystring: { server?: string; standard?: string } }>('/v1/compliance', { schema: { querystring: restQuerySchema(GetComplianceAttestationRequestSchema) } }, async (req) =>
-    restJson(GetComplianceAttestationResponseSchema, await services.compliance.getComplianceAttestation({ server: req.query.server, standard: req.query.standard })),
+    restJson(GetComplianceAttestationResponseSchema, await services.compliance.getComplianceAttestation({ server: req.query.server, standard: req.query.standard }, callContext(req.headers, req.ip))),
   );
 }
