@@ -1,10 +1,9 @@
 import type http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Code, ConnectError, createClient, type Interceptor } from '@connectrpc/connect';
+import { Code, ConnectError, createClient, createContextValues } from '@connectrpc/connect';
 import { createConnectTransport } from '@connectrpc/connect-node';
 import { TrustService } from '../gen/observatory/v1/trust_pb.js';
-import { createContextValues } from '@connectrpc/connect';
-import { expectProblem, postJson, startTestApp, type TestApp } from './support/app.js';
+import { expectProblem, forwardedFor, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 import { eventually } from './support/connections.js';
 import { startHttpStub } from './support/mcp-target.js';
@@ -59,13 +58,6 @@ afterAll(async () => {
 
 const from = (ip: string) => ({ headers: { 'x-forwarded-for': ip } });
 const drift = (ip: string) => fetch(`${t.base}/api/drift?server=${encodeURIComponent(silent.url)}`, from(ip));
-const forwardedFor =
-  (ip: string): Interceptor =>
-  (next) =>
-  (req) => {
-    req.header.set('x-forwarded-for', ip);
-    return next(req);
-  };
 
 describe(`PROBE_CONCURRENCY: probes running at once (${backend})`, () => {
   it('a client network runs its share, the process its total; beyond, 429 / 503 with Retry-After at once, on every door', async () => {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer } from 'node:net';
 import { request as httpRequest } from 'node:http';
-import { Code, ConnectError, createClient, type Interceptor } from '@connectrpc/connect';
+import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport } from '@connectrpc/connect-node';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -15,7 +15,7 @@ import { createTokenBuckets } from '../src/services/rate-limits.js';
 import { REST_RATE_LIMITS } from '../src/http/rate-limit.js';
 import { JSONRPC_RATE_LIMITED } from '../src/agents/rate-limit.js';
 import { loadConfig } from '../src/config.js';
-import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { expectProblem, forwardedFor, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { expectConfigRefusal } from './support/config.js';
 import { backend } from './support/db.js';
 
@@ -131,13 +131,6 @@ afterAll(async () => {
   await t?.close();
 });
 const from = (ip: string) => ({ 'x-forwarded-for': ip });
-const forwardedFor =
-  (ip: string): Interceptor =>
-  (next) =>
-  (req) => {
-    req.header.set('x-forwarded-for', ip);
-    return next(req);
-  };
 
 describe(`rate limits on expensive endpoints (${backend})`, () => {
   it('pre-flight: RateLimit headers on every answer, then 429 problem+json with Retry-After', async () => {

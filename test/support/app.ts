@@ -1,3 +1,4 @@
+import type { Interceptor } from '@connectrpc/connect';
 import { loadConfig, type Config } from '../../src/config.js';
 import { createObservatory, type Observatory } from '../../src/server.js';
 import { createTestDatabase, type TestDatabase } from './db.js';
@@ -54,3 +55,12 @@ export async function expectProblem(res: Response, status: number, code?: string
 export async function json<T = any>(res: Response | Promise<Response>): Promise<T> {
   return (await (await res).json()) as T;
 }
+
+/** A Connect interceptor that sends `X-Forwarded-For: <ip>` (apps started with TRUST_PROXY take it as the client's address). */
+export const forwardedFor =
+  (ip: string): Interceptor =>
+  (next) =>
+  (req) => {
+    req.header.set('x-forwarded-for', ip);
+    return next(req);
+  };
