@@ -115,6 +115,29 @@ describe(`a hostile server's manifest on /api/drift and /drift (${backend})`, ()
       expect.objectContaining({ flag: 'tool_manifest_drift', description: `tool manifest changed: 2 added, 2 removed, ${N} changed (baseline ${b.baseline_id})` }),
     );
   }, 120_000);
+  it('re-checking an unchanged manifest stores no new copy of its tool list (one per manifest)', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const b = await json(drift(target.url));
+      expect(b.drift_detected).toBe(false);
+      ids.push(b.baseline_id);
+    }
+    const rows = await t.obs.db.query<{ has_tools: boolean; bytes: number }>(
+      'SELECT tools IS NOT NULL AS has_tools, pg_column_size(d.*)::int AS bytes FROM drift_baselines d WHERE baseline_id = ANY($1::text[])',
+      [ids],
+    );
+    // Before: each baseline carried the whole list (74 tools' hashes, about 26 KB here; 700 KB at 2,000 tools).
+    expect(rows).toHaveLength(3);
+    for (const r of rows) {
+      expect(r.has_tools).toBe(false);
+      expect(r.bytes).toBeLessThan(2048);
+    }
+    const [m] = await t.obs.db.query<{ n: number; tools: number }>(
+      'SELECT count(*)::int AS n, max(jsonb_array_length(tools))::int AS tools FROM drift_manifests WHERE manifest_hash = (SELECT manifest_hash FROM drift_baselines WHERE baseline_id = $1)',
+      [ids[0]],
+    );
+    expect(m).toEqual({ n: 1, tools: N + 2 });
+  }, 60_000);
 });
 
 describe(`the daily allowance of stored drift text per server (${backend})`, () => {

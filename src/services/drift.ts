@@ -212,7 +212,7 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
         drift_detected: drift,
         changes: diff,
         receipt_id: receipt.receiptId,
-      }, textBytes);
+      }, textBytes, prev !== null && prev.manifest_stored && prev.manifest_hash === hashed.manifest_hash);
       if (drift) await store.recordToolChanges(server.id, baselineId, recordedAt, diff);
       return { recorded: true, baselineId, recordedAt, previous: prev, driftDetected: drift, diff, toolCount: hashed.tools.length, manifestHash: hashed.manifest_hash, receiptId: receipt.receiptId, receipt: receipt.jws };
     });

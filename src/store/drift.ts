@@ -52,19 +52,34 @@ export function driftStore(db: Queryable) {
       await db.query('SELECT id FROM servers WHERE id = $1 FOR UPDATE', [serverId]);
     },
 
-    async latest(serverId: number): Promise<DriftBaselineRow | null> {
-      const rows = await db.query<DriftBaselineRow>(
-        `SELECT ${COLUMNS} FROM drift_baselines WHERE server_id = $1 ORDER BY recorded_at DESC, seq DESC LIMIT 1`,
+    /** A server's latest baseline with its tool list; `manifest_stored`: the list is in drift_manifests (baselines before migration 1610 kept their own copy). */
+    async latest(serverId: number): Promise<(DriftBaselineRow & { manifest_stored: boolean }) | null> {
+      const rows = await db.query<DriftBaselineRow & { manifest_stored: boolean }>(
+        `SELECT ${COLUMNS.split(', ').map((c) => (c === 'tools' ? 'coalesce(d.tools, m.tools) AS tools' : `d.${c}`)).join(', ')}, m.manifest_hash IS NOT NULL AS manifest_stored
+           FROM (SELECT * FROM drift_baselines WHERE server_id = $1 ORDER BY recorded_at DESC, seq DESC LIMIT 1) d
+           LEFT JOIN drift_manifests m ON m.manifest_hash = d.manifest_hash`,
         [serverId],
       );
       return rows[0] ?? null;
     },
 
-    /** `textBytes`: bytes of part texts this baseline newly stored (saveTexts). */
-    async insert(r: DriftBaselineRow, textBytes: number): Promise<void> {
+    /**
+     * Records a baseline; its tool list is stored once per manifest (drift_manifests), so a
+     * baseline of a manifest already stored adds no copy of it (`knownManifest`: the caller knows
+     * it is stored, e.g. the previous baseline had the same hash, and the list is not even sent).
+     * `textBytes`: bytes of part texts this baseline newly stored (saveTexts).
+     */
+    async insert(r: DriftBaselineRow, textBytes: number, knownManifest = false): Promise<void> {
+      if (!knownManifest) {
+        await db.query('INSERT INTO drift_manifests (manifest_hash, tools, first_seen_at) VALUES ($1, $2, $3) ON CONFLICT (manifest_hash) DO NOTHING', [
+          r.manifest_hash,
+          JSON.stringify(r.tools),
+          r.recorded_at,
+        ]);
+      }
       await db.query(
-        `INSERT INTO drift_baselines (${COLUMNS}, text_bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-        [r.baseline_id, r.server_id, r.recorded_at, r.manifest_hash, r.tool_count, JSON.stringify(r.tools), r.previous_baseline_id, r.drift_detected, JSON.stringify(r.changes), r.receipt_id, textBytes],
+        `INSERT INTO drift_baselines (${COLUMNS}, text_bytes) VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8, $9, $10)`,
+        [r.baseline_id, r.server_id, r.recorded_at, r.manifest_hash, r.tool_count, r.previous_baseline_id, r.drift_detected, JSON.stringify(r.changes), r.receipt_id, textBytes],
       );
     },
 
@@ -196,7 +211,9 @@ export function driftStore(db: Queryable) {
       const out = new Map<string, ToolHashes[]>();
       if (baselineIds.length === 0 || names.length === 0) return out;
       const rows = await db.query<{ baseline_id: string; tool: ToolHashes }>(
-        `SELECT b.baseline_id, t.tool FROM drift_baselines b, jsonb_array_elements(b.tools) AS t(tool)
+        `SELECT b.baseline_id, t.tool
+           FROM drift_baselines b LEFT JOIN drift_manifests m ON b.tools IS NULL AND m.manifest_hash = b.manifest_hash,
+                jsonb_array_elements(coalesce(b.tools, m.tools)) AS t(tool)
           WHERE b.baseline_id = ANY($1::text[]) AND t.tool->>'name' = ANY($2::text[])`,
         [[...new Set(baselineIds)], [...new Set(names)]],
       );
