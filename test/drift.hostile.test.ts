@@ -176,3 +176,44 @@ describe(`the daily allowance of stored drift text per server (${backend})`, () 
     await expect(startTestApp({ DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY: 'lots' })).rejects.toThrow(/DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY/);
   });
 });
+
+describe(`the daily drift storage job (${backend})`, () => {
+  it('drops the tool lists and texts of manifests no reader needs, keeps the latest, the latest drift and its predecessor', async () => {
+    let clock = Date.parse('2026-10-01T00:00:00.000Z');
+    const app = await startTestApp({}, { now: () => new Date(clock) });
+    try {
+      expect((await postJson(`${app.base}/api/report`, { server_url: 'https://churn.example.com/mcp', success: true, latency_ms: 5 })).status).toBe(200);
+      const [row] = await app.obs.db.query<{ id: string; url: string }>("SELECT id, url FROM servers WHERE url = 'https://churn.example.com/mcp'");
+      const server = { id: Number(row!.id), url: row!.url };
+      const version = (v: string) => [{ name: 'speak', description: `said ${v}`, inputSchema: { type: 'object' as const } }];
+      const drift = app.obs.services.drift;
+      const hashes: string[] = [];
+      // v1 .. v5 (each a drift), then v5 again: the latest drift is v4 -> v5.
+      for (const v of ['v1', 'v2', 'v3', 'v4', 'v5', 'v5']) {
+        clock += 60_000;
+        hashes.push((await drift.recordBaseline(server, version(v))).manifestHash);
+      }
+      const texts = async () => (await app.obs.db.query<{ canonical: string }>("SELECT canonical FROM drift_part_texts WHERE canonical LIKE '\"said %' ORDER BY canonical")).map((r) => r.canonical);
+      expect(await texts()).toEqual(['"said v1"', '"said v2"', '"said v3"', '"said v4"', '"said v5"']);
+      // Within a day nothing goes; a day later v1-v3 go.
+      expect(await drift.storageJob.tick(new Date(clock))).toBe(true);
+      expect(await texts()).toHaveLength(5);
+      clock += 2 * 86_400_000;
+      expect(await drift.storageJob.tick(new Date(clock))).toBe(true);
+      expect(await texts()).toEqual(['"said v4"', '"said v5"']);
+      const manifests = (await app.obs.db.query<{ manifest_hash: string }>('SELECT manifest_hash FROM drift_manifests')).map((r) => r.manifest_hash).sort();
+      expect(manifests).toEqual([hashes[3], hashes[4]].sort());
+      // Every baseline (and its receipt) stays; /drift still shows the latest drift's diff; the next check still compares.
+      expect((await app.obs.db.query('SELECT 1 FROM drift_baselines WHERE server_id = $1', [server.id])).length).toBe(6);
+      const page = await (await fetch(`${app.base}/drift`)).text();
+      expect(page).toContain('<del>− said v4</del>');
+      expect(page).toContain('<ins>+ said v5</ins>');
+      clock += 60_000;
+      const next = await drift.recordBaseline(server, version('v6'));
+      expect(next.driftDetected).toBe(true);
+      expect(next.diff.changed).toEqual([{ name: 'speak', changes: ['description'] }]);
+    } finally {
+      await app.close();
+    }
+  }, 60_000);
+});

@@ -13,6 +13,7 @@ import { createMcpProbeService, type McpProbeService } from './mcp-probe.js';
 import { RANKED_STALE_MS, SCORE_CACHE_MS } from './trust-engine.js';
 import { cachedFigures } from './cached-figure.js';
 import { createProbeSlots, type ProbeSlots } from './probe-slots.js';
+import { periodicJob } from './jobs.js';
 import { BoundedMap } from '../store/cache-limits.js';
 import { dbSignal } from '../store/db-signal.js';
 
@@ -135,6 +136,9 @@ function whyNotShown(before: string | NotShown, after: string | NotShown): NotSh
 
 /** The window of DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY: a day. */
 const TEXT_ALLOWANCE_WINDOW_MS = 86_400_000;
+
+/** The drift storage job's period, and the age below which nothing is dropped: a day. */
+export const DRIFT_STORAGE_PERIOD_MS = 86_400_000;
 
 /** What recordBaseline did. `recorded` false: the manifest was unchanged and its baseline recent (previous, receipt null). */
 export interface BaselineResult {
@@ -312,7 +316,20 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
   const driftViews = cachedFigures((limit) => computeDriftViews(Number(limit)), { freshMs: SCORE_CACHE_MS, staleMs: RANKED_STALE_MS });
   onDriftRecorded(db, () => driftViews.invalidate());
 
+  // Once a day across instances: drop tool lists and texts no reader needs (driftStore.collectGarbage),
+  // keeping a day's margin for baselines being recorded meanwhile.
+  const storageJob = periodicJob(db, 'drift-storage', DRIFT_STORAGE_PERIOD_MS, now, (at) => driftStore(db).collectGarbage(new Date(at.getTime() - DRIFT_STORAGE_PERIOD_MS)), {
+    onError: deps.onBackgroundError,
+  });
+
   return {
+    /** The daily drift storage job (tick it directly with a fixed clock in tests). */
+    storageJob,
+    /** Stops the storage job's timer. */
+    close(): void {
+      storageJob.stop();
+    },
+
     async getDrift(req: Partial<GetDriftRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof GetDriftResponseSchema>> {
       const target = (req.server ?? '').trim();
       if (target === '') throw invalidArgument('server is required');

@@ -115,6 +115,7 @@ export function createServices(deps: ServiceDeps) {
       await otlp.close();
       trust.close();
       await telemetryRetention.close();
+      drift.close();
       await registrySync.close();
       // Demand counted in memory (pre-flight, gate) is written before the database closes.
       await preflight.close().catch((err: unknown) => deps.onBackgroundError?.(err));

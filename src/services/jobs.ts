@@ -14,6 +14,7 @@ export const JOB_LOCKS = {
   'trust-score-refresh': 72_620_101,
   'telemetry-partitions': 72_620_102,
   'registry-sync': 72_620_103,
+  'drift-storage': 72_620_104,
 } as const;
 export type JobName = keyof typeof JOB_LOCKS;
 

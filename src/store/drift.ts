@@ -225,6 +225,50 @@ export function driftStore(db: Queryable) {
       return out;
     },
 
+    /**
+     * Drops what no reader needs any more (the drift storage job): tool lists (drift_manifests,
+     * and the copies baselines kept before migration 1610) and part texts stored before `cutoff`
+     * that belong to no server's latest baseline, latest drift or the baseline that drift was
+     * measured against. Those are all that recordBaseline (the latest), /drift (the latest drift
+     * and its predecessor) and nothing else read; the per-tool gate reads drift_tool_changes and
+     * the compliance export the change counts. The baselines themselves (hashes, counts, receipt)
+     * stay. So what a server's manifests occupy is bounded by its three kept manifests, however
+     * often it changes them.
+     */
+    async collectGarbage(cutoff: Date): Promise<{ manifests: number; copies: number; texts: number }> {
+      const kept = `kept AS (
+          SELECT baseline_id FROM (SELECT DISTINCT ON (server_id) baseline_id FROM drift_baselines ORDER BY server_id, recorded_at DESC, seq DESC) l
+          UNION
+          SELECT x.id FROM (SELECT DISTINCT ON (server_id) baseline_id, previous_baseline_id FROM drift_baselines WHERE drift_detected
+                             ORDER BY server_id, recorded_at DESC, seq DESC) d, LATERAL (VALUES (d.baseline_id), (d.previous_baseline_id)) x(id)
+           WHERE x.id IS NOT NULL)`;
+      const texts = await db.query<{ n: number }>(
+        `WITH ${kept},
+         lists AS (SELECT coalesce(b.tools, m.tools) AS tools FROM kept JOIN drift_baselines b USING (baseline_id)
+                     LEFT JOIN drift_manifests m ON m.manifest_hash = b.manifest_hash),
+         keep AS (SELECT DISTINCT v.h FROM lists, jsonb_array_elements(lists.tools) e,
+                    LATERAL (VALUES (e->>'description'), (e->>'input_schema'), (e->>'output_schema'), (e->>'annotations')) v(h)),
+         gone AS (DELETE FROM drift_part_texts t WHERE t.first_seen_at < $1 AND NOT EXISTS (SELECT 1 FROM keep WHERE keep.h = t.hash) RETURNING 1)
+         SELECT count(*)::int AS n FROM gone`,
+        [cutoff],
+      );
+      const manifests = await db.query<{ n: number }>(
+        `WITH ${kept},
+         gone AS (DELETE FROM drift_manifests m WHERE m.first_seen_at < $1
+                    AND NOT EXISTS (SELECT 1 FROM kept JOIN drift_baselines b USING (baseline_id) WHERE b.manifest_hash = m.manifest_hash) RETURNING 1)
+         SELECT count(*)::int AS n FROM gone`,
+        [cutoff],
+      );
+      const copies = await db.query<{ n: number }>(
+        `WITH ${kept},
+         gone AS (UPDATE drift_baselines b SET tools = NULL WHERE b.tools IS NOT NULL AND b.recorded_at < $1
+                    AND NOT EXISTS (SELECT 1 FROM kept WHERE kept.baseline_id = b.baseline_id) RETURNING 1)
+         SELECT count(*)::int AS n FROM gone`,
+        [cutoff],
+      );
+      return { manifests: manifests[0]?.n ?? 0, copies: copies[0]?.n ?? 0, texts: texts[0]?.n ?? 0 };
+    },
+
     /** Every server's latest baseline (drifted or not), newest first, with the server's identity; no tool lists. */
     async latestBaselines(limit: number): Promise<BaselineSummaryRow[]> {
       return db.query(
