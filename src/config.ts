@@ -75,6 +75,12 @@ export interface Config {
    * least 2). Beyond: 503 (429 for a client's share) with Retry-After. Observation is not counted.
    */
   probeConcurrency: number;
+  /**
+   * A2A_TASK_RETENTION_DAYS (default 30, 0 = keep for ever): an A2A task whose status has not
+   * changed for this long is deleted (tasks/get then answers TaskNotFound). Every message/send
+   * from anyone stores a task, so without a bound the table only grows.
+   */
+  a2aTaskRetentionDays: number;
   /** Pre-flight requests (REST and Connect) per client address per minute, per instance; 0 = unlimited. */
   rateLimitPreflightPerMinute: number;
   /** Gate decisions (/v1/gate, ext_authz Check) per client address (the gateway) per minute, per instance; 0 = unlimited. */
@@ -486,6 +492,7 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),
     driftTextBytesPerServerPerDay: int(env, 'DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY', 16 * 1024 * 1024, 0, 1024 * 1024 * 1024 * 1024),
     probeConcurrency: int(env, 'PROBE_CONCURRENCY', 32, 1, 10_000),
+    a2aTaskRetentionDays: int(env, 'A2A_TASK_RETENTION_DAYS', 30, 0, 36_500),
     rateLimitPreflightPerMinute: int(env, 'RATE_LIMIT_PREFLIGHT_PER_MINUTE', 600, 0, 1_000_000),
     // A gateway asks for every request it forwards, all from its own address (docs/reliability.md
     // "Rate limits" sizes these defaults).

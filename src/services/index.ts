@@ -26,6 +26,7 @@ import { createCatalogueService } from './catalogue.js';
 import { createObservationService } from './observation.js';
 import { createMcpProbeService } from './mcp-probe.js';
 import { createTelemetryRetention } from './telemetry-retention.js';
+import { createA2aTaskRetention } from './a2a-retention.js';
 import { createRateLimiter } from './rate-limits.js';
 import { createRegistrySync } from './registry-sync.js';
 import { createOtlpService } from './otlp.js';
@@ -51,6 +52,7 @@ export function createServices(deps: ServiceDeps) {
   const drift = enforceContract(createDriftService(deps, { mcpProbe, probeSlots }), TrustService);
   const observation = createObservationService(deps, { telemetry, drift, mcpProbe }, { onError: deps.onBackgroundError });
   const telemetryRetention = createTelemetryRetention(deps, { onError: deps.onBackgroundError });
+  const a2aTaskRetention = createA2aTaskRetention(deps, { onError: deps.onBackgroundError });
   const limits = createRateLimiter(deps.config);
   const catalogue = createCatalogueService(deps);
   const registrySync = createRegistrySync(deps, catalogue, { onError: deps.onBackgroundError });
@@ -95,6 +97,8 @@ export function createServices(deps: ServiceDeps) {
     coverage: createCoverageService(deps, trust),
     /** Monthly telemetry partitions and TELEMETRY_RETENTION_DAYS (periodic job). */
     telemetryRetention,
+    /** A2A_TASK_RETENTION_DAYS (periodic job). */
+    a2aTaskRetention,
     /** OTLP receivers: OpenTelemetry MCP client spans and metrics as telemetry (docs/telemetry.md). */
     otlp,
     /**
@@ -116,6 +120,7 @@ export function createServices(deps: ServiceDeps) {
       trust.close();
       await telemetryRetention.close();
       drift.close();
+      a2aTaskRetention.close();
       await registrySync.close();
       // Demand counted in memory (pre-flight, gate) is written before the database closes.
       await preflight.close().catch((err: unknown) => deps.onBackgroundError?.(err));

@@ -15,6 +15,7 @@ export const JOB_LOCKS = {
   'telemetry-partitions': 72_620_102,
   'registry-sync': 72_620_103,
   'drift-storage': 72_620_104,
+  'a2a-task-retention': 72_620_105,
 } as const;
 export type JobName = keyof typeof JOB_LOCKS;
 

@@ -53,6 +53,12 @@ export function a2aTaskStore(db: Queryable) {
       ]);
     },
 
+    /** Deletes the tasks whose status last changed before `cutoff` (A2A_TASK_RETENTION_DAYS); answers how many. */
+    async deleteIdleBefore(cutoff: Date): Promise<number> {
+      const rows = await db.query<{ n: number }>('WITH gone AS (DELETE FROM a2a_tasks WHERE updated_at < $1 RETURNING 1) SELECT count(*)::int AS n FROM gone', [cutoff]);
+      return rows[0]?.n ?? 0;
+    },
+
     async get(id: string): Promise<StoredTask | null> {
       const rows = await db.query<{ task: StoredTask }>('SELECT task FROM a2a_tasks WHERE id = $1', [id]);
       return rows[0]?.task ?? null;

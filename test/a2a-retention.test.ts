@@ -1,0 +1,40 @@
+import { describe, expect, it } from 'vitest';
+import { json, postJson, startTestApp } from './support/app.js';
+import { backend } from './support/db.js';
+
+// A2A_TASK_RETENTION_DAYS: every message/send stores a task, from anyone; before this job the
+// table kept every one for good. A task whose status has not changed for the retention is
+// deleted by a periodic job (once per period across instances); tasks/get then answers
+// TaskNotFound, as for any unknown id.
+
+const DAY = 86_400_000;
+
+describe(`A2A task retention (${backend})`, () => {
+  it('deletes tasks idle for A2A_TASK_RETENTION_DAYS, keeps younger ones, and 0 keeps every task', async () => {
+    const app = await startTestApp({ A2A_TASK_RETENTION_DAYS: '7' });
+    const send = async (text: string) =>
+      (await json(postJson(`${app.base}/a2a`, { jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { role: 'user', parts: [{ kind: 'text', text }], messageId: crypto.randomUUID(), kind: 'message' } } })))
+        .result as { id: string };
+    const get = (id: string) => json(postJson(`${app.base}/a2a`, { jsonrpc: '2.0', id: 2, method: 'tasks/get', params: { id } }));
+    try {
+      const old = await send('hello');
+      const young = await send('hello again');
+      // Tasks carry wall-clock times: the old one is made 8 days idle, the young one 3.
+      await app.obs.db.query("UPDATE a2a_tasks SET updated_at = updated_at - interval '8 days' WHERE id = $1", [old.id]);
+      await app.obs.db.query("UPDATE a2a_tasks SET updated_at = updated_at - interval '3 days' WHERE id = $1", [young.id]);
+      expect(await app.obs.services.a2aTaskRetention.job.tick(new Date())).toBe(true);
+      expect(await get(old.id)).toMatchObject({ error: { code: -32001 } });
+      expect(await get(young.id)).toMatchObject({ result: { id: young.id } });
+    } finally {
+      await app.close();
+    }
+    const keep = await startTestApp({ A2A_TASK_RETENTION_DAYS: '0' });
+    try {
+      await postJson(`${keep.base}/a2a`, { jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { role: 'user', parts: [{ kind: 'text', text: 'hi' }], messageId: 'k1', kind: 'message' } } });
+      expect(await keep.obs.services.a2aTaskRetention.purge(new Date(Date.now() + 400 * DAY))).toBe(0);
+      expect((await keep.obs.db.query('SELECT 1 FROM a2a_tasks')).length).toBe(1);
+    } finally {
+      await keep.close();
+    }
+  }, 60_000);
+});
