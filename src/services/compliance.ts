@@ -59,7 +59,7 @@ export function createComplianceService({ db, config, now, receipts }: ServiceDe
     const server = await servers.lookupUrl(url);
     const checkedAt = now();
     const [history, latest, lastDrift] = server
-      ? await Promise.all([evidence.historyDepth(server.id), drift.latest(server.id), drift.lastDriftAt(server.id)])
+      ? await Promise.all([evidence.historyDepth(server.id), drift.latestSummary(server.id), drift.lastDriftAt(server.id)])
       : [null, null, null];
     const controls = evaluateControls({
       url,

@@ -63,6 +63,15 @@ export function driftStore(db: Queryable) {
       return rows[0] ?? null;
     },
 
+    /** A server's latest baseline without its tool list (what the compliance controls cite). */
+    async latestSummary(serverId: number): Promise<Pick<DriftBaselineRow, 'baseline_id' | 'recorded_at' | 'receipt_id' | 'manifest_hash'> | null> {
+      const rows = await db.query<Pick<DriftBaselineRow, 'baseline_id' | 'recorded_at' | 'receipt_id' | 'manifest_hash'>>(
+        'SELECT baseline_id, recorded_at, receipt_id, manifest_hash FROM drift_baselines WHERE server_id = $1 ORDER BY recorded_at DESC, seq DESC LIMIT 1',
+        [serverId],
+      );
+      return rows[0] ?? null;
+    },
+
     /**
      * Records a baseline; its tool list is stored once per manifest (drift_manifests), so a
      * baseline of a manifest already stored adds no copy of it (`knownManifest`: the caller knows
