@@ -229,5 +229,12 @@ describe(`the probe behind drift, trust, pre-flight and the pages (${backend})`,
     expect(tls.evidence).toMatchObject({ reachable: true, mcp_protocol_version: '2026-07-28', mcp_transport: 'streamable-http' });
     const auth = b.controls.find((c: { id: string }) => c.id === 'auth_challenge');
     expect(auth.evidence.http_status).toBe(200);
+    // It cites the server's latest signed baseline (recorded by the drift checks above).
+    const provenance = b.controls.find((c: { id: string }) => c.id === 'provenance_manifest_baseline');
+    const [latest] = await t.obs.db.query<{ baseline_id: string; receipt_id: string; manifest_hash: string }>(
+      'SELECT d.baseline_id, d.receipt_id, d.manifest_hash FROM drift_baselines d JOIN servers s ON s.id = d.server_id WHERE s.url = $1 ORDER BY d.recorded_at DESC, d.seq DESC LIMIT 1',
+      [modern.url],
+    );
+    expect(provenance.evidence.baseline).toMatchObject({ ...latest, recorded_at: expect.any(String) });
   });
 });
