@@ -1,4 +1,5 @@
 import { canonicalServerUrl, InvalidServerUrl } from './server-identity.js';
+import { cutAt } from './text-diff.js';
 
 // MCP Server Cards (SEP-2127, the draft in the experimental-ext-server-card project; docs/probes.md
 // "Server Cards"). A card is what a server claims about itself before anyone connects: identity,
@@ -125,7 +126,7 @@ export function cardDescribes(card: CardClaims, url: string, location: 'reserved
 const LISTED_IN_TEXT = 20;
 const list = (xs: readonly string[]) => {
   if (xs.length === 0) return 'none';
-  const shown = xs.slice(0, LISTED_IN_TEXT).map((x) => (x.length > 200 ? `${x.slice(0, 200)}…` : x));
+  const shown = xs.slice(0, LISTED_IN_TEXT).map((x) => (x.length > 200 ? `${cutAt(x, 200)}…` : x));
   return xs.length > LISTED_IN_TEXT ? `${shown.join(', ')} and ${xs.length - LISTED_IN_TEXT} more` : shown.join(', ');
 };
 const isModern = (v: string) => v >= FIRST_MODERN_PROTOCOL_VERSION;

@@ -163,7 +163,8 @@ export function clipForDisplay(lines: readonly (DiffLine | DiffGap)[], budget: P
 }
 
 /** The first `n` UTF-16 units of `s`, one fewer when the cut would split a surrogate pair. */
-function cutAt(s: string, n: number): string {
+export function cutAt(s: string, n: number): string {
+  if (s.length <= n) return s;
   const c = s.charCodeAt(n - 1);
   return s.slice(0, c >= 0xd800 && c <= 0xdbff ? n - 1 : n);
 }

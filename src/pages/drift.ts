@@ -7,14 +7,14 @@ import { fmtInt, fmtTime } from './format.js';
 import { html, type SafeHtml } from './html.js';
 import { page } from './layout.js';
 import { serverCardSection, serverHref } from './monitor.js';
-import type { DiffGap, DiffLine } from '../domain/text-diff.js';
+import { cutAt, type DiffGap, type DiffLine } from '../domain/text-diff.js';
 import { DRIFT_PAGE_LIMITS, type ShownPart } from '../services/drift.js';
 
 const PART_WORDS: Record<string, string> = { description: 'description', input_schema: 'input schema', output_schema: 'output schema', annotations: 'annotations' };
 const shortHash = (h: string | null) => (h ? h.slice(0, 12) : 'absent');
 
 /** A tool name as the page shows it: names are the servers' own, so a long one is cut. */
-const toolName = (n: string) => (n.length > 200 ? `${n.slice(0, 200)}…` : n);
+const toolName = (n: string) => (n.length > 200 ? `${cutAt(n, 200)}…` : n);
 
 /** A line diff (or a whole text) as a block people read: removed lines red with "−", added green with "+", long unchanged runs folded; or why it is not shown. */
 function shownPart(p: ShownPart): SafeHtml {

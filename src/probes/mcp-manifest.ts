@@ -1,5 +1,6 @@
 import { Client, SdkHttpError, SSEClientTransport, SseError, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
 import { manifestToolOf, type ManifestTool } from '../domain/drift.js';
+import { cutAt } from '../domain/text-diff.js';
 import { ProbeFailed, responseTls, TargetRefused, type SafeFetcher, type TlsInfo } from './safe-fetch.js';
 
 // The one MCP probe (docs/probes.md "The MCP probe"): the official v2 SDK client
@@ -27,13 +28,6 @@ export const MANIFEST_LIMITS = { maxPages: 50, maxTools: 2000, maxBytes: 4 * 102
  * these lengths and counts, whatever the server sent.
  */
 export const SELF_DESCRIPTION_LIMITS = { textChars: 256, versionChars: 64, versions: 32 } as const;
-
-/** `s` cut to `max` characters (never inside a surrogate pair). */
-function cut(s: string, max: number): string {
-  if (s.length <= max) return s;
-  const c = s.charCodeAt(max - 1);
-  return s.slice(0, c >= 0xd800 && c <= 0xdbff ? max - 1 : max);
-}
 
 export type McpTransportKind = 'streamable-http' | 'sse';
 
@@ -156,19 +150,19 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
     const info = client.getServerVersion();
     const caps = client.getServerCapabilities();
     const connection: McpConnection = {
-      protocol_version: cut(client.getNegotiatedProtocolVersion() ?? 'unknown', SELF_DESCRIPTION_LIMITS.versionChars),
+      protocol_version: cutAt(client.getNegotiatedProtocolVersion() ?? 'unknown', SELF_DESCRIPTION_LIMITS.versionChars),
       era,
       transport: kind,
       server_info: info
         ? {
-            name: cut(info.name, SELF_DESCRIPTION_LIMITS.textChars),
-            version: cut(info.version, SELF_DESCRIPTION_LIMITS.textChars),
-            title: typeof info.title === 'string' ? cut(info.title, SELF_DESCRIPTION_LIMITS.textChars) : null,
+            name: cutAt(info.name, SELF_DESCRIPTION_LIMITS.textChars),
+            version: cutAt(info.version, SELF_DESCRIPTION_LIMITS.textChars),
+            title: typeof info.title === 'string' ? cutAt(info.title, SELF_DESCRIPTION_LIMITS.textChars) : null,
           }
         : null,
       supported_versions:
         era === 'modern'
-          ? (client.getDiscoverResult()?.supportedVersions ?? []).slice(0, SELF_DESCRIPTION_LIMITS.versions).map((v) => cut(v, SELF_DESCRIPTION_LIMITS.versionChars))
+          ? (client.getDiscoverResult()?.supportedVersions ?? []).slice(0, SELF_DESCRIPTION_LIMITS.versions).map((v) => cutAt(v, SELF_DESCRIPTION_LIMITS.versionChars))
           : null,
       has_tools: Boolean(caps?.tools),
     };
