@@ -4,7 +4,7 @@
 // reading the body. Pure: no I/O, the clock passed in.
 
 import { canonicalServerUrl, InvalidServerUrl } from './server-identity.js';
-import type { ManifestDiff, ToolPart } from './drift.js';
+import type { ToolPart } from './drift.js';
 import type { GateDecision } from './gate.js';
 import type { PreflightVerdict } from './verdict.js';
 
