@@ -62,5 +62,13 @@ describe(`migration 1590: per-tool drift index from earlier baselines (${backend
     expect(await store.toolDriftSince(serverId, 'new_tool', new Date(T0.getTime() + 1001))).toBeNull();
     expect(await store.toolDriftSince(serverId, 'gone', T0)).toBeNull();
     expect(await store.toolDriftSince(serverId, 'dropped_later', T0)).toBeNull();
+    // Migration 1620 counts the lists of earlier baselines into columns (what the compliance export reads).
+    const counts = await tdb.db.query('SELECT baseline_id, tools_added, tools_removed, tools_changed FROM drift_baselines ORDER BY baseline_id');
+    expect(counts).toEqual([
+      { baseline_id: 'b1', tools_added: 0, tools_removed: 0, tools_changed: 0 },
+      { baseline_id: 'b2', tools_added: 1, tools_removed: 1, tools_changed: 2 },
+      { baseline_id: 'b3', tools_added: 0, tools_removed: 1, tools_changed: 1 },
+      { baseline_id: 'b4', tools_added: 0, tools_removed: 0, tools_changed: 1 },
+    ]);
   });
 });

@@ -203,8 +203,24 @@ describe(`the daily drift storage job (${backend})`, () => {
       expect(await texts()).toEqual(['"said v4"', '"said v5"']);
       const manifests = (await app.obs.db.query<{ manifest_hash: string }>('SELECT manifest_hash FROM drift_manifests')).map((r) => r.manifest_hash).sort();
       expect(manifests).toEqual([hashes[3], hashes[4]].sort());
-      // Every baseline (and its receipt) stays; /drift still shows the latest drift's diff; the next check still compares.
-      expect((await app.obs.db.query('SELECT 1 FROM drift_baselines WHERE server_id = $1', [server.id])).length).toBe(6);
+      // Every baseline (and its receipt) stays, with its counts; the change lists of drifts no reader needs go.
+      const rows = await app.obs.db.query<{ listed: number; counted: number }>(
+        "SELECT jsonb_array_length(changes->'changed')::int AS listed, tools_changed AS counted FROM drift_baselines WHERE server_id = $1 ORDER BY recorded_at, seq",
+        [server.id],
+      );
+      expect(rows).toEqual([
+        { listed: 0, counted: 0 }, // v1: the first baseline
+        { listed: 0, counted: 1 }, // v2, v3: drifts nobody reads any more
+        { listed: 0, counted: 1 },
+        { listed: 1, counted: 1 }, // v4: the baseline the latest drift was measured against, kept whole
+        { listed: 1, counted: 1 }, // v5: the latest drift
+        { listed: 0, counted: 0 }, // v5 again: the latest baseline
+      ]);
+      const exp = await json(fetch(`${app.base}/api/compliance?server_url=${encodeURIComponent(server.url)}`));
+      expect(exp.anomalies.filter((a: { flag: string }) => a.flag === 'tool_manifest_drift').map((a: { description: string }) => a.description.replace(/ \(baseline .*\)$/, ''))).toEqual(
+        Array(4).fill('tool manifest changed: 0 added, 0 removed, 1 changed'),
+      );
+      // /drift still shows the latest drift's diff; the next check still compares.
       const page = await (await fetch(`${app.base}/drift`)).text();
       expect(page).toContain('<del>− said v4</del>');
       expect(page).toContain('<ins>+ said v5</ins>');

@@ -87,8 +87,22 @@ export function driftStore(db: Queryable) {
         ]);
       }
       await db.query(
-        `INSERT INTO drift_baselines (${COLUMNS}, text_bytes) VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8, $9, $10)`,
-        [r.baseline_id, r.server_id, r.recorded_at, r.manifest_hash, r.tool_count, r.previous_baseline_id, r.drift_detected, JSON.stringify(r.changes), r.receipt_id, textBytes],
+        `INSERT INTO drift_baselines (${COLUMNS}, text_bytes, tools_added, tools_removed, tools_changed) VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8, $9, $10, $11, $12, $13)`,
+        [
+          r.baseline_id,
+          r.server_id,
+          r.recorded_at,
+          r.manifest_hash,
+          r.tool_count,
+          r.previous_baseline_id,
+          r.drift_detected,
+          JSON.stringify(r.changes),
+          r.receipt_id,
+          textBytes,
+          r.changes.added.length,
+          r.changes.removed.length,
+          r.changes.changed.length,
+        ],
       );
     },
 
@@ -176,12 +190,11 @@ export function driftStore(db: Queryable) {
     /**
      * Detected drifts of a server within [from, to), oldest first, at most `limit` (compliance
      * exports, which list receipts to the same bound): how many tools each added, removed and
-     * changed, never the tool lists themselves.
+     * changed (columns: the lists of old baselines are dropped by collectGarbage).
      */
     async driftsBetween(serverId: number, from: Date, to: Date, limit = 1000): Promise<{ baseline_id: string; recorded_at: Date; added: number; removed: number; changed: number }[]> {
       return db.query(
-        `SELECT baseline_id, recorded_at, jsonb_array_length(changes->'added') AS added, jsonb_array_length(changes->'removed') AS removed,
-                jsonb_array_length(changes->'changed') AS changed
+        `SELECT baseline_id, recorded_at, tools_added AS added, tools_removed AS removed, tools_changed AS changed
            FROM drift_baselines WHERE server_id = $1 AND drift_detected AND recorded_at >= $2 AND recorded_at < $3 ORDER BY recorded_at, seq LIMIT $4`,
         [serverId, from, to, limit],
       );
@@ -236,15 +249,15 @@ export function driftStore(db: Queryable) {
 
     /**
      * Drops what no reader needs any more (the drift storage job): tool lists (drift_manifests,
-     * and the copies baselines kept before migration 1610) and part texts stored before `cutoff`
-     * that belong to no server's latest baseline, latest drift or the baseline that drift was
-     * measured against. Those are all that recordBaseline (the latest), /drift (the latest drift
+     * and the copies baselines kept before migration 1610), part texts and change lists (the counts
+     * stay, in columns) stored before `cutoff` that belong to no server's latest baseline, latest
+     * drift or the baseline that drift was measured against. Those are all that recordBaseline (the latest), /drift (the latest drift
      * and its predecessor) and nothing else read; the per-tool gate reads drift_tool_changes and
      * the compliance export the change counts. The baselines themselves (hashes, counts, receipt)
      * stay. So what a server's manifests occupy is bounded by its three kept manifests, however
      * often it changes them.
      */
-    async collectGarbage(cutoff: Date): Promise<{ manifests: number; copies: number; texts: number }> {
+    async collectGarbage(cutoff: Date): Promise<{ manifests: number; copies: number; texts: number; changeLists: number }> {
       const kept = `kept AS (
           SELECT baseline_id FROM (SELECT DISTINCT ON (server_id) baseline_id FROM drift_baselines ORDER BY server_id, recorded_at DESC, seq DESC) l
           UNION
@@ -275,7 +288,15 @@ export function driftStore(db: Queryable) {
          SELECT count(*)::int AS n FROM gone`,
         [cutoff],
       );
-      return { manifests: manifests[0]?.n ?? 0, copies: copies[0]?.n ?? 0, texts: texts[0]?.n ?? 0 };
+      const lists = await db.query<{ n: number }>(
+        `WITH ${kept},
+         gone AS (UPDATE drift_baselines b SET changes = '{"added": [], "removed": [], "changed": []}'::jsonb
+                   WHERE b.drift_detected AND b.recorded_at < $1 AND b.changes <> '{"added": [], "removed": [], "changed": []}'::jsonb
+                     AND NOT EXISTS (SELECT 1 FROM kept WHERE kept.baseline_id = b.baseline_id) RETURNING 1)
+         SELECT count(*)::int AS n FROM gone`,
+        [cutoff],
+      );
+      return { manifests: manifests[0]?.n ?? 0, copies: copies[0]?.n ?? 0, texts: texts[0]?.n ?? 0, changeLists: lists[0]?.n ?? 0 };
     },
 
     /** Every server's latest baseline (drifted or not), newest first, with the server's identity; no tool lists. */
