@@ -228,6 +228,16 @@ describe(`the daily drift storage job (${backend})`, () => {
       const next = await drift.recordBaseline(server, version('v6'));
       expect(next.driftDetected).toBe(true);
       expect(next.diff.changed).toEqual([{ name: 'speak', changes: ['description'] }]);
+      // A check that re-uses a stored list and texts marks them used (and locks them), so a storage
+      // job running meanwhile keeps them; texts first seen within 12 hours are left as they are.
+      clock += 2 * 86_400_000;
+      expect((await drift.recordBaseline(server, version('v5'))).driftDetected).toBe(true);
+      const [used] = await app.obs.db.query<{ text_at: Date; list_at: Date }>(
+        `SELECT (SELECT first_seen_at FROM drift_part_texts WHERE canonical = '"said v5"') AS text_at,
+                (SELECT used_at FROM drift_manifests WHERE manifest_hash = $1) AS list_at`,
+        [hashes[4]],
+      );
+      expect(used).toEqual({ text_at: new Date(clock), list_at: new Date(clock) });
     } finally {
       await app.close();
     }

@@ -172,7 +172,10 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
     const result = await db.transaction(async (tx): Promise<BaselineResult> => {
       const store = driftStore(tx);
       await store.lockServer(server.id);
-      const prev = await store.latest(server.id);
+      const latest = await store.latest(server.id);
+      // A latest baseline whose list is gone (it cannot be, but a check must never fail for good
+      // on it) counts as none: this check records a first baseline again.
+      const prev = latest !== null && latest.tools !== null ? latest : null;
       const diff = prev ? diffManifests(prev.tools, hashed.tools) : { added: [], removed: [], changed: [] };
       const drift = prev !== null && hasDrift(diff);
       const recordedAt = now();

@@ -80,7 +80,8 @@ export function driftStore(db: Queryable) {
      */
     async insert(r: DriftBaselineRow, textBytes: number, knownManifest = false): Promise<void> {
       if (!knownManifest) {
-        await db.query('INSERT INTO drift_manifests (manifest_hash, tools, first_seen_at) VALUES ($1, $2, $3) ON CONFLICT (manifest_hash) DO NOTHING', [
+        // A list already stored is marked used (and locked), so a concurrent storage job keeps it.
+        await db.query('INSERT INTO drift_manifests (manifest_hash, tools, used_at) VALUES ($1, $2, $3) ON CONFLICT (manifest_hash) DO UPDATE SET used_at = EXCLUDED.used_at', [
           r.manifest_hash,
           JSON.stringify(r.tools),
           r.recorded_at,
@@ -107,18 +108,21 @@ export function driftStore(db: Queryable) {
     },
 
     /**
-     * Stores part texts by hash (ON CONFLICT DO NOTHING: the same hash is always the same text)
-     * and answers how many bytes of them were new.
+     * Stores part texts by hash (the same hash is always the same text) and answers how many bytes
+     * of them were new. A text already stored keeps its row; if it was first seen more than 12
+     * hours ago, `first_seen_at` moves to now (and the row is locked), so the storage job, which
+     * drops unused texts first seen more than a day ago, never drops one a check is re-using.
      */
     async saveTexts(texts: Map<string, string>, at: Date): Promise<number> {
       if (texts.size === 0) return 0;
       const hashes = [...texts.keys()];
       const rows = await db.query<{ bytes: string | number }>(
         `WITH stored AS (
-           INSERT INTO drift_part_texts (hash, canonical, first_seen_at)
-           SELECT h, c, $3 FROM unnest($1::text[], $2::text[]) AS t(h, c) ORDER BY h ON CONFLICT (hash) DO NOTHING
-           RETURNING octet_length(canonical) AS b)
-         SELECT coalesce(sum(b), 0)::int8 AS bytes FROM stored`,
+           INSERT INTO drift_part_texts AS p (hash, canonical, first_seen_at)
+           SELECT h, c, $3 FROM unnest($1::text[], $2::text[]) AS t(h, c) ORDER BY h
+           ON CONFLICT (hash) DO UPDATE SET first_seen_at = EXCLUDED.first_seen_at WHERE p.first_seen_at < EXCLUDED.first_seen_at - interval '12 hours'
+           RETURNING (xmax = 0) AS inserted, octet_length(canonical) AS b)
+         SELECT coalesce(sum(b) FILTER (WHERE inserted), 0)::int8 AS bytes FROM stored`,
         [hashes, hashes.map((h) => texts.get(h)!), at],
       );
       return Number(rows[0]?.bytes ?? 0);
@@ -276,7 +280,7 @@ export function driftStore(db: Queryable) {
       );
       const manifests = await db.query<{ n: number }>(
         `WITH ${kept},
-         gone AS (DELETE FROM drift_manifests m WHERE m.first_seen_at < $1
+         gone AS (DELETE FROM drift_manifests m WHERE m.used_at < $1
                     AND NOT EXISTS (SELECT 1 FROM kept JOIN drift_baselines b USING (baseline_id) WHERE b.manifest_hash = m.manifest_hash) RETURNING 1)
          SELECT count(*)::int AS n FROM gone`,
         [cutoff],
