@@ -8,7 +8,7 @@ import { createGrpcTransport } from '@connectrpc/connect-node';
 import { Authorization } from '../gen/envoy/service/auth/v3/external_auth_pb.js';
 import { loadConfig } from '../src/config.js';
 import { createBundleGate, type BundleGate } from '../src/bundle-gate.js';
-import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { expectProblem, json, startTestApp, type TestApp } from './support/app.js';
 import { seedVerdicts } from './support/seed.js';
 import { backend } from './support/db.js';
 

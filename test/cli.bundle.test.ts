@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli } from '../src/cli.js';
-import { json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { json, startTestApp, type TestApp } from './support/app.js';
 import { seedVerdicts } from './support/seed.js';
 import { backend } from './support/db.js';
 

@@ -136,7 +136,6 @@ export function restBindings(services: readonly DescService[] = REST_SERVICES): 
 const lowerFirst = (s: string) => s.charAt(0).toLowerCase() + s.slice(1);
 
 const problem = (description: string) => ({ description, content: { 'application/problem+json': { schema: ref('Problem') } } });
-const okJson = (description: string, schema: Schema = ref('Json')) => ({ description, content: { 'application/json': { schema } } });
 
 
 function rpcOperation(b: RestBinding, book: SchemaBook) {

@@ -1,6 +1,5 @@
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import {
-  PaymentRequiredSchema,
   type AgentQueryRequest,
   type AgentQueryResponseSchema,
   type GetPaymentInfoResponseSchema,
@@ -47,7 +46,7 @@ export interface AccessServiceOptions {
 
 /** AccessService: THE implementation of /agent/auth, /agent-query/{slug} and /api/payment-info. */
 export function createAccessService(deps: ServiceDeps, opts: AccessServiceOptions) {
-  const { db, config, now, receipts } = deps;
+  const { db, config, now } = deps;
   const keys = apiKeyStore(db);
   const secrets = addressSecretStore(db);
   const registrations = registrationStore(db);
