@@ -1,3 +1,4 @@
+import { addToNetwork } from '../domain/client-network.js';
 import { ObservatoryError } from '../errors.js';
 import { clientAddressKey, type CallContext } from './context.js';
 import { rateLimitKey } from './rate-limits.js';
@@ -43,14 +44,12 @@ export function createProbeSlots(total: number, perClient = probesPerClient(tota
         throw new ObservatoryError('unavailable', `${total} probes are running in this instance (PROBE_CONCURRENCY); retry shortly`, { headers: { 'retry-after': RETRY_AFTER_SECONDS } });
       }
       running++;
-      byClient.set(key, mine + 1);
+      addToNetwork(byClient, key, 1);
       try {
         return await probe();
       } finally {
         running--;
-        const left = byClient.get(key)! - 1;
-        if (left === 0) byClient.delete(key);
-        else byClient.set(key, left);
+        addToNetwork(byClient, key, -1);
       }
     },
     running: () => running,
