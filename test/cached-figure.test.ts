@@ -113,4 +113,35 @@ describe('cached whole-index figures', () => {
     expect(await after).toBe(2);
     expect(await f.get('k', T0)).toBe(2);
   });
+  it('with notBefore, takes only a figure begun after it; the older computation, ending last, is not kept', async () => {
+    let n = 0;
+    const resolvers: (() => void)[] = [];
+    const f = cachedFigures(
+      () =>
+        new Promise<number>((resolve) => {
+          const v = ++n;
+          resolvers.push(() => resolve(v));
+        }),
+      { freshMs: 2000 },
+    );
+    // A read in flight, then a caller that has just written what the figure must show.
+    const older = f.get('k', T0);
+    vi.advanceTimersByTime(1);
+    const written = performance.now();
+    vi.advanceTimersByTime(1);
+    const mine = f.get('k', later(2), written);
+    expect(n).toBe(2);
+    // A plain read after it shares the newer computation.
+    const plain = f.get('k', later(2));
+    expect(n).toBe(2);
+    resolvers[1]!();
+    expect(await mine).toBe(2);
+    expect(await plain).toBe(2);
+    // The older computation ends last: it answers its own caller but does not replace the newer figure.
+    resolvers[0]!();
+    expect(await older).toBe(1);
+    expect(await f.get('k', later(3))).toBe(2);
+    expect(await f.get('k', later(3), written)).toBe(2);
+    expect(n).toBe(2);
+  });
 });

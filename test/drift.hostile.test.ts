@@ -5,6 +5,7 @@ import { backend } from './support/db.js';
 import { startModernMcpTarget } from './support/mcp-target.js';
 import { MANIFEST_LIMITS, SELF_DESCRIPTION_LIMITS } from '../src/probes/mcp-manifest.js';
 import { DRIFT_PAGE_LIMITS } from '../src/services/drift.js';
+import { AGGREGATE_SETTLE_MS } from '../src/services/cached-figure.js';
 import { DIFF_DISPLAY_LIMITS } from '../src/domain/text-diff.js';
 
 // A hostile MCP server's manifest is what the drift check stores and what /drift shows to anyone.
@@ -242,4 +243,56 @@ describe(`the daily drift storage job (${backend})`, () => {
       await app.close();
     }
   }, 60_000);
+});
+
+describe(`drifts recorded faster than /drift is read (${backend})`, () => {
+  it('cost at most one computation of the list per AGGREGATE_SETTLE_MS; the form still shows the drift its check recorded', async () => {
+    const tools = (v: string): Tool[] => [{ name: 'speak', description: `said ${v}`, inputSchema: { type: 'object' } }];
+    const small = await startModernMcpTarget(tools('v0'));
+    // Counts the list's statement (store/drift.ts recentDrifts) as the service runs it.
+    const db = t.obs.db;
+    const query = db.query;
+    let lists = 0;
+    db.query = function (this: typeof db, sql: string, ...rest: unknown[]) {
+      if (sql.includes('AS prev_recorded_at')) lists++;
+      return (query as (...a: unknown[]) => ReturnType<typeof query>).call(this, sql, ...rest);
+    } as typeof query;
+    try {
+      expect((await postJson(`${t.base}/api/report`, { server_url: small.url, success: true, latency_ms: 5 })).status).toBe(200);
+      const [row] = await db.query<{ id: string; url: string }>('SELECT id, url FROM servers WHERE url = $1', [small.url]);
+      const server = { id: Number(row!.id), url: row!.url };
+      const service = t.obs.services.drift;
+      await service.recordBaseline(server, tools('v0'));
+      // An attacker's loop: make a server drift, read /drift, again and again. Before, every drift
+      // recorded here dropped the list, so each read after one computed it anew (up to
+      // DRIFT_PAGE_LIMITS of reading and comparing each time).
+      const ROUNDS = 20;
+      lists = 0;
+      const started = performance.now();
+      for (let i = 1; i <= ROUNDS; i++) {
+        expect((await service.recordBaseline(server, tools(`v${i}`))).driftDetected).toBe(true);
+        expect((await fetch(`${t.base}/drift`)).status).toBe(200);
+      }
+      const elapsed = performance.now() - started;
+      // One computation per settle period begun, plus the first.
+      expect(lists, `${lists} lists in ${elapsed.toFixed(0)} ms`).toBeLessThanOrEqual(2 + Math.floor(elapsed / AGGREGATE_SETTLE_MS));
+      expect(lists).toBeLessThan(ROUNDS);
+
+      // The form: its check records a drift and links to it, so the list it shows is begun after it,
+      // however recently the list was computed.
+      small.setTools(tools('changed by the form'));
+      const page = await (await fetch(`${t.base}/drift`)).text();
+      expect(page).not.toContain('changed by the form');
+      const checked = await fetch(`${t.base}/drift?server=${encodeURIComponent(small.url)}`);
+      expect(checked.status).toBe(200);
+      const html = await checked.text();
+      const anchor = /<a href="#drift-([^"]+)">/.exec(html)?.[1];
+      expect(anchor).toBeDefined();
+      expect(html).toContain(`<article class="drift" id="drift-${anchor}"`);
+      expect(html).toContain('<ins>+ said changed by the form</ins>');
+    } finally {
+      db.query = query;
+      await small.close();
+    }
+  });
 });

@@ -46,10 +46,13 @@ ${known.length === 0 ? html`<p class="small muted" data-shown="unknown">Its text
 export async function driftPage(services: Services, q: { server?: string }, ctx?: CallContext): Promise<{ status: number; body: SafeHtml }> {
   let check: SafeHtml = html``;
   let status = 200;
+  /** Set once the check recorded a drift: the list below must show it (its anchor is linked). */
+  let recorded: number | undefined;
   const target = q.server?.trim();
   if (q.server !== undefined) {
     try {
       const r = await services.drift.getDrift({ server: q.server }, ctx);
+      if (r.driftDetected) recorded = performance.now();
       const changed = r.toolsChanged ?? [];
       check = html`<section class="notice ${r.driftDetected ? 'err' : 'ok'}" id="check-result">
 <b>${r.name}</b>: ${
@@ -76,7 +79,7 @@ ${serverCardSection(r.serverCard)}`;
       check = html`<section class="notice err" id="check-result" role="alert"><b>${PROBLEMS[err.problem].title}.</b> ${err.rawMessage}</section>`;
     }
   }
-  const [drifts, baselines, cards] = await Promise.all([services.drift.listDrifts(50), services.drift.listBaselines(100), services.mcpProbe.cardMismatches(50)]);
+  const [drifts, baselines, cards] = await Promise.all([services.drift.listDrifts(50, recorded), services.drift.listBaselines(100), services.mcpProbe.cardMismatches(50)]);
   const body = html`
 <h1>Tool manifest drift</h1>
 <p class="muted">A server's tool descriptions and schemas are what an agent relies on. Each check records a signed baseline of them; a later check that finds them changed is drift (and raises the <span class="flag">tool_manifest_drift</span> flag for 7 days).</p>

@@ -39,8 +39,12 @@ export interface CachedFigureOptions {
 }
 
 export interface CachedFigures<V> {
-  /** The figure of `key` as of about `at` (within freshMs, or staleMs while refreshing). */
-  get(key: string, at: Date): Promise<V>;
+  /**
+   * The figure of `key` as of about `at` (within freshMs, or staleMs while refreshing). With
+   * `notBefore` (a performance.now() time), only a figure whose computation began after it is
+   * taken: a caller that has just committed something the figure must show (read-your-writes).
+   */
+  get(key: string, at: Date, notBefore?: number): Promise<V>;
   /** New evidence: figures begun before now are recomputed once they are settleMs old. */
   touch(): void;
   /** Drops every figure; computations in flight are not kept. */
@@ -65,18 +69,19 @@ export function cachedFigures<V>(compute: (key: string, at: Date) => Promise<V>,
   const settled = (start: number) => start > touched || performance.now() - start < settleMs;
 
   return {
-    get(key, at) {
+    get(key, at, notBefore = -Infinity) {
       const hit = memo.get(key);
-      const usable = hit !== undefined && settled(hit.start);
+      const usable = hit !== undefined && hit.start > notBefore && settled(hit.start);
       if (usable && young(hit, at, freshMs)) return Promise.resolve(hit.value);
       const servable = usable && young(hit, at, staleMs);
       const inflight = pending.get(key);
-      if (inflight && inflight.gen === gen && settled(inflight.start) && Math.abs(inflight.at - at.getTime()) < freshMs) return servable ? Promise.resolve(hit.value) : inflight.p;
+      if (inflight && inflight.gen === gen && inflight.start > notBefore && settled(inflight.start) && Math.abs(inflight.at - at.getTime()) < freshMs) return servable ? Promise.resolve(hit.value) : inflight.p;
       const g = gen;
       const start = performance.now();
       const p = compute(key, at)
         .then((value) => {
-          if (g === gen) memo.set(key, { value, at: at.getTime(), mono: performance.now(), start });
+          // A computation that began before the kept one (outrun by a read that needed a newer figure) is not kept.
+          if (g === gen && !((memo.get(key)?.start ?? -Infinity) > start)) memo.set(key, { value, at: at.getTime(), mono: performance.now(), start });
           return value;
         })
         .finally(() => {

@@ -314,10 +314,13 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
     }));
   }
   // One page of drifts costs up to DRIFT_PAGE_LIMITS of reading and comparing: computed at most
-  // once per SCORE_CACHE_MS and shared (served up to RANKED_STALE_MS old while one refresh runs),
-  // dropped when this process records a drift baseline.
+  // once per SCORE_CACHE_MS and shared (served up to RANKED_STALE_MS old while one refresh runs).
+  // A drift recorded here settles it like the trust figures (touch, not drop): a list begun before
+  // is served until AGGREGATE_SETTLE_MS after its beginning, so drifts recorded as fast as anyone
+  // can make them cost at most one computation per AGGREGATE_SETTLE_MS, not one per drift. The
+  // /drift form, which links to the drift its check just recorded, asks for a list begun after it.
   const driftViews = cachedFigures((limit) => computeDriftViews(Number(limit)), { freshMs: SCORE_CACHE_MS, staleMs: RANKED_STALE_MS });
-  onDriftRecorded(db, () => driftViews.invalidate());
+  onDriftRecorded(db, () => driftViews.touch());
 
   // Once a day across instances: drop tool lists and texts no reader needs (driftStore.collectGarbage),
   // keeping a day's margin for baselines being recorded meanwhile.
@@ -373,8 +376,13 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
 
     recordBaseline,
 
-    listDrifts(limit = 50) {
-      return driftViews.get(String(Math.min(Math.max(1, limit), 200)), now());
+    /**
+     * The newest drifts (the /drift page), computed at most once per AGGREGATE_SETTLE_MS while
+     * drifts are recorded here; `notBefore` (a performance.now() time) asks for a list begun after
+     * it, for a caller that has just recorded a drift it must show.
+     */
+    listDrifts(limit = 50, notBefore?: number) {
+      return driftViews.get(String(Math.min(Math.max(1, limit), 200)), now(), notBefore);
     },
 
     /** Every server's latest baseline, newest first (the /drift page). */
