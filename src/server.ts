@@ -202,7 +202,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     // services with their own limit (OTLP) set it per service.
     readMaxBytes: config.bodyLimit,
   });
-  registerRestRoutes(app, { services, db, config });
+  registerRestRoutes(app, { services, db, config, now });
 
   let closing: Promise<void> | null = null;
   return {

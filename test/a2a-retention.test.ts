@@ -11,18 +11,21 @@ const DAY = 86_400_000;
 
 describe(`A2A task retention (${backend})`, () => {
   it('deletes tasks idle for A2A_TASK_RETENTION_DAYS, keeps younger ones, and 0 keeps every task', async () => {
-    const app = await startTestApp({ A2A_TASK_RETENTION_DAYS: '7' });
+    // The service clock, not the wall clock: tasks are stamped with the clock the job reads.
+    let clock = Date.parse('2026-10-01T00:00:00.000Z');
+    const app = await startTestApp({ A2A_TASK_RETENTION_DAYS: '7' }, { now: () => new Date(clock) });
     const send = async (text: string) =>
       (await json(postJson(`${app.base}/a2a`, { jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { role: 'user', parts: [{ kind: 'text', text }], messageId: crypto.randomUUID(), kind: 'message' } } })))
-        .result as { id: string };
+        .result as { id: string; status: { timestamp: string } };
     const get = (id: string) => json(postJson(`${app.base}/a2a`, { jsonrpc: '2.0', id: 2, method: 'tasks/get', params: { id } }));
     try {
       const old = await send('hello');
+      expect(old.status.timestamp).toBe(new Date(clock).toISOString());
+      clock += 5 * DAY;
       const young = await send('hello again');
-      // Tasks carry wall-clock times: the old one is made 8 days idle, the young one 3.
-      await app.obs.db.query("UPDATE a2a_tasks SET updated_at = updated_at - interval '8 days' WHERE id = $1", [old.id]);
-      await app.obs.db.query("UPDATE a2a_tasks SET updated_at = updated_at - interval '3 days' WHERE id = $1", [young.id]);
-      expect(await app.obs.services.a2aTaskRetention.job.tick(new Date())).toBe(true);
+      // 8 days later the old task is 8 days idle, the young one 3.
+      clock += 3 * DAY;
+      expect(await app.obs.services.a2aTaskRetention.job.tick(new Date(clock))).toBe(true);
       expect(await get(old.id)).toMatchObject({ error: { code: -32001 } });
       expect(await get(young.id)).toMatchObject({ result: { id: young.id } });
     } finally {

@@ -190,7 +190,7 @@ async function sendEventStream(reply: FastifyReply, answer: Extract<Answer, { ki
   }
 }
 
-export function a2aRoutes(app: FastifyInstance, { services, db, config }: RouteDeps, now: () => Date = () => new Date()) {
+export function a2aRoutes(app: FastifyInstance, { services, db, config, now }: RouteDeps) {
   const a2a = createA2aService({ db, now }, a2aSkillRunner(createAgentSkills(services)));
   const handler = createA2aHandler(a2a);
 

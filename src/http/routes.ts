@@ -24,6 +24,8 @@ export interface RouteDeps {
   services: Services;
   db: Db;
   config: Config;
+  /** The service clock (what the services and their periodic jobs read). */
+  now: () => Date;
 }
 
 /** Every REST path of SPEC.md section 4, the well-known documents and the operational probes. */
