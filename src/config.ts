@@ -81,6 +81,14 @@ export interface Config {
    * from anyone stores a task, so without a bound the table only grows.
    */
   a2aTaskRetentionDays: number;
+  /**
+   * A2A_TASK_BYTES_PER_CLIENT_PER_DAY (default 64 MiB, 0 = no limit): what one client network may
+   * make this instance store as A2A tasks per day, counted per skill invocation as the JSON of its
+   * params plus A2A_ANSWER_BYTES for the answer stored with it; beyond it message/send is refused
+   * like a rate limit. The rate limit bounds how many tasks, this how many bytes (a message may
+   * carry up to BODY_LIMIT of data parts and metadata, all kept in the task's history).
+   */
+  a2aTaskBytesPerClientPerDay: number;
   /** Pre-flight requests (REST and Connect) per client address per minute, per instance; 0 = unlimited. */
   rateLimitPreflightPerMinute: number;
   /** Gate decisions (/v1/gate, ext_authz Check) per client address (the gateway) per minute, per instance; 0 = unlimited. */
@@ -493,6 +501,7 @@ export function loadConfig(env: Env = process.env): Config {
     driftTextBytesPerServerPerDay: int(env, 'DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY', 16 * 1024 * 1024, 0, 1024 * 1024 * 1024 * 1024),
     probeConcurrency: int(env, 'PROBE_CONCURRENCY', 32, 1, 10_000),
     a2aTaskRetentionDays: int(env, 'A2A_TASK_RETENTION_DAYS', 30, 0, 36_500),
+    a2aTaskBytesPerClientPerDay: int(env, 'A2A_TASK_BYTES_PER_CLIENT_PER_DAY', 64 * 1024 * 1024, 0, 1024 * 1024 * 1024 * 1024),
     rateLimitPreflightPerMinute: int(env, 'RATE_LIMIT_PREFLIGHT_PER_MINUTE', 600, 0, 1_000_000),
     // A gateway asks for every request it forwards, all from its own address (docs/reliability.md
     // "Rate limits" sizes these defaults).

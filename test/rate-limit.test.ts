@@ -34,6 +34,18 @@ describe('token buckets', () => {
     t += 3_600_000;
     expect(b.take('x')).toMatchObject({ allowed: true, remaining: 5 }); // never above the quota
   });
+  it('take a cost in units (bytes) over a window of any length; a cost over the quota counts as the quota', () => {
+    let t = 0;
+    const b = createTokenBuckets(1000, { now: () => t, windowMs: 86_400_000 }); // 1,000 bytes a day
+    expect(b.take('x', 600)).toMatchObject({ allowed: true, remaining: 400 });
+    const no = b.take('x', 600);
+    expect(no).toMatchObject({ allowed: false, remaining: 400 });
+    expect(no.retryAfterSeconds).toBe(17_280); // 200 bytes at 1,000 a day
+    expect(b.take('x', 400)).toMatchObject({ allowed: true, remaining: 0 }); // what is left still fits
+    t += 86_400_000;
+    expect(b.take('x', 5000)).toMatchObject({ allowed: true, remaining: 0 }); // never refused for ever
+    expect(b.take('y', 0)).toMatchObject({ allowed: true, remaining: 1000 });
+  });
   it('keep memory bounded by evicting the least recently seen client', () => {
     const b = createTokenBuckets(10, { now: () => 0, maxClients: 3 });
     for (const c of ['a', 'b', 'c', 'a', 'd']) b.take(c);

@@ -19,8 +19,8 @@ type Id = string | number | null;
 type RpcErrorObject = { code: number; message: string; data?: unknown };
 type RpcResponse = { jsonrpc: '2.0'; id: Id; result: unknown } | { jsonrpc: '2.0'; id: Id; error: RpcErrorObject };
 type Log = { error(o: object, m: string): void };
-/** Counts one skill invocation against the caller's limit; the error when it is refused (src/agents/rate-limit.ts). */
-type SkillLimit = { take(): RateLimitedRpcError | null };
+/** Counts one skill invocation (and the bytes of its params) against the caller's limits; the error when refused (src/agents/rate-limit.ts). */
+type SkillLimit = { take(paramsBytes: number): RateLimitedRpcError | null };
 /** Methods that run a skill (and store a task): each call takes one token of the caller's limit. */
 const SKILL_METHODS: ReadonlySet<string> = new Set(['SendMessage', 'SendStreamingMessage', 'message/send', 'message/stream']);
 
@@ -120,7 +120,8 @@ export function createA2aHandler(a2a: A2aService) {
       const handler = binding.methods.get(req.method);
       if (!handler) throw unknownMethod(binding, req.method);
       if (Array.isArray(req.params)) throw new RpcError(RPC.invalidParams, 'params must be an object (A2A methods take named parameters)');
-      const refused = SKILL_METHODS.has(req.method) ? ctx.limit?.take() : null;
+      // What the task will keep of this call is its params (the message, in its history): counted as their JSON.
+      const refused = SKILL_METHODS.has(req.method) && ctx.limit ? ctx.limit.take(Buffer.byteLength(JSON.stringify(req.params ?? null))) : null;
       if (refused) throw new RpcError(refused.code, refused.message, refused.data);
       const params = req.params as Record<string, unknown> | undefined;
       if (!handler.stream) return done({ jsonrpc: '2.0', id, result: await handler.run(params, a2a, ctx) });

@@ -17,14 +17,14 @@ export const JSONRPC_RATE_LIMITED = -32029;
 export interface RateLimitedRpcError {
   code: typeof JSONRPC_RATE_LIMITED;
   message: string;
-  data: { retry_after_seconds: number; limit: number; window_seconds: 60; policy: string };
+  data: { retry_after_seconds: number; limit: number; window_seconds: number; policy: string };
 }
 
 export function rateLimitedRpcError(d: RateDecision): RateLimitedRpcError {
   return {
     code: JSONRPC_RATE_LIMITED,
     message: rateLimitMessage(d),
-    data: { retry_after_seconds: d.retryAfterSeconds, limit: d.policy.perMinute, window_seconds: 60, policy: d.policy.name },
+    data: { retry_after_seconds: d.retryAfterSeconds, limit: d.policy.quota, window_seconds: d.policy.windowSeconds, policy: d.policy.name },
   };
 }
 
@@ -52,23 +52,38 @@ export function refuseMcpCallOverLimit(reply: FastifyReply, limits: RateLimiter,
 }
 
 /**
- * The A2A door's limit, per HTTP request: `take()` counts one skill invocation of the client
- * against its `a2a_skills` bucket and returns the JSON-RPC error when refused; `finish()` sets the
- * headers and the status of the answer (429 when the answer is that single refusal).
+ * What one skill invocation is counted as against A2A_TASK_BYTES_PER_CLIENT_PER_DAY besides the
+ * JSON of its params (the message, kept in the task's history): the answer stored with it (the
+ * agent's status message and the skill's artifact, about 2-3 KB for a trust record).
+ */
+export const A2A_ANSWER_BYTES = 4096;
+
+/**
+ * The A2A door's limits, per HTTP request: `take(paramsBytes)` counts one skill invocation of the
+ * client against its `a2a_skills` bucket and what it will store (`paramsBytes` + A2A_ANSWER_BYTES)
+ * against its `a2a_task_bytes` allowance, and returns the JSON-RPC error when either refuses;
+ * `finish()` sets the headers and the status of the answer (429 when the answer is that single
+ * refusal).
  */
 export function a2aSkillLimit(limits: RateLimiter, clientAddress: string | undefined) {
   let last: RateDecision | null = null;
   let refused = 0;
   let retryAfter = 0;
+  const refuse = (d: RateDecision): RateLimitedRpcError => {
+    last = d;
+    refused++;
+    retryAfter = Math.max(retryAfter, d.retryAfterSeconds);
+    return rateLimitedRpcError(d);
+  };
   return {
-    take(): RateLimitedRpcError | null {
-      const d = limits.take('a2a_skills', clientAddress);
-      if (!d) return null;
-      last = d;
-      if (d.allowed) return null;
-      refused++;
-      retryAfter = Math.max(retryAfter, d.retryAfterSeconds);
-      return rateLimitedRpcError(d);
+    take(paramsBytes: number): RateLimitedRpcError | null {
+      const calls = limits.take('a2a_skills', clientAddress);
+      if (calls && !calls.allowed) return refuse(calls);
+      const bytes = limits.take('a2a_task_bytes', clientAddress, paramsBytes + A2A_ANSWER_BYTES);
+      if (bytes && !bytes.allowed) return refuse(bytes);
+      // The headers name the per-minute limit while the allowance lasts.
+      last = calls ?? bytes ?? last;
+      return null;
     },
     finish(reply: FastifyReply, answer: unknown): void {
       if (!last) return;

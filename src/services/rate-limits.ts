@@ -9,13 +9,18 @@ import { createTokenBuckets } from '../domain/token-bucket.js';
 // file), the gRPC gate Check (src/services/gate.ts), the MCP preflight_check tool and the A2A
 // skills (src/agents/rate-limit.ts). No door looks at how a URL was spelled.
 
-/** The limits; each has its own buckets and its own RATE_LIMIT_*_PER_MINUTE setting. */
-export type RateLimitName = 'probes' | 'preflight' | 'gate' | 'mcp_preflight' | 'a2a_skills' | 'bundle' | 'search';
+/**
+ * The limits; each has its own buckets and its own setting (RATE_LIMIT_*_PER_MINUTE; the A2A
+ * task storage allowance A2A_TASK_BYTES_PER_CLIENT_PER_DAY).
+ */
+export type RateLimitName = 'probes' | 'preflight' | 'gate' | 'mcp_preflight' | 'a2a_skills' | 'a2a_task_bytes' | 'bundle' | 'search';
 
-/** What one limit allows: `perMinute` tokens per client, refilled continuously; 0 = off. */
+/** What one limit allows: `quota` tokens per client per `windowSeconds`, refilled continuously; 0 = off. */
 export interface RateLimitPolicy {
   name: RateLimitName;
-  perMinute: number;
+  quota: number;
+  /** 60 for the per-minute limits, 86,400 for the daily storage allowance. */
+  windowSeconds: number;
   /** What is counted, for messages ("pre-flight requests", "A2A skill invocations"). */
   what: string;
 }
@@ -27,19 +32,21 @@ export type RateLimitConfig = Pick<
   | 'rateLimitGatePerMinute'
   | 'rateLimitMcpPreflightPerMinute'
   | 'rateLimitA2aSkillsPerMinute'
+  | 'a2aTaskBytesPerClientPerDay'
   | 'rateLimitBundlePerMinute'
   | 'rateLimitSearchPerMinute'
 >;
 
 export function rateLimitPolicies(config: RateLimitConfig): Record<RateLimitName, RateLimitPolicy> {
   return {
-    probes: { name: 'probes', perMinute: config.rateLimitProbesPerMinute, what: 'probe requests' },
-    preflight: { name: 'preflight', perMinute: config.rateLimitPreflightPerMinute, what: 'pre-flight requests' },
-    gate: { name: 'gate', perMinute: config.rateLimitGatePerMinute, what: 'gate decisions' },
-    mcp_preflight: { name: 'mcp_preflight', perMinute: config.rateLimitMcpPreflightPerMinute, what: 'MCP preflight_check calls' },
-    a2a_skills: { name: 'a2a_skills', perMinute: config.rateLimitA2aSkillsPerMinute, what: 'A2A skill invocations' },
-    bundle: { name: 'bundle', perMinute: config.rateLimitBundlePerMinute, what: 'bundle requests' },
-    search: { name: 'search', perMinute: config.rateLimitSearchPerMinute, what: 'searched list requests' },
+    probes: { name: 'probes', quota: config.rateLimitProbesPerMinute, windowSeconds: 60, what: 'probe requests' },
+    preflight: { name: 'preflight', quota: config.rateLimitPreflightPerMinute, windowSeconds: 60, what: 'pre-flight requests' },
+    gate: { name: 'gate', quota: config.rateLimitGatePerMinute, windowSeconds: 60, what: 'gate decisions' },
+    mcp_preflight: { name: 'mcp_preflight', quota: config.rateLimitMcpPreflightPerMinute, windowSeconds: 60, what: 'MCP preflight_check calls' },
+    a2a_skills: { name: 'a2a_skills', quota: config.rateLimitA2aSkillsPerMinute, windowSeconds: 60, what: 'A2A skill invocations' },
+    a2a_task_bytes: { name: 'a2a_task_bytes', quota: config.a2aTaskBytesPerClientPerDay, windowSeconds: 86_400, what: 'bytes of A2A tasks stored (A2A_TASK_BYTES_PER_CLIENT_PER_DAY)' },
+    bundle: { name: 'bundle', quota: config.rateLimitBundlePerMinute, windowSeconds: 60, what: 'bundle requests' },
+    search: { name: 'search', quota: config.rateLimitSearchPerMinute, windowSeconds: 60, what: 'searched list requests' },
   };
 }
 
@@ -68,14 +75,14 @@ export function rateLimitKey(clientAddress: string | undefined): string {
 export function createRateLimiter(config: RateLimitConfig, opts: { now?: () => number } = {}) {
   const policies = rateLimitPolicies(config);
   const stores = new Map<RateLimitName, ReturnType<typeof createTokenBuckets>>();
-  for (const p of Object.values(policies)) if (p.perMinute > 0) stores.set(p.name, createTokenBuckets(p.perMinute, opts));
+  for (const p of Object.values(policies)) if (p.quota > 0) stores.set(p.name, createTokenBuckets(p.quota, { ...opts, windowMs: p.windowSeconds * 1000 }));
   return {
     policies,
-    /** Counts one call of the client against a limit; null when that limit is off. */
-    take(name: RateLimitName, clientAddress: string | undefined): RateDecision | null {
+    /** Counts one call (or `cost` units: bytes) of the client against a limit; null when that limit is off. */
+    take(name: RateLimitName, clientAddress: string | undefined, cost = 1): RateDecision | null {
       const store = stores.get(name);
       if (!store) return null;
-      return { policy: policies[name], ...store.take(rateLimitKey(clientAddress)) };
+      return { policy: policies[name], ...store.take(rateLimitKey(clientAddress), cost) };
     },
   };
 }
@@ -89,7 +96,7 @@ export type RateLimiter = ReturnType<typeof createRateLimiter>;
  */
 export function rateLimitHeaders(d: RateDecision): Record<string, string> {
   const h: Record<string, string> = {
-    'ratelimit-policy': `"${d.policy.name}";q=${d.policy.perMinute};w=60`,
+    'ratelimit-policy': `"${d.policy.name}";q=${d.policy.quota};w=${d.policy.windowSeconds}`,
     ratelimit: `"${d.policy.name}";r=${d.remaining};t=${d.resetSeconds}`,
   };
   if (!d.allowed) h['retry-after'] = String(d.retryAfterSeconds);
@@ -98,5 +105,6 @@ export function rateLimitHeaders(d: RateDecision): Record<string, string> {
 
 /** The one wording of a refusal, whatever the door. */
 export function rateLimitMessage(d: RateDecision): string {
-  return `rate limited: at most ${d.policy.perMinute} ${d.policy.what} per minute from one address; retry in ${d.retryAfterSeconds} s`;
+  const per = d.policy.windowSeconds === 60 ? 'minute' : d.policy.windowSeconds === 86_400 ? 'day' : `${d.policy.windowSeconds} s`;
+  return `rate limited: at most ${d.policy.quota} ${d.policy.what} per ${per} from one address; retry in ${d.retryAfterSeconds} s`;
 }
