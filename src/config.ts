@@ -107,6 +107,14 @@ export interface Config {
    */
   telemetryRetentionDays: number;
   /**
+   * RECEIPT_RETENTION_DAYS (default 400, 0 = keep for ever, otherwise at least 183): stored
+   * receipts issued longer ago are deleted (every 6 hours, once across instances); their id then
+   * answers 404 at /v1/receipt/{id}, while the JWS itself still verifies offline against the JWKS.
+   * Every pre-flight, gate decision and drift check whose claim changed in the last second stores
+   * one, so without a bound the table only grows.
+   */
+  receiptRetentionDays: number;
+  /**
    * NEW_SERVERS_PER_SOURCE_PER_HOUR (default 100, 0 = unlimited): servers one report source family
    * (a network, or the keys registered from it) may newly track per hour, across instances; a
    * report over it is refused with 429 (docs/integrity.md).
@@ -369,13 +377,11 @@ function trustProxy(env: Env): Config['trustProxy'] {
   return list;
 }
 
-function retentionDays(env: Env): number {
-  const days = int(env, 'TELEMETRY_RETENTION_DAYS', DEFAULT_TELEMETRY_RETENTION_DAYS, 0, 36_500);
+/** A record-keeping retention: 0 (keep for ever) or at least MIN_TELEMETRY_RETENTION_DAYS. */
+function retentionDays(env: Env, name: 'TELEMETRY_RETENTION_DAYS' | 'RECEIPT_RETENTION_DAYS', why: string): number {
+  const days = int(env, name, DEFAULT_TELEMETRY_RETENTION_DAYS, 0, 36_500);
   if (days !== 0 && days < MIN_TELEMETRY_RETENTION_DAYS) {
-    throw new ConfigError(
-      'TELEMETRY_RETENTION_DAYS',
-      `must be 0 (keep forever) or at least ${MIN_TELEMETRY_RETENTION_DAYS} days (compliance exports read raw telemetry; the EU AI Act asks for six months of logs), got ${days}`,
-    );
+    throw new ConfigError(name, `must be 0 (keep forever) or at least ${MIN_TELEMETRY_RETENTION_DAYS} days (${why}; the EU AI Act asks for six months of logs), got ${days}`);
   }
   return days;
 }
@@ -510,7 +516,8 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitA2aSkillsPerMinute: int(env, 'RATE_LIMIT_A2A_SKILLS_PER_MINUTE', 300, 0, 1_000_000),
     rateLimitBundlePerMinute: int(env, 'RATE_LIMIT_BUNDLE_PER_MINUTE', 60, 0, 1_000_000),
     rateLimitSearchPerMinute: int(env, 'RATE_LIMIT_SEARCH_PER_MINUTE', 120, 0, 1_000_000),
-    telemetryRetentionDays: retentionDays(env),
+    telemetryRetentionDays: retentionDays(env, 'TELEMETRY_RETENTION_DAYS', 'compliance exports read raw telemetry'),
+    receiptRetentionDays: retentionDays(env, 'RECEIPT_RETENTION_DAYS', 'compliance exports cite receipts'),
     newServersPerSourcePerHour: int(env, 'NEW_SERVERS_PER_SOURCE_PER_HOUR', 100, 0, 1_000_000),
     observe: {
       enabled: boolDefault(env, 'OBSERVE_ENABLED', true),

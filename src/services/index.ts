@@ -27,6 +27,7 @@ import { createObservationService } from './observation.js';
 import { createMcpProbeService } from './mcp-probe.js';
 import { createTelemetryRetention } from './telemetry-retention.js';
 import { createA2aTaskRetention } from './a2a-retention.js';
+import { createReceiptRetention } from './receipt-retention.js';
 import { createRateLimiter } from './rate-limits.js';
 import { createRegistrySync } from './registry-sync.js';
 import { createOtlpService } from './otlp.js';
@@ -53,6 +54,7 @@ export function createServices(deps: ServiceDeps) {
   const observation = createObservationService(deps, { telemetry, drift, mcpProbe }, { onError: deps.onBackgroundError });
   const telemetryRetention = createTelemetryRetention(deps, { onError: deps.onBackgroundError });
   const a2aTaskRetention = createA2aTaskRetention(deps, { onError: deps.onBackgroundError });
+  const receiptRetention = createReceiptRetention(deps, { onError: deps.onBackgroundError });
   const limits = createRateLimiter(deps.config);
   const catalogue = createCatalogueService(deps);
   const registrySync = createRegistrySync(deps, catalogue, { onError: deps.onBackgroundError });
@@ -99,6 +101,7 @@ export function createServices(deps: ServiceDeps) {
     telemetryRetention,
     /** A2A_TASK_RETENTION_DAYS (periodic job). */
     a2aTaskRetention,
+    receiptRetention,
     /** OTLP receivers: OpenTelemetry MCP client spans and metrics as telemetry (docs/telemetry.md). */
     otlp,
     /**
@@ -121,6 +124,7 @@ export function createServices(deps: ServiceDeps) {
       await telemetryRetention.close();
       drift.close();
       a2aTaskRetention.close();
+      receiptRetention.close();
       await registrySync.close();
       // Demand counted in memory (pre-flight, gate) is written before the database closes.
       await preflight.close().catch((err: unknown) => deps.onBackgroundError?.(err));

@@ -16,6 +16,7 @@ export const JOB_LOCKS = {
   'registry-sync': 72_620_103,
   'drift-storage': 72_620_104,
   'a2a-task-retention': 72_620_105,
+  'receipt-retention': 72_620_106,
 } as const;
 export type JobName = keyof typeof JOB_LOCKS;
 

@@ -52,6 +52,30 @@ export function receiptStore(db: Queryable) {
       const rows = await db.query<ReceiptRow>('SELECT receipt_id, kind, sub, issued_at, kid, claim, jws FROM receipts WHERE receipt_id = $1', [receiptId]);
       return rows[0] ?? null;
     },
+    /**
+     * Deletes up to `batch` receipts issued before `cutoff`, oldest kinds' rows by the (kind,
+     * issued_at) index (a loose scan finds the kinds: no index on issued_at alone is kept for
+     * this); the number deleted (fewer than `batch`: none is left).
+     */
+    async deleteIssuedBefore(cutoff: Date, batch: number): Promise<number> {
+      const rows = await db.query<{ n: string }>(
+        `WITH RECURSIVE kinds AS (
+           SELECT min(kind) AS kind FROM receipts
+           UNION ALL
+           SELECT (SELECT min(r.kind) FROM receipts r WHERE r.kind > kinds.kind) FROM kinds WHERE kinds.kind IS NOT NULL
+         ), doomed AS (
+           SELECT x.receipt_id FROM kinds k
+             CROSS JOIN LATERAL (SELECT r.receipt_id FROM receipts r WHERE r.kind = k.kind AND r.issued_at < $1 ORDER BY r.issued_at LIMIT $2) x
+            WHERE k.kind IS NOT NULL
+            LIMIT $2
+         ), gone AS (
+           DELETE FROM receipts WHERE receipt_id = ANY (ARRAY(SELECT receipt_id FROM doomed)) RETURNING 1
+         )
+         SELECT count(*)::int8 AS n FROM gone`,
+        [cutoff, batch],
+      );
+      return Number(rows[0]?.n ?? 0);
+    },
     /** The newest receipts about one subject (server canonical URL or skill id), newest first. */
     async bySubject(sub: string, limit: number): Promise<ReceiptRow[]> {
       return db.query<ReceiptRow>(
