@@ -5,7 +5,7 @@ import { ClientFactory as V03ClientFactory } from '@a2a-js/sdk-v03/client';
 import type { Task as V03Task } from '@a2a-js/sdk-v03';
 import type { JWK } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createA2aService, type A2aSkillRunner } from '../src/services/a2a.js';
+import { A2A_LIMITS, createA2aService, subscriptionsPerClient, type A2aSkillRunner } from '../src/services/a2a.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 
@@ -537,13 +537,44 @@ describe('subscriptions across instances', () => {
     const a = createA2aService({ db: app.obs.db, now: () => new Date() }, runner, { pollMs: 20, maxSubscriptions: 1 });
     const asked = await a.send({ kind: 'message', role: 'user', messageId: 'c1', parts: [{ kind: 'text', text: 'preflight' }] });
     const controller = new AbortController();
-    const first = (await a.subscribe(asked.id, controller.signal))[Symbol.asyncIterator]();
+    const first = (await a.subscribe(asked.id, { signal: controller.signal }))[Symbol.asyncIterator]();
     expect((await first.next()).value).toMatchObject({ kind: 'task' });
     await expect(a.subscribe(asked.id)).rejects.toMatchObject({ kind: 'unsupported_operation', message: expect.stringMatching(/open subscriptions/) });
     controller.abort();
     expect((await first.next()).done).toBe(true);
-    const again = (await a.subscribe(asked.id, AbortSignal.abort()))[Symbol.asyncIterator]();
+    const again = (await a.subscribe(asked.id, { signal: AbortSignal.abort() }))[Symbol.asyncIterator]();
     expect((await again.next()).value).toMatchObject({ kind: 'task' });
     await again.return?.(undefined);
+  });
+
+  it('one client network holds at most its share of the open subscriptions, also when it asks for many at once', async () => {
+    // A subscription to a task waiting for input lasts subscribeMaxMs (5 minutes): before the share,
+    // one network (16 connections of 100 HTTP/2 streams each) could hold all 200 of an instance.
+    const runner: A2aSkillRunner = { run: async () => ({ data: {}, text: 'x', name: 'r', description: 'r' }) };
+    const a = createA2aService({ db: app.obs.db, now: () => new Date() }, runner, { pollMs: 20, maxSubscriptions: 16 });
+    expect(subscriptionsPerClient(16)).toBe(2);
+    expect(subscriptionsPerClient(A2A_LIMITS.maxSubscriptions)).toBe(25);
+    const asked = await a.send({ kind: 'message', role: 'user', messageId: 'share-1', parts: [{ kind: 'text', text: 'preflight' }] });
+    expect(asked.status.state).toBe('input-required');
+    const controller = new AbortController();
+    const open = async (client: string) => {
+      const it = (await a.subscribe(asked.id, { signal: controller.signal, client }))[Symbol.asyncIterator]();
+      expect((await it.next()).value).toMatchObject({ kind: 'task' });
+      return it;
+    };
+    const held = [await open('203.0.113.9'), await open('203.0.113.9')];
+    await expect(a.subscribe(asked.id, { client: '203.0.113.9' })).rejects.toMatchObject({ kind: 'unsupported_operation', message: expect.stringMatching(/this client network holds 2 open subscriptions/) });
+    // Another network still gets its own.
+    held.push(await open('198.51.100.9'));
+    // Four asked at once from a third network: all pass the first check, two start, two are refused as they start.
+    const asked4 = await Promise.all(Array.from({ length: 4 }, () => a.subscribe(asked.id, { signal: controller.signal, client: '192.0.2.9' })));
+    const firsts = await Promise.allSettled(asked4.map((s) => s[Symbol.asyncIterator]().next()));
+    expect(firsts.filter((r) => r.status === 'fulfilled')).toHaveLength(2);
+    expect(firsts.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason.message))).toEqual([
+      expect.stringMatching(/this client network holds 2 open subscriptions/),
+      expect.stringMatching(/this client network holds 2 open subscriptions/),
+    ]);
+    controller.abort();
+    for (const it of held) expect((await it.next()).done).toBe(true);
   });
 });

@@ -119,6 +119,8 @@ export function optionalStrings(o: Record<string, unknown>, name: string, where:
 export interface MethodContext {
   /** Aborted when the client goes away (ends subscriptions). */
   signal: AbortSignal;
+  /** The caller's address (TRUST_PROXY-aware): its network's share of shared resources (subscriptions). */
+  client?: string;
 }
 
 /** A method answers once (unary) or with a stream of results (Server-Sent Events). */

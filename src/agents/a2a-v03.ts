@@ -171,7 +171,7 @@ const methods = new Map<string, MethodHandler<A2aService>>([
     }),
   ],
   ['tasks/cancel', unary(async (params, a2a) => a2a.cancel(idParam(params)))],
-  ['tasks/resubscribe', { stream: true, open: (params, a2a, ctx) => call(async () => map(await a2a.subscribe(idParam(params), ctx.signal), v03Event)) }],
+  ['tasks/resubscribe', { stream: true, open: (params, a2a, ctx) => call(async () => map(await a2a.subscribe(idParam(params), ctx), v03Event)) }],
   ['tasks/pushNotificationConfig/set', pushNotSupported],
   ['tasks/pushNotificationConfig/get', pushNotSupported],
   ['tasks/pushNotificationConfig/list', pushNotSupported],

@@ -297,7 +297,7 @@ const methods = new Map<string, MethodHandler<A2aService>>([
       stream: true,
       open: (params, a2a, ctx) =>
         call(async () => {
-          const events = await a2a.subscribe(idParam(params), ctx.signal);
+          const events = await a2a.subscribe(idParam(params), ctx);
           return map(events, streamResponseJson);
         }),
     },

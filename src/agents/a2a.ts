@@ -219,7 +219,7 @@ export function a2aRoutes(app: FastifyInstance, { services, db, config, now }: R
       const aborted = new AbortController();
       reply.raw.once('close', () => aborted.abort());
       const limit = a2aSkillLimit(services.limits, req.ip);
-      const answer = await handler.handle(body, version, { signal: aborted.signal, limit }, req.log);
+      const answer = await handler.handle(body, version, { signal: aborted.signal, client: req.ip, limit }, req.log);
       limit.finish(reply, answer.kind === 'json' ? answer.body : undefined);
       if (answer.kind === 'none') return reply.code(204).send();
       if (answer.kind === 'stream') return sendEventStream(reply, answer, req.log);

@@ -19,6 +19,8 @@ import {
   TASK_STATES,
 } from '../domain/a2a-task.js';
 import { a2aTaskStore, type StoredTask } from '../store/a2a-tasks.js';
+import { addToNetwork } from '../domain/client-network.js';
+import { rateLimitKey } from './rate-limits.js';
 
 export type { StoredTask } from '../store/a2a-tasks.js';
 
@@ -123,9 +125,18 @@ export const A2A_LIMITS = {
   pollMs: 1000,
   /** A subscription ends after this long without the task finishing; the client may subscribe again. */
   subscribeMaxMs: 5 * 60_000,
-  /** Open subscriptions per instance (each polls the database); beyond it SubscribeToTask is refused. */
+  /**
+   * Open subscriptions per instance (each polls the database); beyond it SubscribeToTask is
+   * refused. One client network holds at most an eighth of them (at least 2): a subscription to a
+   * task waiting for input lasts subscribeMaxMs, so one network could otherwise hold them all.
+   */
   maxSubscriptions: 200,
 } as const;
+
+/** The per-client-network share of the open subscriptions. */
+export function subscriptionsPerClient(total: number): number {
+  return Math.max(2, Math.floor(total / 8));
+}
 
 const USAGE =
   'I answer "trust score for <server>" and "preflight <server>", where <server> is an MCP server URL, MCP Registry name or slug ' +
@@ -141,14 +152,27 @@ const sameStatus = (a: StoredTask, b: StoredTask) => a.status.state === b.status
 export function createA2aService(
   deps: { db: Queryable; now: () => Date },
   runner: A2aSkillRunner,
-  limits: { pollMs?: number; subscribeMaxMs?: number; maxSubscriptions?: number } = {},
+  limits: { pollMs?: number; subscribeMaxMs?: number; maxSubscriptions?: number; maxSubscriptionsPerClient?: number } = {},
 ) {
   const { now } = deps;
   const store = a2aTaskStore(deps.db);
   const pollMs = limits.pollMs ?? A2A_LIMITS.pollMs;
   const subscribeMaxMs = limits.subscribeMaxMs ?? A2A_LIMITS.subscribeMaxMs;
   const maxSubscriptions = limits.maxSubscriptions ?? A2A_LIMITS.maxSubscriptions;
+  const perClient = limits.maxSubscriptionsPerClient ?? subscriptionsPerClient(maxSubscriptions);
   let openSubscriptions = 0;
+  /** Open subscriptions per client network (rateLimitKey), dropped at zero. */
+  const openByClient = new Map<string, number>();
+  /** Why a client may not open one more subscription now; null when it may. */
+  function subscriptionRefusal(id: string, client: string): A2aError | null {
+    if ((openByClient.get(client) ?? 0) >= perClient) {
+      return new A2aError('unsupported_operation', `this client network holds ${perClient} open subscriptions already (its share of this instance's); poll GetTask, or subscribe again once one has ended`, { taskId: id });
+    }
+    if (openSubscriptions >= maxSubscriptions) {
+      return new A2aError('unsupported_operation', `this instance holds ${maxSubscriptions} open subscriptions already; poll GetTask, or subscribe again later`, { taskId: id });
+    }
+    return null;
+  }
   // Subscribers in this process, woken as soon as this process changes their task; changes made
   // by other instances are seen by polling.
   const watchers = new Map<string, Set<() => void>>();
@@ -352,21 +376,27 @@ export function createA2aService(
    * SubscribeToTask / tasks/resubscribe: the task as it is now, then each change until it ends
    * (or waits for input again, or `subscribeMaxMs` passes, or `signal` aborts).
    */
-  async function subscribe(id: string, signal?: AbortSignal): Promise<AsyncIterable<TaskEvent>> {
+  async function subscribe(id: string, opts: { signal?: AbortSignal; client?: string } = {}): Promise<AsyncIterable<TaskEvent>> {
+    const { signal } = opts;
+    const client = rateLimitKey(opts.client);
     const first = await get(id);
     if (isTerminal(first.status.state)) {
       throw new A2aError('unsupported_operation', `task ${id} is ${first.status.state}; there is nothing more to stream (GetTask returns it)`, { taskId: id });
     }
-    if (openSubscriptions >= maxSubscriptions) {
-      throw new A2aError('unsupported_operation', `this instance holds ${maxSubscriptions} open subscriptions already; poll GetTask, or subscribe again later`, { taskId: id });
-    }
+    const refused = subscriptionRefusal(id, client);
+    if (refused) throw refused;
     return (async function* () {
-      // Counted while it runs (a stream that is never read never started).
+      // Counted while it runs (a stream that is never read never started), checked again as it
+      // starts: subscriptions asked for at once all pass the check above before any of them runs.
+      const late = subscriptionRefusal(id, client);
+      if (late) throw late;
       openSubscriptions++;
+      addToNetwork(openByClient, client, 1);
       try {
         yield* watch(first);
       } finally {
         openSubscriptions--;
+        addToNetwork(openByClient, client, -1);
       }
     })();
 
