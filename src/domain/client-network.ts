@@ -50,6 +50,15 @@ function ipv6Groups(a: string): number[] {
 }
 
 /**
+ * One client network's share of an instance-wide pool of `total` (probes running, open A2A
+ * subscriptions): an eighth of it, at least `atLeast`, so one network cannot hold the whole pool
+ * while a few can still use it fully.
+ */
+export function networkShare(total: number, atLeast = 2): number {
+  return Math.max(atLeast, Math.floor(total / 8));
+}
+
+/**
  * Adds `delta` to a client network's count in `counts` (connections held, body bytes reserved),
  * dropping the entry when it reaches 0, so the map holds only networks with something open.
  * Returns the new count.

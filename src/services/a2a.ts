@@ -19,7 +19,7 @@ import {
   TASK_STATES,
 } from '../domain/a2a-task.js';
 import { a2aTaskStore, type StoredTask } from '../store/a2a-tasks.js';
-import { addToNetwork } from '../domain/client-network.js';
+import { addToNetwork, networkShare } from '../domain/client-network.js';
 import { rateLimitKey } from './rate-limits.js';
 
 export type { StoredTask } from '../store/a2a-tasks.js';
@@ -135,7 +135,7 @@ export const A2A_LIMITS = {
 
 /** The per-client-network share of the open subscriptions. */
 export function subscriptionsPerClient(total: number): number {
-  return Math.max(2, Math.floor(total / 8));
+  return networkShare(total);
 }
 
 const USAGE =

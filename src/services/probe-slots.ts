@@ -1,4 +1,4 @@
-import { addToNetwork } from '../domain/client-network.js';
+import { addToNetwork, networkShare } from '../domain/client-network.js';
 import { ObservatoryError } from '../errors.js';
 import { clientAddressKey, type CallContext } from './context.js';
 import { rateLimitKey } from './rate-limits.js';
@@ -25,7 +25,7 @@ export interface ProbeSlots {
 
 /** The per-client-network share of PROBE_CONCURRENCY. */
 export function probesPerClient(total: number): number {
-  return Math.max(2, Math.floor(total / 8));
+  return networkShare(total);
 }
 
 export function createProbeSlots(total: number, perClient = probesPerClient(total)): ProbeSlots {
