@@ -12,6 +12,20 @@ describe('cached whole-index figures', () => {
 
   const T0 = new Date('2026-11-26T12:00:00Z');
   const later = (ms: number) => new Date(T0.getTime() + ms);
+  /** A figure whose computations wait until released (resolvers[i] ends the i-th); its value is the number of the computation. */
+  function held() {
+    let n = 0;
+    const resolvers: (() => void)[] = [];
+    const f = cachedFigures(
+      () =>
+        new Promise<number>((resolve) => {
+          const v = ++n;
+          resolvers.push(() => resolve(v));
+        }),
+      { freshMs: 2000 },
+    );
+    return { f, resolvers, computations: () => n };
+  }
   /** A figure counting its computations; its value is the number of the computation. */
   function counted(opts = { freshMs: 2000, staleMs: 30_000 }) {
     let n = 0;
@@ -72,23 +86,14 @@ describe('cached whole-index figures', () => {
   });
 
   it('a computation in flight when the touch came is shared only within the settle bound', async () => {
-    let n = 0;
-    const resolvers: (() => void)[] = [];
-    const f = cachedFigures(
-      () =>
-        new Promise<number>((resolve) => {
-          const v = ++n;
-          resolvers.push(() => resolve(v));
-        }),
-      { freshMs: 2000 },
-    );
+    const { f, resolvers, computations } = held();
     const first = f.get('k', T0);
     f.touch();
     const joined = f.get('k', T0);
-    expect(n).toBe(1);
+    expect(computations()).toBe(1);
     vi.advanceTimersByTime(AGGREGATE_SETTLE_MS);
     const own = f.get('k', later(AGGREGATE_SETTLE_MS));
-    expect(n).toBe(2);
+    expect(computations()).toBe(2);
     resolvers.forEach((r) => r());
     expect(await Promise.all([first, joined, own])).toEqual([1, 1, 2]);
   });
@@ -114,26 +119,17 @@ describe('cached whole-index figures', () => {
     expect(await f.get('k', T0)).toBe(2);
   });
   it('with notBefore, takes only a figure begun after it; the older computation, ending last, is not kept', async () => {
-    let n = 0;
-    const resolvers: (() => void)[] = [];
-    const f = cachedFigures(
-      () =>
-        new Promise<number>((resolve) => {
-          const v = ++n;
-          resolvers.push(() => resolve(v));
-        }),
-      { freshMs: 2000 },
-    );
+    const { f, resolvers, computations } = held();
     // A read in flight, then a caller that has just written what the figure must show.
     const older = f.get('k', T0);
     vi.advanceTimersByTime(1);
     const written = performance.now();
     vi.advanceTimersByTime(1);
     const mine = f.get('k', later(2), written);
-    expect(n).toBe(2);
+    expect(computations()).toBe(2);
     // A plain read after it shares the newer computation.
     const plain = f.get('k', later(2));
-    expect(n).toBe(2);
+    expect(computations()).toBe(2);
     resolvers[1]!();
     expect(await mine).toBe(2);
     expect(await plain).toBe(2);
@@ -142,6 +138,6 @@ describe('cached whole-index figures', () => {
     expect(await older).toBe(1);
     expect(await f.get('k', later(3))).toBe(2);
     expect(await f.get('k', later(3), written)).toBe(2);
-    expect(n).toBe(2);
+    expect(computations()).toBe(2);
   });
 });
