@@ -76,6 +76,12 @@ export interface Config {
    */
   probeConcurrency: number;
   /**
+   * EXPORT_CONCURRENCY (default 2): compliance exports (GET /api/compliance, ComplianceService
+   * GetComplianceExport) running at once in this instance, one per client network (an eighth when
+   * larger). Each reads a server's raw telemetry over its period; beyond, 429/503 + Retry-After.
+   */
+  exportConcurrency: number;
+  /**
    * A2A_TASK_RETENTION_DAYS (default 30, 0 = keep for ever): an A2A task whose status has not
    * changed for this long is deleted (tasks/get then answers TaskNotFound). Every message/send
    * from anyone stores a task, so without a bound the table only grows.
@@ -506,6 +512,7 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),
     driftTextBytesPerServerPerDay: int(env, 'DRIFT_TEXT_BYTES_PER_SERVER_PER_DAY', 16 * 1024 * 1024, 0, 1024 * 1024 * 1024 * 1024),
     probeConcurrency: int(env, 'PROBE_CONCURRENCY', 32, 1, 10_000),
+    exportConcurrency: int(env, 'EXPORT_CONCURRENCY', 2, 1, 1000),
     a2aTaskRetentionDays: int(env, 'A2A_TASK_RETENTION_DAYS', 30, 0, 36_500),
     a2aTaskBytesPerClientPerDay: int(env, 'A2A_TASK_BYTES_PER_CLIENT_PER_DAY', 64 * 1024 * 1024, 0, 1024 * 1024 * 1024 * 1024),
     rateLimitPreflightPerMinute: int(env, 'RATE_LIMIT_PREFLIGHT_PER_MINUTE', 600, 0, 1_000_000),

@@ -33,7 +33,7 @@ import { driftStore } from '../store/drift.js';
 import { evidenceStore } from '../store/evidence.js';
 import { serverStore } from '../store/servers.js';
 import type { CallContext, ServiceDeps } from './context.js';
-import { createProbeSlots, type ProbeSlots } from './probe-slots.js';
+import { createExportSlots, createProbeSlots, type ProbeSlots } from './probe-slots.js';
 import type { TrustService } from './trust.js';
 import { requireServerUrl } from './trust.js';
 
@@ -42,6 +42,8 @@ const EXPORT_NOTICE =
 
 /** ComplianceService: agency checklist, signed attestation, governance export. */
 export function createComplianceService({ db, config, now, receipts }: ServiceDeps, { trust, probeSlots = createProbeSlots(config.probeConcurrency) }: { trust: Pick<TrustService, 'scoreFor'>; probeSlots?: ProbeSlots }) {
+  // Exports read raw telemetry over long periods: a few at once, whatever door asks (probe-slots.ts).
+  const exportSlots = createExportSlots(config.exportConcurrency);
   const fetcher = createSafeFetcher({ allowPrivate: config.allowPrivateTargets });
   const servers = serverStore(db);
   const evidence = evidenceStore(db);
@@ -139,7 +141,7 @@ export function createComplianceService({ db, config, now, receipts }: ServiceDe
       };
     },
 
-    async getComplianceExport(req: Partial<GetComplianceExportRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetComplianceExportResponseSchema>> {
+    async getComplianceExport(req: Partial<GetComplianceExportRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof GetComplianceExportResponseSchema>> {
       const url = requireServerUrl(req.serverUrl, 'server_url');
       const agentId = req.agentId === undefined || req.agentId === '' ? undefined : req.agentId;
       const generatedAt = now();
@@ -151,12 +153,14 @@ export function createComplianceService({ db, config, now, receipts }: ServiceDe
         throw err;
       }
       const server = await servers.lookupUrl(url);
-      const [ev, rcpts, drifts, score] = await Promise.all([
-        server ? evidence.events(server.id, period.from, period.to) : null,
-        evidence.receiptsFor(url, period.from, period.to),
-        server ? drift.driftsBetween(server.id, period.from, period.to) : [],
-        server ? trust.scoreFor(server) : null,
-      ]);
+      const [ev, rcpts, drifts, score] = await exportSlots.run(ctx, () =>
+        Promise.all([
+          server ? evidence.events(server.id, period.from, period.to) : null,
+          evidence.receiptsFor(url, period.from, period.to),
+          server ? drift.driftsBetween(server.id, period.from, period.to) : [],
+          server ? trust.scoreFor(server) : null,
+        ]),
+      );
       // The trust service is the one source of the score, verdict and active anomaly flags.
       const rated = score !== null && score.total_interactions > 0;
       const trustScore = rated ? score.trust_score : undefined;

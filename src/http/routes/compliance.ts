@@ -60,7 +60,7 @@ export function complianceRoutes(app: FastifyInstance, { services }: RouteDeps) 
       const q = req.query;
       const body = restJson(
         GetComplianceExportResponseSchema,
-        await services.compliance.getComplianceExport({ serverUrl: q.server_url, agentId: q.agent_id, startDate: q.start_date, endDate: q.end_date }),
+        await services.compliance.getComplianceExport({ serverUrl: q.server_url, agentId: q.agent_id, startDate: q.start_date, endDate: q.end_date }, callContext(req.headers, req.ip)),
       );
       // Added to the Vary: Origin every answer carries (src/http/cors.ts), not in its place.
       reply.header('vary', 'Origin, Accept');
