@@ -1,7 +1,8 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyServerFactory } from 'fastify';
 import type http from 'node:http';
 import { cors as connectCors } from '@connectrpc/connect';
-import { randomUUID } from 'node:crypto';
+import { fastReads, type FastReads } from './http/fast-reads.js';
+import { requestIdOf } from './http/request-id.js';
 import { INTERFACE_VERSION, type Config } from './config.js';
 import { openDatabase, type Db } from './db/index.js';
 import { createDualProtocolServer, type DualProtocolServer } from './http/listener.js';
@@ -34,6 +35,8 @@ export interface Observatory {
   readonly kek: KeyEncryptionKey | null;
   /** grpc.health.v1's view of the process (SERVING while the database answers and it is not draining). */
   readonly health: HealthMonitor;
+  /** Requests answered by the fast path for cached trust reads, not by fastify (src/http/fast-reads.ts). */
+  fastReadsAnswered(): number;
   /** Starts listening on config.host:config.port; resolves to the base URL actually bound. */
   listen(): Promise<string>;
   /** Graceful stop: stops accepting, lets in-flight requests finish, closes the database. */
@@ -86,8 +89,13 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   });
 
   const health = createHealthMonitor({ db, intervalMs: config.healthIntervalMs });
+  let fast: FastReads | undefined;
   const app = Fastify({
-    serverFactory: ((handler: Parameters<typeof createDualProtocolServer>[0]) => createDualProtocolServer(handler, config.http)) as unknown as FastifyServerFactory<http.Server>,
+    // Cached trust reads are answered before fastify's lifecycle; everything else goes to fastify (src/http/fast-reads.ts).
+    serverFactory: ((handler: Parameters<typeof createDualProtocolServer>[0]) => {
+      fast = fastReads(handler, { trust: services.trust, draining: () => health.draining, logsRequests: config.logLevel === 'debug' || config.logLevel === 'trace', metrics, onError: (err) => app.log.error({ err }, 'fast trust read failed') });
+      return createDualProtocolServer(fast.handler, config.http);
+    }) as unknown as FastifyServerFactory<http.Server>,
     trustProxy: fastifyTrustProxy(config.trustProxy),
     bodyLimit: config.bodyLimit,
     // Path parameters carry server names and URLs (/agent-query/{server_slug}); fastify's default is 100.
@@ -96,10 +104,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     // A draining process refuses new requests itself (the onRequest hook below), in each
     // caller's protocol, instead of fastify's plain 503.
     return503OnClosing: false,
-    genReqId: (req) => {
-      const given = req.headers['x-request-id'];
-      return typeof given === 'string' && /^[\w.-]{1,64}$/.test(given) ? given : randomUUID();
-    },
+    genReqId: requestIdOf,
     // Errors the router raises before any handler: problem+json like everything else. An
     // over-long path parameter (e.g. /v1/receipt/<300 chars>) is a malformed parameter: 400.
     frameworkErrors: (err, _req, reply) => {
@@ -212,6 +217,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     services,
     kek,
     health,
+    fastReadsAnswered: () => fast?.answered() ?? 0,
     async listen() {
       const address = await app.listen({ port: config.port, host: config.host });
       // The rollup aggregator runs wherever the service serves (docs/performance.md "Ingestion").

@@ -49,6 +49,8 @@ export function createMetrics(db: Db) {
   });
   return {
     registry,
+    /** The request metrics entry of a route (method, route pattern): what the route's hook records into. */
+    entry: (method: string, route: string) => http.entry(method, route),
     ingestBatch,
     receiptBatch,
     /** Labels are fixed words (signal, outcome), never anything an export carried. */
