@@ -62,6 +62,26 @@ describe(`the fast path for cached trust reads (${backend})`, () => {
     expect(await count()).toBe(before + 3);
   });
 
+  it('asks the service once per read, also when it refuses (the refusal goes to fastify with the request)', async () => {
+    const trust = t.obs.services.trust;
+    const getTrust = trust.getTrust;
+    let calls = 0;
+    trust.getTrust = ((...a: Parameters<typeof getTrust>) => {
+      calls++;
+      return getTrust(...a);
+    }) as typeof getTrust;
+    try {
+      await expectProblem(await fetch(`${t.base}/api/trust?url=${encodeURIComponent('https://nobody.example.com/mcp')}`), 404, 'not_tracked');
+      expect(calls).toBe(1);
+      await expectProblem(await fetch(`${t.base}/api/trust?url=ftp%3A%2F%2Fx`), 400, 'invalid_argument');
+      expect(calls).toBe(2);
+      expect((await fetch(`${t.base}${path}`)).status).toBe(200);
+      expect(calls).toBe(3);
+    } finally {
+      trust.getTrust = getTrust;
+    }
+  });
+
   it('leaves every other request to fastify, unchanged', async () => {
     const before = t.obs.fastReadsAnswered();
     // A browser's request: the CORS headers come from fastify.

@@ -25,8 +25,9 @@ import { restJsonText } from './rest-json.js';
 //   (fastify answers 503), request logging off (fastify logs each request at debug);
 // - a route without a rate limit (checked at start-up: if `/api/trust` ever gets one, this path
 //   turns itself off rather than bypass it);
-// - the service answers: any refusal (400, 404, 503...) is left to fastify, which asks again and
-//   answers in problem+json as always.
+// - the service answers: a refusal (400, 404, 503...) is handed to fastify with the request
+//   (`kRefusal`), whose route answers it in problem+json as always without asking the service a
+//   second time (an unknown server costs one database look-up, not two).
 //
 // `test/fast-reads.test.ts` holds both paths to the same status, headers and body.
 
@@ -34,11 +35,15 @@ type Request = http.IncomingMessage | http2.Http2ServerRequest;
 type Response = http.ServerResponse | http2.Http2ServerResponse;
 type Handler = (req: Request, res: Response) => void;
 
+/** The service's refusal of a request this path handed to fastify: the route answers it (routes/trust.ts). */
+export const kRefusal = Symbol('the service refused this request on the fast path');
+type Refused = { [kRefusal]?: unknown };
+
 const PREFIX = '/api/trust?url=';
 /** The route whose metrics entry the fast path records into (the fastify route's pattern). */
 const ROUTE = '/api/trust';
-/** Characters a query value may hold for decodeURIComponent to read it exactly as fastify's parser does. */
-const PLAIN_VALUE = /^[A-Za-z0-9\-._~%!$'()*,;:@/?=]*$/;
+/** Characters a query value may hold for decodeURIComponent to read it exactly as fastify's parser does (no `+`, `&`, `=`). */
+const PLAIN_VALUE = /^[A-Za-z0-9\-._~%!$'()*,;:@/?]*$/;
 
 export interface FastReadDeps {
   trust: Pick<TrustService, 'getTrust'>;
@@ -81,7 +86,7 @@ export function fastReads(next: Handler, deps: FastReadDeps): FastReads {
       return next(req, res);
     }
     const raw = url.slice(PREFIX.length);
-    if (!PLAIN_VALUE.test(raw) || raw.includes('&') || raw.includes('=')) return next(req, res);
+    if (!PLAIN_VALUE.test(raw)) return next(req, res);
     let target: string;
     try {
       target = decodeURIComponent(raw);
@@ -97,8 +102,9 @@ export function fastReads(next: Handler, deps: FastReadDeps): FastReads {
     let answer;
     try {
       answer = await deps.trust.getTrust({ url: target });
-    } catch {
-      // Refused (or failed): fastify answers it as it answers every other request.
+    } catch (err) {
+      // Refused (or failed): fastify's route answers it as it answers every other refusal.
+      (req as Refused)[kRefusal] = err;
       return next(req, res);
     }
     try {
