@@ -274,9 +274,9 @@ describe(`drifts recorded faster than /drift is read (${backend})`, () => {
         expect((await fetch(`${t.base}/drift`)).status).toBe(200);
       }
       const elapsed = performance.now() - started;
-      // One computation per settle period begun, plus the first.
+      // One computation per settle period begun, plus the first (before: one per drift, 20 here
+      // whatever the time taken; the bound is below 20 while the loop takes under 9 s).
       expect(lists, `${lists} lists in ${elapsed.toFixed(0)} ms`).toBeLessThanOrEqual(2 + Math.floor(elapsed / AGGREGATE_SETTLE_MS));
-      expect(lists).toBeLessThan(ROUNDS);
 
       // The form: its check records a drift and links to it, so the list it shows is begun after it,
       // however recently the list was computed.
