@@ -52,3 +52,33 @@ export function periodicJob(
   timer.unref();
   return { tick, stop: () => clearInterval(timer) };
 }
+
+const DAY_MS = 86_400_000;
+
+/** A retention: a periodic job deleting what is older than a number of days, and the same deletion on demand. */
+export interface RetentionJob {
+  /** Deletes what is more than the retention's days older than `at`; how much (0 when the retention is off). */
+  purge(at: Date): Promise<number>;
+  /** The periodic job (tick it directly with a fixed clock in tests). */
+  job: PeriodicJob;
+  /** Stops the job's timer. */
+  close(): void;
+}
+
+/**
+ * A retention of `days` (0 keeps everything) run every `periodMs`, once per period across
+ * instances: `deleteBefore(cutoff)` deletes what is older than the cutoff and answers how much.
+ */
+export function retentionJob(
+  db: Db,
+  name: JobName,
+  periodMs: number,
+  days: number,
+  now: () => Date,
+  deleteBefore: (cutoff: Date) => Promise<number>,
+  opts: { onError?: (err: unknown) => void } = {},
+): RetentionJob {
+  const purge = (at: Date): Promise<number> => (days === 0 ? Promise.resolve(0) : deleteBefore(new Date(at.getTime() - days * DAY_MS)));
+  const job = periodicJob(db, name, periodMs, now, purge, { onError: opts.onError });
+  return { purge, job, close: () => job.stop() };
+}
