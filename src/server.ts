@@ -1,7 +1,7 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyServerFactory } from 'fastify';
 import type http from 'node:http';
 import { cors as connectCors } from '@connectrpc/connect';
-import { fastReads, type FastReads } from './http/fast-reads.js';
+import { fastPaths, type FastPaths } from './http/fast-paths.js';
 import { requestIdOf } from './http/request-id.js';
 import { INTERFACE_VERSION, type Config } from './config.js';
 import { openDatabase, type Db } from './db/index.js';
@@ -12,7 +12,7 @@ import { lazyRequestLogger } from './http/request-logger.js';
 import { connectPlugin } from './http/connect-adapter.js';
 import { installProblemHandlers, sendProblem, sendProblemToCaller, trackRoutes } from './http/problem.js';
 import { answerClientError } from './http/socket-answers.js';
-import { connectContextValues, fastifyTrustProxy } from './http/client-address.js';
+import { clientAddressOf, connectContextValues, fastifyTrustProxy } from './http/client-address.js';
 import { registerRestRoutes } from './http/routes.js';
 import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
 import { installBodyBudget } from './http/body-budget.js';
@@ -35,8 +35,8 @@ export interface Observatory {
   readonly kek: KeyEncryptionKey | null;
   /** grpc.health.v1's view of the process (SERVING while the database answers and it is not draining). */
   readonly health: HealthMonitor;
-  /** Requests answered by the fast path for cached trust reads, not by fastify (src/http/fast-reads.ts). */
-  fastReadsAnswered(): number;
+  /** Requests answered by the fast paths (cached trust reads, gate decisions), not by fastify (src/http/fast-paths.ts). */
+  fastPathAnswers(): number;
   /** Starts listening on config.host:config.port; resolves to the base URL actually bound. */
   listen(): Promise<string>;
   /** Graceful stop: stops accepting, lets in-flight requests finish, closes the database. */
@@ -89,11 +89,21 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   });
 
   const health = createHealthMonitor({ db, intervalMs: config.healthIntervalMs });
-  let fast: FastReads | undefined;
+  let fast: FastPaths | undefined;
   const app = Fastify({
-    // Cached trust reads are answered before fastify's lifecycle; everything else goes to fastify (src/http/fast-reads.ts).
+    // Cached trust reads and allowed gate decisions are answered before fastify's lifecycle;
+    // everything else goes to fastify (src/http/fast-paths.ts).
     serverFactory: ((handler: Parameters<typeof createDualProtocolServer>[0]) => {
-      fast = fastReads(handler, { trust: services.trust, draining: () => health.draining, logsRequests: config.logLevel === 'debug' || config.logLevel === 'trace', metrics, onError: (err) => app.log.error({ err }, 'fast trust read failed') });
+      fast = fastPaths(handler, {
+        trust: services.trust,
+        gate: services.gate,
+        limits: services.limits,
+        clientAddress: clientAddressOf(config.trustProxy),
+        draining: () => health.draining,
+        logsRequests: config.logLevel === 'debug' || config.logLevel === 'trace',
+        metrics,
+        onError: (err) => app.log.error({ err }, 'fast path answer failed'),
+      });
       return createDualProtocolServer(fast.handler, config.http);
     }) as unknown as FastifyServerFactory<http.Server>,
     trustProxy: fastifyTrustProxy(config.trustProxy),
@@ -217,7 +227,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
     services,
     kek,
     health,
-    fastReadsAnswered: () => fast?.answered() ?? 0,
+    fastPathAnswers: () => fast?.answered() ?? 0,
     async listen() {
       const address = await app.listen({ port: config.port, host: config.host });
       // The rollup aggregator runs wherever the service serves (docs/performance.md "Ingestion").

@@ -1,4 +1,6 @@
+import type { IncomingMessage } from 'node:http';
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
+import proxyAddr from '@fastify/proxy-addr';
 import { createContextValues, type ContextValues } from '@connectrpc/connect';
 import type { Config } from '../config.js';
 import { clientAddressKey } from '../services/context.js';
@@ -16,6 +18,18 @@ export function fastifyTrustProxy(trust: Config['trustProxy']): false | string[]
   if (typeof trust === 'number') return (_addr, hop) => hop < trust;
   if (trust === true) return (_addr, hop) => hop < 1;
   return trust;
+}
+
+/**
+ * The client address of a request outside fastify (the fast paths of src/http/fast-paths.ts),
+ * exactly as fastify's `req.ip` reads it for the same setting: the same library (fastify's own
+ * @fastify/proxy-addr) with the same trust function, or the socket's peer without TRUST_PROXY.
+ */
+export function clientAddressOf(trust: Config['trustProxy']): (req: IncomingMessage) => string | undefined {
+  const tp = fastifyTrustProxy(trust);
+  if (tp === false) return (req) => req.socket.remoteAddress;
+  const fn = typeof tp === 'function' ? tp : proxyAddr.compile(tp);
+  return (req) => proxyAddr(req, fn);
 }
 
 /**

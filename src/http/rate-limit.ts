@@ -8,6 +8,7 @@ import { ObservatoryError } from '../errors.js';
 import { clientAddressKey } from '../services/context.js';
 import { rateLimitHeaders, rateLimitMessage, type RateLimiter, type RateLimitName } from '../services/rate-limits.js';
 import { sendProblem } from './problem.js';
+import { handedOver } from './hand-over.js';
 import { withRouteHook } from './route-hooks.js';
 
 // Where the per-client limits of src/services/rate-limits.ts apply on HTTP. A limit belongs to a
@@ -87,7 +88,9 @@ export function installRateLimits(
       const query = req.query as Record<string, unknown> | undefined;
       const name = fixed ?? (search && isSearch(query?.q) ? 'search' : probeParam !== undefined && query?.[probeParam] !== undefined ? 'probes' : undefined);
       if (name === undefined) return done();
-      const d = limits.take(name, req.ip);
+      // A request the fast path handed over (src/http/fast-paths.ts) has taken its token there.
+      const taken = handedOver(req.raw)?.rate;
+      const d = taken !== undefined ? taken : limits.take(name, req.ip);
       if (!d) return done();
       reply.headers(rateLimitHeaders(d));
       if (!d.allowed) {

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 
 // The request id every answer carries (X-Request-Id, and `request_id` in problem+json): the
 // caller's own when it sent a usable one, so a trace can follow a request through a gateway,
-// otherwise a new UUID. One definition for fastify's genReqId and the fast reads (fast-reads.ts).
+// otherwise a new UUID. One definition for fastify's genReqId and the fast paths (fast-paths.ts).
 
 const USABLE = /^[\w.-]{1,64}$/;
 

@@ -1,19 +1,48 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sendProblem } from '../problem.js';
-import { callContext } from '../../services/context.js';
-import { denialDetail, gateHeaders, type GateService } from '../../services/gate.js';
+import { handedOver } from '../hand-over.js';
+import { UPSTREAM_HEADERS, type GateRequestInfo } from '../../domain/gate.js';
+import { denialDetail, gateHeaders, type GateOutcome, type GateService } from '../../services/gate.js';
 
 // /v1/gate and every path below it, any method (DECISIONS.md "Gateway decisions"): nginx
 // auth_request sends a GET subrequest, Envoy's HTTP ext_authz appends the original path and may
 // keep the original method. Allow is 200, deny 403 (problem+json with the decision), both with
 // X-Trust-Verdict, X-Trust-Score and X-Trust-Receipt; no upstream is 400.
+// The gateway's plain `GET /v1/gate` is answered, when allowed, by the thinner adapter of
+// src/http/fast-paths.ts with the same reading of the request (`httpGateRequest`) and the same
+// headers (`gateAnswerHeaders`); a denial or refusal it found arrives here with the request.
 
 const GATE_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
 
-function lowerHeaders(req: FastifyRequest): Record<string, string | undefined> {
-  const out: Record<string, string | undefined> = {};
-  for (const [k, v] of Object.entries(req.headers)) out[k.toLowerCase()] = Array.isArray(v) ? v[0] : v;
-  return out;
+/** A header's value as the gate reads it: the first of repeated values node keeps apart. */
+const one = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
+
+/** The gate's question in an HTTP request: its headers and the path below /v1/gate. */
+export function httpGateRequest(headers: IncomingHttpHeaders, suffix: string | undefined): GateRequestInfo {
+  // On /v1/gate the upstream headers are the gateway's own (DECISIONS.md "Gateway decisions"):
+  // nginx overwrites them, Envoy's HTTP ext_authz forwards no client header but those it is told
+  // to (docs/gateway.md).
+  const gatewayHeaders: Record<string, string | undefined> = {};
+  for (const name of UPSTREAM_HEADERS) gatewayHeaders[name] = one(headers[name]);
+  const host = one(headers.host);
+  return {
+    gatewayHeaders,
+    via: 'http',
+    // Envoy HTTP ext_authz: Host is the original request's, the path is appended to /v1/gate.
+    // Only ever an upstream through GATE_ROUTES (the contract names no header here).
+    fallback: host ? { host, path: `/${suffix ?? ''}`, routeOnly: true } : undefined,
+    // MCP 2026-07-28 request headers of the checked request (nginx passes the client's headers
+    // to the auth subrequest; Envoy's HTTP ext_authz when listed in allowed_headers).
+    mcpHeaders: { 'mcp-method': one(headers['mcp-method']), 'mcp-name': one(headers['mcp-name']) },
+  };
+}
+
+/** The headers of a decision's HTTP answer, allow and deny alike: the verdict's and no-store. */
+export function gateAnswerHeaders(o: GateOutcome): Record<string, string> {
+  const h = gateHeaders(o);
+  h['cache-control'] = 'no-store';
+  return h;
 }
 
 /** Both the full service and the database-less bundle gate (src/bundle-gate.ts) mount these routes. */
@@ -30,32 +59,12 @@ export function gateRoutes(app: FastifyInstance, { services }: { services: { gat
     });
 
     const handler = async (req: FastifyRequest<{ Params: { '*'?: string } }>, reply: FastifyReply) => {
-      const headers = lowerHeaders(req);
-      const suffix = req.params['*'];
-      const o = await gate.decide(
-        {
-          // On /v1/gate the upstream headers are the gateway's own (DECISIONS.md "Gateway
-          // decisions"): nginx overwrites them, Envoy's HTTP ext_authz forwards no client header
-          // but those it is told to (docs/gateway.md).
-          gatewayHeaders: headers,
-          via: 'http',
-          // Envoy HTTP ext_authz: Host is the original request's, the path is appended to /v1/gate.
-          // Only ever an upstream through GATE_ROUTES (the contract names no header here).
-          fallback: headers.host ? { host: headers.host, path: `/${suffix ?? ''}`, routeOnly: true } : undefined,
-          // MCP 2026-07-28 request headers of the checked request (nginx passes the client's headers
-          // to the auth subrequest; Envoy's HTTP ext_authz when listed in allowed_headers).
-          mcpHeaders: { 'mcp-method': headers['mcp-method'], 'mcp-name': headers['mcp-name'] },
-        },
-        'http',
-        callContext(req.headers, req.ip),
-      );
-      const decisionHeaders = gateHeaders(o);
-      decisionHeaders['cache-control'] = 'no-store';
-      if (o.allow) return reply.code(200).headers(decisionHeaders).send(gate.body(o));
-      return sendProblem(reply, 'forbidden', denialDetail(o), {
-        extra: gate.body(o),
-        headers: decisionHeaders,
-      });
+      const handed = handedOver(req.raw);
+      if (handed?.refused) throw handed.refused.error;
+      const o = handed?.outcome ?? (await gate.decide(httpGateRequest(req.headers, req.params['*']), 'http'));
+      const headers = gateAnswerHeaders(o);
+      if (o.allow) return reply.code(200).headers(headers).send(gate.body(o));
+      return sendProblem(reply, 'forbidden', denialDetail(o), { extra: gate.body(o), headers });
     };
     // OPTIONS here is a gateway asking about an OPTIONS request, not a browser's CORS preflight:
     // the CORS hook (src/http/cors.ts) adds its headers but leaves the answer to the gate.

@@ -16,7 +16,7 @@ import { invalidArgument } from '../../errors.js';
 import type { RouteDeps } from '../routes.js';
 import { restQuerySchema } from '../contract-schema.js';
 import { restJson, restJsonText } from '../rest-json.js';
-import { kRefusal } from '../fast-reads.js';
+import { handedOver } from '../hand-over.js';
 
 // Query schemas come from the request messages (src/http/contract-schema.ts): strings only, the
 // contract's rules decide in the service, so REST and Connect reject the same inputs.
@@ -35,11 +35,11 @@ export function trustRoutes(app: FastifyInstance, { services }: RouteDeps) {
 
   // getTrust hands out one response object per computation (cached for SCORE_CACHE_MS), so its
   // JSON text is built once per computation too. Most reads are answered before this route, by
-  // the thin adapter of src/http/fast-reads.ts; a read the service refused there arrives with the
+  // the thin adapter of src/http/fast-paths.ts; a read the service refused there arrives with the
   // refusal, answered here without asking again.
   app.get<{ Querystring: { url?: string } }>('/api/trust', { schema: { querystring: restQuerySchema(GetTrustRequestSchema) } }, async (req, reply) => {
-    const refused = (req.raw as { [kRefusal]?: unknown })[kRefusal];
-    if (refused !== undefined) throw refused;
+    const refused = handedOver(req.raw)?.refused;
+    if (refused) throw refused.error;
     return reply.type('application/json; charset=utf-8').send(restJsonText(GetTrustResponseSchema, await trust.getTrust({ url: req.query.url })));
   });
 
