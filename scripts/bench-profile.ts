@@ -1,4 +1,4 @@
-// `npx tsx scripts/bench-profile.ts <report|trust|preflight|leaderboard|gate|mixed|connect|connect-json|grpc> [seconds]`:
+// `npx tsx scripts/bench-profile.ts <report|trust|preflight|leaderboard|gate|gate-rotating|mixed|connect|connect-json|grpc> [seconds]`:
 // a CPU profile of the service's main thread while ONE scenario of `npm run bench` runs against
 // it (autocannon in a child process, 50 connections; gRPC: h2load, 50 streams on one connection), nothing else. The service runs in this
 // process on a scratch PostgreSQL database (DATABASE_URL or the local default), profiled with
@@ -21,30 +21,29 @@ import { createObservatory } from '../src/server.js';
 import { summarize } from './cpuprofile-top.js';
 import type autocannon from 'autocannon';
 
-// `mixed` is driven by this script itself in a child process (`--mixed-driver <base> <seconds>`):
-// autocannon's command line cannot vary requests, its API can.
-if (process.argv[2] === '--mixed-driver') {
+// `mixed` and `gate-rotating` are driven by this script itself in a child process
+// (`--driver <name> <base> <seconds>`): autocannon's command line cannot vary requests, its API can.
+if (process.argv[2] === '--driver') {
   const { default: autocannon } = await import('autocannon');
+  const driver = process.argv[3];
   let n = 0;
-  const result = await autocannon({
-    url: process.argv[3]!,
-    connections: 50,
-    duration: Number(process.argv[4]),
-    requests: [
-      {
-        // The mix of `npm run bench`'s mixed row: 70% report, 20% trust, 8% pre-flight, 2% leaderboard.
-        setupRequest: (req: autocannon.Request) => {
-          const i = n++;
-          const k = (i * 37) % 100;
-          const srv = `https://bench-${i % 200}.example.com/mcp`;
-          if (k < 70) return { ...req, method: 'POST', path: '/api/report', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ server_url: srv, success: i % 9 !== 0, latency_ms: 40 + (i % 50), tool_name: 'search' }) };
-          if (k < 90) return { ...req, method: 'GET', path: `/api/trust?url=${encodeURIComponent(srv)}`, headers: {}, body: undefined };
-          if (k < 98) return { ...req, method: 'GET', path: `/v1/preflight?target=${encodeURIComponent(srv)}`, headers: {}, body: undefined };
-          return { ...req, method: 'GET', path: '/api/leaderboard', headers: {}, body: undefined };
-        },
-      },
-    ],
-  });
+  const srv = (i: number) => `https://bench-${i % 200}.example.com/mcp`;
+  const drivers: Record<string, (req: autocannon.Request) => autocannon.Request> = {
+    // The mix of `npm run bench`'s mixed row: 70% report, 20% trust, 8% pre-flight, 2% leaderboard.
+    mixed: (req) => {
+      const i = n++;
+      const k = (i * 37) % 100;
+      if (k < 70) return { ...req, method: 'POST', path: '/api/report', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ server_url: srv(i), success: i % 9 !== 0, latency_ms: 40 + (i % 50), tool_name: 'search' }) };
+      if (k < 90) return { ...req, method: 'GET', path: `/api/trust?url=${encodeURIComponent(srv(i))}`, headers: {}, body: undefined };
+      if (k < 98) return { ...req, method: 'GET', path: `/v1/preflight?target=${encodeURIComponent(srv(i))}`, headers: {}, body: undefined };
+      return { ...req, method: 'GET', path: '/api/leaderboard', headers: {}, body: undefined };
+    },
+    // `npm run bench`'s rotating gate row: the gateway's question for one of the 200 upstreams.
+    'gate-rotating': (req) => ({ ...req, method: 'GET', path: '/v1/gate', headers: { 'x-mcp-server': srv(n++) }, body: undefined }),
+  };
+  const setupRequest = drivers[driver ?? ''];
+  if (!setupRequest) throw new Error(`unknown driver ${driver}`);
+  const result = await autocannon({ url: process.argv[4]!, connections: 50, duration: Number(process.argv[5]), requests: [{ setupRequest }] });
   process.stdout.write(autocannon.printResult(result));
   process.exit(0);
 }
@@ -60,8 +59,8 @@ function drive(seconds: number, args: string[]): Promise<string> {
     const child =
       args[0] === 'h2load'
         ? spawn('h2load', ['-c', '1', '-m', '50', '-D', String(seconds), ...args.slice(1)], { stdio: ['ignore', 'pipe', 'pipe'] })
-        : args[0] === 'mixed'
-          ? spawn(process.execPath, ['--import', 'tsx', 'scripts/bench-profile.ts', '--mixed-driver', args[1]!, String(seconds)], { stdio: ['ignore', 'pipe', 'pipe'] })
+        : args[0] === '--driver'
+          ? spawn(process.execPath, ['--import', 'tsx', 'scripts/bench-profile.ts', '--driver', args[1]!, args[2]!, String(seconds)], { stdio: ['ignore', 'pipe', 'pipe'] })
           : spawn(process.execPath, ['node_modules/autocannon/autocannon.js', '-c', '50', '-d', String(seconds), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
@@ -97,7 +96,8 @@ try {
     trust: [`${base}/api/trust?url=${encodeURIComponent(serverUrl(3))}`],
     preflight: [`${base}/v1/preflight?target=${encodeURIComponent(serverUrl(3))}`],
     leaderboard: [`${base}/api/leaderboard`],
-    mixed: ['mixed', base],
+    mixed: ['--driver', 'mixed', base],
+    'gate-rotating': ['--driver', 'gate-rotating', base],
     grpc: ['h2load', '-H', 'content-type: application/grpc', '-H', 'te: trailers', '--data', grpcFile, `${base}/observatory.v1.TelemetryService/Report`],
     gate: ['-H', `x-mcp-server=${serverUrl(3)}`, `${base}/v1/gate`],
     'connect-json': ['-m', 'POST', '-H', 'content-type=application/json', '-b', JSON.stringify({ serverUrl: serverUrl(3), success: true, latencyMs: 42 }), `${base}/observatory.v1.TelemetryService/Report`],
