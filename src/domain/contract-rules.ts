@@ -1,6 +1,15 @@
-import { create, getOption, hasOption, isMessage, type DescField, type DescMessage, type MessageInitShape } from '@bufbuild/protobuf';
-import { createValidator, violationToProto, type Violation } from '@bufbuild/protovalidate';
-import { field as fieldRulesExt, type FieldRules } from '@bufbuild/protovalidate/gen/buf/validate/validate_pb.js';
+import { create, getOption, hasOption, isFieldSet, isMessage, ScalarType, type DescField, type DescMessage, type Message, type MessageInitShape } from '@bufbuild/protobuf';
+import { FeatureSet_FieldPresence } from '@bufbuild/protobuf/wkt';
+import { createValidator, violationToProto, type Validator, type Violation } from '@bufbuild/protovalidate';
+import {
+  DoubleRulesSchema,
+  field as fieldRulesExt,
+  FieldRulesSchema,
+  Int32RulesSchema,
+  message as messageRulesExt,
+  StringRulesSchema,
+  type FieldRules,
+} from '@bufbuild/protovalidate/gen/buf/validate/validate_pb.js';
 
 // The validation rules of the contract: buf.validate annotations in proto/ (protovalidate), read
 // and enforced here for every door. Connect, gRPC and gRPC-Web run the same validator in an
@@ -18,8 +27,142 @@ export interface RuleViolation {
   message: string;
 }
 
+/**
+ * A check that accepts a message only when protovalidate certainly would; false means "ask
+ * protovalidate", never "invalid". Reads the message's own fields (a message, or its init shape).
+ */
+export type Acceptor = (msg: Readonly<Record<string, unknown>>) => boolean;
+
+/** Whether `msg` (of `schema`) sets no field but those named (proto names), and carries no unknown fields (extensions). */
+function onlySet(schema: DescMessage, msg: Message, allowed: readonly string[]): boolean {
+  if ((msg as { $unknown?: unknown[] }).$unknown?.length) return false;
+  return schema.fields.every((f) => allowed.includes(f.name) || !isFieldSet(msg as never, f));
+}
+
+/** Numeric bounds of a rule message with lt/lte/gt/gte (and `finite`), read as numbers. */
+function bounds(r: { lessThan: { case?: string; value?: unknown }; greaterThan: { case?: string; value?: unknown }; finite?: boolean }) {
+  const n = (v: unknown) => Number(v);
+  return {
+    lt: r.lessThan.case === 'lt' ? n(r.lessThan.value) : undefined,
+    lte: r.lessThan.case === 'lte' ? n(r.lessThan.value) : undefined,
+    gt: r.greaterThan.case === 'gt' ? n(r.greaterThan.value) : undefined,
+    gte: r.greaterThan.case === 'gte' ? n(r.greaterThan.value) : undefined,
+    finite: r.finite === true,
+  };
+}
+
+/**
+ * One field's acceptor, or null when its rules are outside the few kinds compiled here: a scalar
+ * string, bool, double or int32 field outside any oneof, whose rules are at most `required`,
+ * string `max_len`, and the numeric `gt`/`gte`/`lt`/`lte` (double also `finite`). Every check is
+ * as strict as protovalidate's or stricter: `max_len` counts code points, and a string's UTF-16
+ * length is never fewer; an int32 must be an integer in range; a pair of bounds must both hold
+ * (protovalidate also reads an inverted pair as "outside"); a zero value of a required field,
+ * even -0, is left to protovalidate.
+ */
+function fieldAcceptor(f: DescField): Acceptor | null {
+  if (f.fieldKind !== 'scalar' || f.oneof !== undefined) return null;
+  const rules = fieldRules(f);
+  if (rules && !onlySet(FieldRulesSchema, rules, ['required', 'string', 'int32', 'double'])) return null;
+  const required = rules?.required === true;
+  // Implicit presence (proto3 without `optional`): an absent value is the zero value, and rules apply to it.
+  const implicit = f.presence === FeatureSet_FieldPresence.IMPLICIT;
+  const type = rules?.type;
+  const key = f.localName;
+  switch (f.scalar) {
+    case ScalarType.STRING: {
+      if (type?.case !== undefined && type.case !== 'string') return null;
+      if (type?.case === 'string' && !onlySet(StringRulesSchema, type.value, ['max_len'])) return null;
+      const max = type?.case === 'string' && isFieldSet(type.value, StringRulesSchema.field.maxLen) ? Number(type.value.maxLen) : Infinity;
+      return (m) => {
+        const v = m[key];
+        if (v === undefined) return !required;
+        if (typeof v !== 'string' || (required && implicit && v === '')) return false;
+        return v.length <= max;
+      };
+    }
+    case ScalarType.BOOL:
+      if (type?.case !== undefined) return null;
+      return (m) => {
+        const v = m[key];
+        if (v === undefined) return !required;
+        return typeof v === 'boolean' && !(required && implicit && v === false);
+      };
+    case ScalarType.DOUBLE:
+    case ScalarType.INT32: {
+      const integer = f.scalar === ScalarType.INT32;
+      let b = { lt: undefined as number | undefined, lte: undefined as number | undefined, gt: undefined as number | undefined, gte: undefined as number | undefined, finite: false };
+      if (type?.case !== undefined) {
+        if (type.case === 'double' && !integer && onlySet(DoubleRulesSchema, type.value, ['lt', 'lte', 'gt', 'gte', 'finite'])) b = bounds(type.value);
+        else if (type.case === 'int32' && integer && onlySet(Int32RulesSchema, type.value, ['lt', 'lte', 'gt', 'gte'])) b = bounds(type.value);
+        else return null;
+      }
+      const { lt, lte, gt, gte, finite } = b;
+      return (m) => {
+        let v = m[key];
+        if (v === undefined) {
+          if (required) return false;
+          if (!implicit) return true;
+          v = 0;
+        }
+        if (typeof v !== 'number') return false;
+        if (integer && !(Number.isInteger(v) && v >= -2147483648 && v <= 2147483647)) return false;
+        if ((required && implicit && v === 0) || (finite && !Number.isFinite(v))) return false;
+        return !((lt !== undefined && !(v < lt)) || (lte !== undefined && !(v <= lte)) || (gt !== undefined && !(v > gt)) || (gte !== undefined && !(v >= gte)));
+      };
+    }
+    default:
+      return null;
+  }
+}
+
+/**
+ * The acceptor of a message's rules, compiled from the same buf.validate annotations protovalidate
+ * reads, or null when the message has a rule (or a field) of any kind `fieldAcceptor` leaves to
+ * protovalidate, or message-level rules: then every request goes to protovalidate.
+ */
+export function compileAcceptor(desc: DescMessage): Acceptor | null {
+  if (hasOption(desc, messageRulesExt)) return null;
+  const checks: Acceptor[] = [];
+  for (const f of desc.fields) {
+    const c = fieldAcceptor(f);
+    if (c === null) return null;
+    checks.push(c);
+  }
+  return (msg) => {
+    for (let i = 0; i < checks.length; i++) if (!checks[i]!(msg)) return false;
+    return true;
+  };
+}
+
+/**
+ * protovalidate with a plain first check in front (issue 22): most requests are valid, and the
+ * generic validator costs a request on the hot paths several microseconds of a 25-50 µs answer
+ * (its reflection walks more code than the whole service call; measured in docs/performance.md
+ * "Thirteenth pass"). A message whose rules compile (`compileAcceptor`) is first checked by that
+ * acceptor; whatever it does not accept, protovalidate decides and explains, so a refusal, its
+ * violations and every rule outside the compiled kinds are protovalidate's alone.
+ * test/contract-acceptor.test.ts holds the acceptor to never accept what protovalidate refuses.
+ */
+export function withAcceptors(base: Validator): Validator & { acceptor(desc: DescMessage): Acceptor | null } {
+  const acceptors = new WeakMap<DescMessage, Acceptor | null>();
+  const acceptor = (desc: DescMessage): Acceptor | null => {
+    let a = acceptors.get(desc);
+    if (a === undefined) acceptors.set(desc, (a = compileAcceptor(desc)));
+    return a;
+  };
+  return {
+    acceptor,
+    validate(schema, message) {
+      const a = acceptor(schema);
+      if (a !== null && a(message as never)) return { kind: 'valid', message: message as never, error: undefined, violations: undefined };
+      return base.validate(schema, message);
+    },
+  };
+}
+
 /** The one validator of the process (protovalidate compiles each message's rules once and caches them). */
-export const contractValidator = createValidator();
+export const contractValidator = withAcceptors(createValidator());
 
 function fieldPath(v: Violation): string {
   const [proto] = violationToProto(v);
@@ -35,6 +178,8 @@ function fieldPath(v: Violation): string {
 
 /** The broken rules of a request, empty when it is valid. `msg` is a message or its init shape. */
 export function ruleViolations<Desc extends DescMessage>(desc: Desc, msg: MessageInitShape<Desc>): RuleViolation[] {
+  // An init shape the acceptor takes needs no message built from it.
+  if (contractValidator.acceptor(desc)?.(msg as never)) return [];
   const message = isMessage(msg, desc) ? msg : create(desc, msg);
   const result = contractValidator.validate(desc, message);
   if (result.kind === 'valid') return [];

@@ -2,7 +2,6 @@
 // of ReportRequest in proto/observatory/v1/telemetry.proto, enforced by protovalidate: one
 // decision for REST, Connect unary, the ReportStream client stream, OTLP and MCP alike
 // (docs/reliability.md "Values the database refuses", docs/validation.md).
-import { create } from '@bufbuild/protobuf';
 import { ReportRequestSchema } from '../../gen/observatory/v1/telemetry_pb.js';
 import { contractField, maxLength, numericBounds, ruleViolations, violationsDetail, type RuleViolation } from './contract-rules.js';
 import { canonicalServerUrl, InvalidServerUrl } from './server-identity.js';
@@ -63,14 +62,15 @@ const TYPED: readonly (readonly [keyof ReportInput, string, (v: unknown) => bool
 export function reportViolations(r: ReportInput): RuleViolation[] {
   const wrong = TYPED.filter(([k, , ok]) => present(r[k]) && !ok(r[k]));
   if (wrong.length) return wrong.map(([k, what]) => ({ field: k, rule: 'type', message: `must be ${what}` }));
-  const msg = create(ReportRequestSchema, {
+  // The init shape, not a message: the contract's plain first check reads it as it is, and only a
+  // report that check does not accept is built into a message for protovalidate.
+  const violations = ruleViolations(ReportRequestSchema, {
     serverUrl: (r.server_url as string | undefined) ?? '',
     success: (r.success as boolean | null | undefined) ?? undefined,
     latencyMs: (r.latency_ms as number | null | undefined) ?? undefined,
     toolName: (r.tool_name as string | null | undefined) ?? undefined,
     httpStatus: (r.http_status as number | null | undefined) ?? undefined,
   });
-  const violations = ruleViolations(ReportRequestSchema, msg);
   if (violations.length) return violations;
   for (const k of ['server_url', 'tool_name'] as const) {
     const bad = typeof r[k] === 'string' ? unstorableText(r[k]) : null;
