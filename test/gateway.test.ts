@@ -370,3 +370,44 @@ describe('the gate\'s caches are bounded by CACHE_MAX_ENTRIES (verdicts per upst
     }
   });
 });
+
+describe('the JSON text of a decision', () => {
+  it('is the body serialized, kept per receipt around decided_at, whatever the tool names hold', async () => {
+    let at = new Date('2026-11-25T12:00:00.000Z');
+    // Receipts shared per claim, as pre-flight shares them: one id per claim key.
+    const ids = new Map<string, string>();
+    const source: GateVerdictSource = {
+      async assess(upstream) {
+        return { verdict: upstream.includes('fail') ? 'FAIL' : 'PASS', trustScore: upstream.includes('fail') ? 12.5 : 80, serverId: 1 } satisfies GateAssessment;
+      },
+      async tool(_a, tool) {
+        return tool.includes('drift')
+          ? { drift: { toolName: tool, change: 'changed', detectedAt: new Date(at.getTime() - 1000), receiptId: 'r' } as never, evidence: { verdict: 'UNRATED', trustScore: null, reports: 0 } }
+          : { drift: null, evidence: { verdict: 'PASS', trustScore: 90, reports: 40 } };
+      },
+      async record(_u, _a, _c, key) {
+        if (!ids.has(key)) ids.set(key, (ids.size + 1).toString(16).padStart(16, '0'));
+        return { receiptId: ids.get(key)!, jws: 'jws' };
+      },
+    };
+    const gateService = createGateService({ config: loadConfig({}), now: () => at }, source);
+    const tools = ['search', 'say "hi"', '"decided_at":"', 'drift_tool', 'ünïcode\u2028', '\\'];
+    const upstreams = ['https://a.example.com/mcp', 'https://fail.example.com/mcp'];
+    const seen = new Map<string, string>();
+    for (let round = 0; round < 2; round++) {
+      for (const u of upstreams) {
+        for (const tool of [undefined, ...tools]) {
+          const o = await gateService.decide({ gatewayHeaders: { 'x-mcp-server': u }, mcpHeaders: tool ? { 'mcp-method': 'tools/call', 'mcp-name': tool } : {} }, 'http');
+          const text = gateService.bodyText(o);
+          expect(text).toBe(JSON.stringify(gateService.body(o)));
+          expect(JSON.parse(text)).toMatchObject({ decided_at: at.toISOString(), receipt_id: o.receiptId });
+          // The same receipt a moment later: the same text but for decided_at.
+          if (seen.has(o.receiptId!)) expect(text.replace(/"decided_at":"[^"]*"/, '')).toBe(seen.get(o.receiptId!));
+          seen.set(o.receiptId!, text.replace(/"decided_at":"[^"]*"/, ''));
+        }
+      }
+      at = new Date(at.getTime() + 250);
+    }
+    expect(seen.size).toBeGreaterThan(4);
+  });
+});

@@ -55,7 +55,7 @@ const JSON_TYPE = 'application/json; charset=utf-8';
 
 export interface FastPathDeps {
   trust: Pick<TrustService, 'getTrust'>;
-  gate: Pick<GateService, 'decide' | 'body'>;
+  gate: Pick<GateService, 'decide' | 'bodyText'>;
   /** The per-client limits (the gate's route has one). */
   limits: Pick<RateLimiter, 'take'>;
   /** The client address exactly as fastify's `req.ip` (src/http/client-address.ts `clientAddressOf`). */
@@ -174,7 +174,7 @@ export function fastPaths(next: Handler, deps: FastPathDeps): FastPaths {
     let body = '';
     try {
       o = await deps.gate.decide(httpGateRequest(req.headers, undefined), 'http');
-      if (o.allow) body = JSON.stringify(deps.gate.body(o));
+      if (o.allow) body = deps.gate.bodyText(o);
     } catch (error) {
       handOver(req, { rate, refused: { error } });
       return next(req, res);

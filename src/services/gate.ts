@@ -193,6 +193,8 @@ export function gateHeaders(o: Pick<GateOutcome, 'verdict' | 'trustScore' | 'rec
   return h;
 }
 
+const DECIDED_AT = '"decided_at":"';
+
 /** The JSON body of a decision (HTTP gate, Envoy denied_response). */
 export function gateBody(o: GateOutcome, publicBaseUrl: string): Record<string, unknown> {
   return {
@@ -429,14 +431,32 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
         value: {
           status: { code: StatusCode.Forbidden },
           headers: [...verdictHeaders, header('content-type', 'application/json')],
-          body: JSON.stringify(gateBody(o, config.publicBaseUrl)),
+          body: bodyText(o),
         },
       },
       dynamicMetadata: metadata,
     };
   }
 
-  return { decide, check, policy, body: (o: GateOutcome) => gateBody(o, config.publicBaseUrl) };
+  // The JSON text of a decision. Everything in it but `decided_at` follows from its receipt (the
+  // receipt signs the claim: decision, reason, upstream, verdict, score, cached_verdict, the MCP
+  // method, tool and finding), and decisions share a receipt for a second: the text around
+  // `decided_at` is kept per receipt, the most frequent answer costs a concatenation.
+  const texts = new BoundedMap<string, readonly [string, string]>();
+  function bodyText(o: GateOutcome): string {
+    if (o.receiptId === null) return JSON.stringify(gateBody(o, config.publicBaseUrl));
+    let t = texts.get(o.receiptId);
+    if (t === undefined) {
+      const whole = JSON.stringify(gateBody({ ...o, decidedAt: '' }, config.publicBaseUrl));
+      // The first `"decided_at":"` is the member's own: inside a JSON string every quote is escaped.
+      const at = whole.indexOf(DECIDED_AT) + DECIDED_AT.length;
+      t = [whole.slice(0, at), whole.slice(at)];
+      texts.set(o.receiptId, t);
+    }
+    return t[0] + o.decidedAt + t[1];
+  }
+
+  return { decide, check, policy, body: (o: GateOutcome) => gateBody(o, config.publicBaseUrl), bodyText };
 }
 
 export type GateService = ReturnType<typeof createGateService>;

@@ -63,7 +63,7 @@ export function gateRoutes(app: FastifyInstance, { services }: { services: { gat
       if (handed?.refused) throw handed.refused.error;
       const o = handed?.outcome ?? (await gate.decide(httpGateRequest(req.headers, req.params['*']), 'http'));
       const headers = gateAnswerHeaders(o);
-      if (o.allow) return reply.code(200).headers(headers).send(gate.body(o));
+      if (o.allow) return reply.code(200).headers(headers).type('application/json; charset=utf-8').send(gate.bodyText(o));
       return sendProblem(reply, 'forbidden', denialDetail(o), { extra: gate.body(o), headers });
     };
     // OPTIONS here is a gateway asking about an OPTIONS request, not a browser's CORS preflight:
