@@ -91,11 +91,12 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   const health = createHealthMonitor({ db, intervalMs: config.healthIntervalMs });
   let fast: FastPaths | undefined;
   const app = Fastify({
-    // Cached trust reads and allowed gate decisions are answered before fastify's lifecycle;
+    // Cached trust reads, pre-flight checks and allowed gate decisions are answered before fastify's lifecycle;
     // everything else goes to fastify (src/http/fast-paths.ts).
     serverFactory: ((handler: Parameters<typeof createDualProtocolServer>[0]) => {
       fast = fastPaths(handler, {
         trust: services.trust,
+        preflight: services.preflight,
         gate: services.gate,
         limits: services.limits,
         clientAddress: clientAddressOf(config.trustProxy),

@@ -194,11 +194,65 @@ describe(`the fast path for gate decisions (${backend})`, () => {
   });
 });
 
-describe(`the gate's fast path and its rate limit (${backend})`, () => {
+describe(`the fast path for pre-flight checks (${backend})`, () => {
+  const check = `/v1/preflight?target=${encodeURIComponent(server)}`;
+  /** What may differ between two checks of one claim: its receipt, when the second came in another second. */
+  const claimFree = (a: { headers: Record<string, string>; body: string }) => {
+    const shape = sameShape(a);
+    const body = JSON.parse(shape.body) as Record<string, unknown>;
+    for (const k of ['diligence_receipt', 'receipt_id', 'checked_at']) expect(body[k], k).toBeTruthy();
+    delete body.diligence_receipt;
+    delete body.receipt_id;
+    delete body.checked_at;
+    return { ...shape, body };
+  };
+
+  it('answers exactly as the fastify route does: status, header lines, body', async () => {
+    const before = t.obs.fastPathAnswers();
+    const [fast, slow] = [await answer(check), await answer(`${check}&`)];
+    expect(t.obs.fastPathAnswers()).toBe(before + 1);
+    expect(fast.status).toBe(200);
+    expect(claimFree(fast)).toEqual(claimFree(slow));
+    expect(fast.names).toEqual(slow.names);
+    expect(fast.headers['cache-control']).toBe('no-store');
+    expect(fast.headers.ratelimit).toMatch(/^"preflight";r=\d+;t=\d+$/);
+    const body = JSON.parse(fast.body) as { receipt_id: string; target: string };
+    expect(body.target).toBe(server);
+    expect((await fetch(`${t.base}/v1/receipt/${body.receipt_id}`)).status).toBe(200);
+    const port = new URL(t.base).port;
+    const wire = async (p: string) => rawExchange(port, `GET ${p} HTTP/1.1\r\nHost: x\r\nX-Request-Id: same-id\r\nConnection: close\r\n\r\n`);
+    const [a, b] = [await wire(check), await wire(`${check}&`)];
+    expect(a.status).toBe(200);
+    expect(claimFree(a)).toEqual(claimFree(b));
+  });
+
+  it('hands a refusal to fastify: one service call and one token per check', async () => {
+    const service = t.obs.services.preflight;
+    const preflight = service.preflight;
+    let calls = 0;
+    service.preflight = ((...a: Parameters<typeof preflight>) => {
+      calls++;
+      return preflight(...a);
+    }) as typeof preflight;
+    const level = (res: Response) => Number(/;r=(\d+)/.exec(res.headers.get('ratelimit') ?? '')?.[1]);
+    try {
+      const ok = await fetch(`${t.base}${check}`);
+      expect(ok.status).toBe(200);
+      const refused = await fetch(`${t.base}/v1/preflight?target=`);
+      await expectProblem(refused.clone(), 400, 'invalid_argument');
+      expect(level(refused)).toBe(level(ok) - 1);
+      expect(calls).toBe(2);
+    } finally {
+      service.preflight = preflight;
+    }
+  });
+});
+
+describe(`the fast paths and their rate limits (${backend})`, () => {
   let limited: TestApp;
   beforeAll(async () => {
     // Behind one trusted proxy: the client is the address X-Forwarded-For names.
-    limited = await startTestApp({ RATE_LIMIT_GATE_PER_MINUTE: '3', TRUST_PROXY: '1' });
+    limited = await startTestApp({ RATE_LIMIT_GATE_PER_MINUTE: '3', RATE_LIMIT_PREFLIGHT_PER_MINUTE: '2', TRUST_PROXY: '1' });
     expect((await postJson(`${limited.base}/api/report`, { server_url: server, success: true, latency_ms: 12 })).status).toBe(200);
   }, 60_000);
   afterAll(async () => {
@@ -224,6 +278,15 @@ describe(`the gate's fast path and its rate limit (${backend})`, () => {
     expect((await ask('/v1/gate', '198.51.100.9')).status).toBe(200);
     expect((await ask('/v1/gate?via=fastify', '198.51.100.9')).status).toBe(200);
     expect(limited.obs.fastPathAnswers()).toBe(before + 3);
+  });
+
+  it('and so does the pre-flight check', async () => {
+    const check = (p: string, client: string) => fetch(`${limited.base}${p}`, { headers: { 'x-forwarded-for': client } });
+    const path = `/v1/preflight?target=${encodeURIComponent(server)}`;
+    expect((await check(path, '203.0.113.8')).status).toBe(200);
+    expect((await check(`${path}&`, '203.0.113.8')).status).toBe(200);
+    for (const p of [path, `${path}&`]) await expectProblem(await check(p, '203.0.113.8'), 429, 'rate_limited');
+    expect((await check(path, '198.51.100.10')).status).toBe(200);
   });
 });
 
@@ -254,6 +317,7 @@ describe('the fast path, alone', () => {
     const next = (req: { url?: string }) => void handed.push(req.url ?? '');
     const deps = (getTrust: () => Promise<object>) => ({
       trust: { getTrust } as never,
+      preflight: {} as never,
       gate: {} as never,
       limits: { take: () => null },
       clientAddress: () => '127.0.0.1',

@@ -2,38 +2,39 @@ import type http from 'node:http';
 import type http2 from 'node:http2';
 import { GetTrustResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
 import { INTERFACE_VERSION } from '../config.js';
+import { PreflightResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
 import type { GateOutcome, GateService } from '../services/gate.js';
-import { rateLimitHeaders, type RateDecision, type RateLimiter } from '../services/rate-limits.js';
+import type { PreflightService } from '../services/preflight.js';
+import { rateLimitPolicy, rateLimitState, type RateDecision, type RateLimiter, type RateLimitName } from '../services/rate-limits.js';
 import type { TrustService } from '../services/trust.js';
-import { handOver } from './hand-over.js';
+import { handOver, type HandOver } from './hand-over.js';
 import { REST_RATE_LIMITS } from './rate-limit.js';
 import { requestIdOf } from './request-id.js';
 import { restJsonText } from './rest-json.js';
 import { gateAnswerHeaders, httpGateRequest } from './routes/gate.js';
 
-// The two hottest requests answered before fastify's request lifecycle (issue 22;
+// The hottest requests answered before fastify's request lifecycle (issue 22;
 // docs/performance.md "Twelfth pass" and "Thirteenth pass"): cached trust reads
-// (`GET /api/trust?url=...`, the most frequent read) and the gateway's gate decision
-// (`GET /v1/gate`, one per MCP request a gateway lets through). On a cached answer the service
-// call itself is 3-5 µs; the rest of their 30-50 µs of CPU was fastify's request and reply
-// objects, its hooks and the features every route passes through (CORS, request id, metrics,
-// query schema), which these paths do without.
+// (`GET /api/trust?url=...`, the most frequent read), pre-flight checks
+// (`GET /v1/preflight?target=...`, before every tool call of an agent) and the gateway's gate
+// decision (`GET /v1/gate`, one per MCP request a gateway lets through). On a cached answer the
+// service call itself is 3-5 µs; the rest of their 30-50 µs of CPU was fastify's request and
+// reply objects, its hooks and the features every route passes through (CORS, request id,
+// metrics, query schema), which these paths do without.
 //
 // Each is the same REST adapter, only thinner: the same service call (its contract check
 // included), the same JSON text, the same headers in the same order, the same request metrics
-// and, for the gate, the same rate-limit token with the same client address. They take a request
-// only when nothing else could apply to it, and hand everything else to fastify untouched,
-// before or after calling the service:
+// and the route's rate-limit token, taken with the client address fastify would compute
+// (`clientAddress`). They take a request only when nothing else could apply to it, and hand
+// everything else to fastify untouched, before or after calling the service:
 //
 // - HTTP/1.1 `GET`, no body, no `Origin` (a browser's request gets its CORS headers from
 //   fastify), the process not draining (fastify answers 503), request logging off (fastify logs
 //   each request at debug);
-// - trust: path exactly `/api/trust`, one query parameter `url` whose value decodes the same way
-//   fastify's query parser decodes it (no `+`, valid percent escapes); the route has no rate
-//   limit (checked at start-up: if it ever gets one, this path turns itself off rather than
-//   bypass it);
-// - gate: path exactly `/v1/gate` (nginx's auth subrequest); the route's rate-limit token is
-//   taken here, keyed by the client address fastify would compute (`clientAddress`);
+// - trust and pre-flight: path exactly `/api/trust` or `/v1/preflight`, one query parameter
+//   (`url`, `target`) whose value decodes the same way fastify's query parser decodes it (no `+`,
+//   valid percent escapes);
+// - gate: path exactly `/v1/gate` (nginx's auth subrequest);
 // - the service answers, and for the gate the decision allows: a refusal (400, 404, 503...), a
 //   denial (403) or an empty rate-limit bucket (429) is handed to fastify with the request
 //   (src/http/hand-over.ts), whose route answers it in problem+json as always without asking the
@@ -44,19 +45,19 @@ import { gateAnswerHeaders, httpGateRequest } from './routes/gate.js';
 type Request = http.IncomingMessage | http2.Http2ServerRequest;
 type Response = http.ServerResponse | http2.Http2ServerResponse;
 type Handler = (req: Request, res: Response) => void;
+type Entry = { record(status: number, seconds: number): void };
 
-const TRUST_PREFIX = '/api/trust?url=';
-/** The routes whose metrics entries the fast paths record into (the fastify routes' patterns). */
-const TRUST_ROUTE = '/api/trust';
 const GATE_ROUTE = '/v1/gate';
 /** Characters a query value may hold for decodeURIComponent to read it exactly as fastify's parser does (no `+`, `&`, `=`). */
 const PLAIN_VALUE = /^[A-Za-z0-9\-._~%!$'()*,;:@/?]*$/;
 const JSON_TYPE = 'application/json; charset=utf-8';
+const NO_STORE = ['cache-control', 'no-store'] as const;
 
 export interface FastPathDeps {
   trust: Pick<TrustService, 'getTrust'>;
+  preflight: Pick<PreflightService, 'preflight'>;
   gate: Pick<GateService, 'decide' | 'bodyText'>;
-  /** The per-client limits (the gate's route has one). */
+  /** The per-client limits (the pre-flight and gate routes have one). */
   limits: Pick<RateLimiter, 'take'>;
   /** The client address exactly as fastify's `req.ip` (src/http/client-address.ts `clientAddressOf`). */
   clientAddress(req: http.IncomingMessage): string | undefined;
@@ -67,7 +68,7 @@ export interface FastPathDeps {
   /** Told of an answer that failed after the service answered (a bug): logged, never an unhandled rejection. */
   onError?: (err: unknown) => void;
   /** The request metrics entry of a route (src/http/metrics.ts). */
-  metrics: { entry(method: string, route: string): { record(status: number, seconds: number): void } };
+  metrics: { entry(method: string, route: string): Entry };
 }
 
 export interface FastPaths {
@@ -76,14 +77,34 @@ export interface FastPaths {
   answered(): number;
 }
 
-/** Wraps fastify's request handler with the fast paths for cached trust reads and gate decisions. */
+/** A read of one query parameter: `GET <route>?<param>=<value>` and nothing else. */
+interface QueryPath {
+  /** `<route>?<param>=`. */
+  prefix: string;
+  entry: Entry;
+  /** The route's rate limit (REST_RATE_LIMITS), taken here as its hook would. */
+  limit: RateLimitName | undefined;
+  /** The service call and its JSON text; a rejection is the service's refusal. */
+  call(value: string): Promise<string>;
+  /** The route's own headers, between the rate limit's and Content-Type. */
+  headers: readonly string[];
+}
+
+/** Wraps fastify's request handler with the fast paths for cached trust reads, pre-flight checks and gate decisions. */
 export function fastPaths(next: Handler, deps: FastPathDeps): FastPaths {
   let answered = 0;
   if (deps.logsRequests) return { handler: next, answered: () => answered };
-  // A rate limit on the trust route would be skipped here: then it has no fast path.
-  const trustOn = !REST_RATE_LIMITS.has(TRUST_ROUTE);
+  const queryPath = (route: string, param: string, call: QueryPath['call'], headers: readonly string[] = []): QueryPath => ({
+    prefix: `${route}?${param}=`,
+    entry: deps.metrics.entry('GET', route),
+    limit: REST_RATE_LIMITS.get(route),
+    call,
+    headers,
+  });
+  const trust = queryPath('/api/trust', 'url', async (url) => restJsonText(GetTrustResponseSchema, await deps.trust.getTrust({ url })));
+  // Every pre-flight answer is a signed statement of this moment: never kept by an HTTP cache (routes/preflight.ts).
+  const preflight = queryPath('/v1/preflight', 'target', async (target) => restJsonText(PreflightResponseSchema, await deps.preflight.preflight({ target })), NO_STORE);
   const gateLimit = REST_RATE_LIMITS.get(GATE_ROUTE);
-  const trustEntry = deps.metrics.entry('GET', TRUST_ROUTE);
   const gateEntry = deps.metrics.entry('GET', GATE_ROUTE);
 
   const failed = (err: unknown): void => deps.onError?.(err);
@@ -94,47 +115,50 @@ export function fastPaths(next: Handler, deps: FastPathDeps): FastPaths {
       req.httpVersionMajor !== 1 ||
       req.headers.origin !== undefined ||
       req.headers['content-length'] !== undefined ||
-      req.headers['transfer-encoding'] !== undefined
+      req.headers['transfer-encoding'] !== undefined ||
+      deps.draining()
     ) {
       return next(req, res);
     }
     const url = req.url ?? '';
     if (url === GATE_ROUTE) {
-      if (deps.draining()) return next(req, res);
       decideGate(req as http.IncomingMessage, res as http.ServerResponse).catch(failed);
       return;
     }
-    if (!trustOn || !url.startsWith(TRUST_PREFIX) || deps.draining()) return next(req, res);
-    const raw = url.slice(TRUST_PREFIX.length);
+    const path = url.startsWith(trust.prefix) ? trust : url.startsWith(preflight.prefix) ? preflight : undefined;
+    if (path === undefined) return next(req, res);
+    const raw = url.slice(path.prefix.length);
     if (!PLAIN_VALUE.test(raw)) return next(req, res);
-    let target: string;
+    let value: string;
     try {
-      target = decodeURIComponent(raw);
+      value = decodeURIComponent(raw);
     } catch {
       return next(req, res);
     }
-    readTrust(req as http.IncomingMessage, res as http.ServerResponse, target).catch(failed);
+    read(path, req as http.IncomingMessage, res as http.ServerResponse, value).catch(failed);
+  }
+
+  /** The route's rate-limit decision, as its onRequest hook (src/http/rate-limit.ts) would take it; null: no limit is on. */
+  const token = (limit: RateLimitName | undefined, req: http.IncomingMessage): RateDecision | null =>
+    limit === undefined ? null : deps.limits.take(limit, deps.clientAddress(req));
+
+  /** Hands the request to fastify with what was found: its route and rate-limit hook answer from it. */
+  function toFastify(req: http.IncomingMessage, res: http.ServerResponse, what: HandOver): void {
+    handOver(req, what);
+    next(req, res);
   }
 
   /**
    * Writes a 200 answer: the headers fastify's hooks set first (Vary, X-Request-Id,
-   * X-Interface-Version), then the route's own, then Content-Type and Content-Length.
+   * X-Interface-Version, then the rate limit's), then the route's own, then Content-Type and
+   * Content-Length.
    */
-  function answer(req: http.IncomingMessage, res: http.ServerResponse, own: string[], body: string, entry: { record(status: number, seconds: number): void }, started: number): void {
+  function answer(req: http.IncomingMessage, res: http.ServerResponse, rate: RateDecision | null, own: readonly string[], body: string, entry: Entry, started: number): void {
     try {
-      res.writeHead(200, [
-        'vary',
-        'Origin',
-        'x-request-id',
-        requestIdOf(req),
-        'x-interface-version',
-        INTERFACE_VERSION,
-        ...own,
-        'content-type',
-        JSON_TYPE,
-        'content-length',
-        String(Buffer.byteLength(body)),
-      ]);
+      const lines = ['vary', 'Origin', 'x-request-id', requestIdOf(req), 'x-interface-version', INTERFACE_VERSION];
+      if (rate !== null) lines.push('ratelimit-policy', rateLimitPolicy(rate), 'ratelimit', rateLimitState(rate));
+      lines.push(...own, 'content-type', JSON_TYPE, 'content-length', String(Buffer.byteLength(body)));
+      res.writeHead(200, lines);
       res.end(body);
       answered++;
       entry.record(200, (performance.now() - started) / 1000);
@@ -147,47 +171,39 @@ export function fastPaths(next: Handler, deps: FastPathDeps): FastPaths {
     }
   }
 
-  /** Answers one cached trust read, or hands the request to fastify when the service refuses it. */
-  async function readTrust(req: http.IncomingMessage, res: http.ServerResponse, target: string): Promise<void> {
+  /** Answers one read of a query path, or hands the request to fastify when refused (rate limit or service). */
+  async function read(path: QueryPath, req: http.IncomingMessage, res: http.ServerResponse, value: string): Promise<void> {
     const started = performance.now();
+    const rate = token(path.limit, req);
+    if (rate !== null && !rate.allowed) return toFastify(req, res, { rate });
     let body: string;
     try {
-      body = restJsonText(GetTrustResponseSchema, await deps.trust.getTrust({ url: target }));
+      body = await path.call(value);
     } catch (error) {
       // Refused (or failed): fastify's route answers it as it answers every other refusal.
-      handOver(req, { refused: { error } });
-      return next(req, res);
+      return toFastify(req, res, { rate, refused: { error } });
     }
-    answer(req, res, [], body, trustEntry, started);
+    answer(req, res, rate, path.headers, body, path.entry, started);
   }
 
   /** Answers one gate decision that allows, or hands the request to fastify with what it found. */
   async function decideGate(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const started = performance.now();
-    // The route's token, as its onRequest hook (src/http/rate-limit.ts) would take it.
-    const rate: RateDecision | null = gateLimit === undefined ? null : deps.limits.take(gateLimit, deps.clientAddress(req));
-    if (rate !== null && !rate.allowed) {
-      handOver(req, { rate });
-      return next(req, res);
-    }
+    const rate = token(gateLimit, req);
+    if (rate !== null && !rate.allowed) return toFastify(req, res, { rate });
     let o: GateOutcome;
     let body = '';
     try {
       o = await deps.gate.decide(httpGateRequest(req.headers, undefined), 'http');
       if (o.allow) body = deps.gate.bodyText(o);
     } catch (error) {
-      handOver(req, { rate, refused: { error } });
-      return next(req, res);
+      return toFastify(req, res, { rate, refused: { error } });
     }
-    if (!o.allow) {
-      // A denial is problem+json with the decision: fastify's route writes it from this outcome.
-      handOver(req, { rate, outcome: o });
-      return next(req, res);
-    }
+    // A denial is problem+json with the decision: fastify's route writes it from this outcome.
+    if (!o.allow) return toFastify(req, res, { rate, outcome: o });
     const own: string[] = [];
-    if (rate !== null) for (const [k, v] of Object.entries(rateLimitHeaders(rate))) own.push(k, v);
     for (const [k, v] of Object.entries(gateAnswerHeaders(o))) own.push(k, v);
-    answer(req, res, own, body, gateEntry, started);
+    answer(req, res, rate, own, body, gateEntry, started);
   }
 
   return { handler, answered: () => answered };

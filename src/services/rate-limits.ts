@@ -89,16 +89,18 @@ export function createRateLimiter(config: RateLimitConfig, opts: { now?: () => n
 
 export type RateLimiter = ReturnType<typeof createRateLimiter>;
 
+/** The RateLimit-Policy header of a decision (draft-ietf-httpapi-ratelimit-headers). */
+export const rateLimitPolicy = (d: RateDecision): string => `"${d.policy.name}";q=${d.policy.quota};w=${d.policy.windowSeconds}`;
+/** The RateLimit header of a decision: what remains and when the window resets. */
+export const rateLimitState = (d: RateDecision): string => `"${d.policy.name}";r=${d.remaining};t=${d.resetSeconds}`;
+
 /**
  * RateLimit and RateLimit-Policy (draft-ietf-httpapi-ratelimit-headers, structured fields: quota
  * q per window w seconds; remaining r and seconds t until the quota is restored), and
  * Retry-After on a refusal. Names are lower-case (HTTP/2 and gRPC metadata want them so).
  */
 export function rateLimitHeaders(d: RateDecision): Record<string, string> {
-  const h: Record<string, string> = {
-    'ratelimit-policy': `"${d.policy.name}";q=${d.policy.quota};w=${d.policy.windowSeconds}`,
-    ratelimit: `"${d.policy.name}";r=${d.remaining};t=${d.resetSeconds}`,
-  };
+  const h: Record<string, string> = { 'ratelimit-policy': rateLimitPolicy(d), ratelimit: rateLimitState(d) };
   if (!d.allowed) h['retry-after'] = String(d.retryAfterSeconds);
   return h;
 }

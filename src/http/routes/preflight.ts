@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { GetDemandRequestSchema, GetDemandResponseSchema, PreflightRequestSchema, PreflightResponseSchema } from '../../../gen/observatory/v1/trust_pb.js';
 import type { RouteDeps } from '../routes.js';
+import { handedOver } from '../hand-over.js';
 import { restQuerySchema } from '../contract-schema.js';
 import { restJson, restJsonText } from '../rest-json.js';
 import { parseLimit } from './trust.js';
@@ -10,6 +11,10 @@ export function preflightRoutes(app: FastifyInstance, { services }: RouteDeps) {
     '/v1/preflight',
     { schema: { querystring: restQuerySchema(PreflightRequestSchema) } },
     async (req, reply) => {
+      // Most checks are answered before this route, by the thin adapter of src/http/fast-paths.ts;
+      // one the service refused there arrives with the refusal, answered without asking again.
+      const refused = handedOver(req.raw)?.refused;
+      if (refused) throw refused.error;
       const res = await services.preflight.preflight({ target: req.query.target });
       // Every answer is a signed statement of this moment (shared by the checks of the same claim
       // within RECEIPT_SHARE_MS, docs/performance.md); never to be kept by an HTTP cache. A
