@@ -106,9 +106,16 @@ function row(name: string, r: autocannon.Result & { load: number; cpu?: CpuUse }
 }
 
 /** Marks a row against an issue-10 target: a minimum share of its ceiling, optionally a p99 bound. */
-function target(r: Row, minRatio: number, maxP99?: number): Row {
-  const met = (r.ratio ?? 0) >= minRatio && (maxP99 === undefined || r.p99 < maxP99) && r.errors === 0;
-  return { ...r, target: `>= ${Math.round(minRatio * 100)}%${maxP99 === undefined ? '' : `, p99 < ${maxP99} ms`}`, met };
+/**
+ * A row's target: a share of its ceiling and, when given, a p99 bound in each issue's own words:
+ * `{ below: 10 }` is issue 10's "p99 < 10 ms" (trust reads), `{ atMost: 5 }` issue 22's
+ * "p99 <= 5 ms" (the gate on a cached verdict). autocannon reports whole milliseconds.
+ */
+function target(r: Row, minRatio: number, p99?: { below: number } | { atMost: number }): Row {
+  const p99Met = p99 === undefined || ('below' in p99 ? r.p99 < p99.below : r.p99 <= p99.atMost);
+  const met = (r.ratio ?? 0) >= minRatio && p99Met && r.errors === 0;
+  const p99Text = p99 === undefined ? '' : 'below' in p99 ? `, p99 < ${p99.below} ms` : `, p99 <= ${p99.atMost} ms`;
+  return { ...r, target: `>= ${Math.round(minRatio * 100)}%${p99Text}`, met };
 }
 
 const serverUrl = (i: number) => `https://bench-${i}.example.com/mcp`;
@@ -324,7 +331,7 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
     if (wanted('trust')) {
       const cg = await ceilGet();
       step('GET /api/trust');
-      const trustRow = target(row('GET /api/trust', await measure({ url: S, requests: rotating((i) => `/api/trust?url=${encodeURIComponent(serverUrl(i))}`) }), cg), 0.6, 10);
+      const trustRow = target(row('GET /api/trust', await measure({ url: S, requests: rotating((i) => `/api/trust?url=${encodeURIComponent(serverUrl(i))}`) }), cg), 0.6, { below: 10 });
       rows.push(alsoAgainst(trustRow, await ceilSized(`/api/trust?url=${encodeURIComponent(serverUrl(1))}`)));
     }
     if (wanted('preflight')) {
@@ -366,7 +373,7 @@ async function hotPaths(): Promise<{ rows: Row[]; profiles: string[] }> {
       );
       step('GET /v1/gate (one upstream)');
       const one = await measure({ url: `${S}/v1/gate`, headers: { 'x-mcp-server': serverUrl(1) } });
-      rows.push(alsoAgainst(target(row('GET /v1/gate (one upstream, cached verdict)', one, cg), 0.5, 5), await ceilSized('/v1/gate', { 'x-mcp-server': serverUrl(1) })));
+      rows.push(alsoAgainst(target(row('GET /v1/gate (one upstream, cached verdict)', one, cg), 0.5, { atMost: 5 }), await ceilSized('/v1/gate', { 'x-mcp-server': serverUrl(1) })));
     }
     if (wanted('mixed')) {
       const cp = await ceilPost();
