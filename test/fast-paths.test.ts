@@ -27,6 +27,22 @@ afterAll(async () => {
   await t?.close();
 });
 
+/** Counts the calls of one service method until restored. */
+function countCalls<T extends object, K extends keyof T>(service: T, name: K): { calls: number; restore(): void } {
+  const original = service[name] as unknown as (...a: unknown[]) => unknown;
+  const counter = {
+    calls: 0,
+    restore: () => {
+      service[name] = original as T[K];
+    },
+  };
+  service[name] = ((...a: unknown[]) => {
+    counter.calls++;
+    return original.apply(service, a);
+  }) as T[K];
+  return counter;
+}
+
 /** Status, headers (without the per-request id and date) and body of one answer. */
 async function answer(p: string, headers: Record<string, string> = {}) {
   const res = await fetch(`${t.base}${p}`, { headers });
@@ -67,22 +83,16 @@ describe(`the fast path for cached trust reads (${backend})`, () => {
   });
 
   it('asks the service once per read, also when it refuses (the refusal goes to fastify with the request)', async () => {
-    const trust = t.obs.services.trust;
-    const getTrust = trust.getTrust;
-    let calls = 0;
-    trust.getTrust = ((...a: Parameters<typeof getTrust>) => {
-      calls++;
-      return getTrust(...a);
-    }) as typeof getTrust;
+    const counted = countCalls(t.obs.services.trust, 'getTrust');
     try {
       await expectProblem(await fetch(`${t.base}/api/trust?url=${encodeURIComponent('https://nobody.example.com/mcp')}`), 404, 'not_tracked');
-      expect(calls).toBe(1);
+      expect(counted.calls).toBe(1);
       await expectProblem(await fetch(`${t.base}/api/trust?url=ftp%3A%2F%2Fx`), 400, 'invalid_argument');
-      expect(calls).toBe(2);
+      expect(counted.calls).toBe(2);
       expect((await fetch(`${t.base}${path}`)).status).toBe(200);
-      expect(calls).toBe(3);
+      expect(counted.calls).toBe(3);
     } finally {
-      trust.getTrust = getTrust;
+      counted.restore();
     }
   });
 
@@ -157,13 +167,7 @@ describe(`the fast path for gate decisions (${backend})`, () => {
   });
 
   it('hands denials and refusals to fastify with the decision: one decision per request', async () => {
-    const service = t.obs.services.gate;
-    const decide = service.decide;
-    let calls = 0;
-    service.decide = ((...a: Parameters<typeof decide>) => {
-      calls++;
-      return decide(...a);
-    }) as typeof decide;
+    const counted = countCalls(t.obs.services.gate, 'decide');
     try {
       const before = t.obs.fastPathAnswers();
       const allowed = await gate('/v1/gate');
@@ -175,13 +179,13 @@ describe(`the fast path for gate decisions (${backend})`, () => {
       expect(denied.headers.get('x-trust-receipt')).toMatch(/^[0-9a-f]{16}$/);
       expect(denied.headers.get('cache-control')).toBe('no-store');
       expect(allowed.status).toBe(200);
-      expect(calls).toBe(2);
+      expect(counted.calls).toBe(2);
       // No upstream: 400 from fastify, the service asked once.
       await expectProblem(await fetch(`${t.base}/v1/gate`), 400, 'invalid_argument');
-      expect(calls).toBe(3);
+      expect(counted.calls).toBe(3);
       expect(t.obs.fastPathAnswers()).toBe(before + 1);
     } finally {
-      service.decide = decide;
+      counted.restore();
     }
   });
 
@@ -231,19 +235,13 @@ describe(`the fast path for pre-flight checks (${backend})`, () => {
   });
 
   it('hands a refusal to fastify: one service call per check', async () => {
-    const service = t.obs.services.preflight;
-    const preflight = service.preflight;
-    let calls = 0;
-    service.preflight = ((...a: Parameters<typeof preflight>) => {
-      calls++;
-      return preflight(...a);
-    }) as typeof preflight;
+    const counted = countCalls(t.obs.services.preflight, 'preflight');
     try {
       expect((await fetch(`${t.base}${check}`)).status).toBe(200);
       await expectProblem(await fetch(`${t.base}/v1/preflight?target=`), 400, 'invalid_argument');
-      expect(calls).toBe(2);
+      expect(counted.calls).toBe(2);
     } finally {
-      service.preflight = preflight;
+      counted.restore();
     }
   });
 });
