@@ -35,7 +35,7 @@ export interface Observatory {
   readonly kek: KeyEncryptionKey | null;
   /** grpc.health.v1's view of the process (SERVING while the database answers and it is not draining). */
   readonly health: HealthMonitor;
-  /** Requests answered by the fast paths (cached trust reads, gate decisions), not by fastify (src/http/fast-paths.ts). */
+  /** Requests answered by the fast paths (cached trust reads, pre-flight checks, allowed gate decisions), not by fastify (src/http/fast-paths.ts). */
   fastPathAnswers(): number;
   /** Starts listening on config.host:config.port; resolves to the base URL actually bound. */
   listen(): Promise<string>;
