@@ -107,6 +107,8 @@ export interface Config {
   rateLimitBundlePerMinute: number;
   /** Searched list requests (a non-empty `q`: leaderboard, /monitor, /atlas/report) per client network per minute; 0 = unlimited. */
   rateLimitSearchPerMinute: number;
+  /** HTML page requests (/monitor, /monitor/server/{slug}, /drift, /atlas/report) per client network per minute, when no stricter limit applies; 0 = unlimited. */
+  rateLimitPagesPerMinute: number;
   /**
    * Raw telemetry older than this many days is deleted (whole monthly partitions); 0 keeps it
    * forever. Scores never read raw telemetry; compliance exports (event logs) do.
@@ -523,6 +525,7 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitA2aSkillsPerMinute: int(env, 'RATE_LIMIT_A2A_SKILLS_PER_MINUTE', 300, 0, 1_000_000),
     rateLimitBundlePerMinute: int(env, 'RATE_LIMIT_BUNDLE_PER_MINUTE', 60, 0, 1_000_000),
     rateLimitSearchPerMinute: int(env, 'RATE_LIMIT_SEARCH_PER_MINUTE', 120, 0, 1_000_000),
+    rateLimitPagesPerMinute: int(env, 'RATE_LIMIT_PAGES_PER_MINUTE', 300, 0, 1_000_000),
     telemetryRetentionDays: retentionDays(env, 'TELEMETRY_RETENTION_DAYS', 'compliance exports read raw telemetry'),
     receiptRetentionDays: retentionDays(env, 'RECEIPT_RETENTION_DAYS', 'compliance exports cite receipts'),
     newServersPerSourcePerHour: int(env, 'NEW_SERVERS_PER_SOURCE_PER_HOUR', 100, 0, 1_000_000),

@@ -64,7 +64,8 @@ describe('rate limit configuration', () => {
       a2a: c.rateLimitA2aSkillsPerMinute,
       bundle: c.rateLimitBundlePerMinute,
       search: c.rateLimitSearchPerMinute,
-    }).toEqual({ probes: 30, preflight: 600, gate: 6000, mcp: 300, a2a: 300, bundle: 60, search: 120 });
+      pages: c.rateLimitPagesPerMinute,
+    }).toEqual({ probes: 30, preflight: 600, gate: 6000, mcp: 300, a2a: 300, bundle: 60, search: 120, pages: 300 });
   });
   it.each([
     ['RATE_LIMIT_GATE_PER_MINUTE', '-1'],
@@ -73,6 +74,7 @@ describe('rate limit configuration', () => {
     ['RATE_LIMIT_A2A_SKILLS_PER_MINUTE', '-3'],
     ['RATE_LIMIT_BUNDLE_PER_MINUTE', 'x'],
     ['RATE_LIMIT_SEARCH_PER_MINUTE', '-1'],
+    ['RATE_LIMIT_PAGES_PER_MINUTE', '2.5'],
   ])('refuses %s=%s with an error naming the variable', (name, value) => {
     expectConfigRefusal(name, value);
   });
@@ -136,6 +138,7 @@ beforeAll(async () => {
     RATE_LIMIT_A2A_SKILLS_PER_MINUTE: '2',
     RATE_LIMIT_BUNDLE_PER_MINUTE: '3',
     RATE_LIMIT_SEARCH_PER_MINUTE: '3',
+    RATE_LIMIT_PAGES_PER_MINUTE: '3',
   });
   await postJson(`${t.base}/api/report`, { server_url: 'https://rl.example.com/mcp', success: true, latency_ms: 40 });
 }, 120_000);
@@ -173,12 +176,12 @@ describe(`rate limits on expensive endpoints (${backend})`, () => {
     expect(trust.headers.get('ratelimit')).toBeNull();
   });
 
-  it('the /drift form runs the same drift check and takes from the same bucket; the page without it is not counted', async () => {
+  it('the /drift form runs the same drift check and takes from the same bucket; the page without it is a page, not a probe', async () => {
     const ip = '203.0.113.10';
     for (let i = 0; i < 3; i++) {
       const page = await fetch(`${t.base}/drift`, { headers: from(ip) });
       expect(page.status).toBe(200);
-      expect(page.headers.get('ratelimit')).toBeNull();
+      expect(page.headers.get('ratelimit-policy')).toBe('"pages";q=3;w=60');
       await page.arrayBuffer();
     }
     const statuses: number[] = [];
@@ -302,11 +305,17 @@ describe(`searched lists are limited per client network (${backend})`, () => {
       expect(r.status, path).toBe(200);
       expect(r.headers['ratelimit-policy'], path).toBe('"search";q=3;w=60');
     }
-    // Unsearched (or blank-searched) pages of the same lists take nothing and carry no header.
-    for (const path of ['/api/leaderboard', '/monitor?q=', '/atlas/report?q=%20%20', '/api/stats']) {
+    // Unsearched (or blank-searched) lists take nothing from it: the API carries no header, a
+    // page takes from the pages bucket instead.
+    for (const path of ['/api/leaderboard', '/api/stats']) {
       const r = await raw(t.base, path, { headers: from(ip) });
       expect(r.status, path).toBe(200);
       expect(r.headers['ratelimit'], path).toBeUndefined();
+    }
+    for (const path of ['/monitor?q=', '/atlas/report?q=%20%20']) {
+      const r = await raw(t.base, path, { headers: from(ip) });
+      expect(r.status, path).toBe(200);
+      expect(r.headers['ratelimit-policy'], path).toBe('"pages";q=3;w=60');
     }
     const refused = await fetch(`${t.base}/api/leaderboard?q=another`, { headers: from(ip) });
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
@@ -316,6 +325,29 @@ describe(`searched lists are limited per client network (${backend})`, () => {
     expect(JSON.parse(page.body)).toMatchObject({ code: 'rate_limited', status: 429 });
     // Another network is not affected.
     expect((await fetch(`${t.base}/api/leaderboard?q=rl`, { headers: from('198.51.100.121') })).status).toBe(200);
+  });
+
+  it('the HTML pages share one bucket per client network, then 429 problem+json with Retry-After', async () => {
+    const ip = '198.51.100.130';
+    const pages = ['/monitor', '/monitor/server/rl-example-com-mcp', '/atlas/report'];
+    const seen: string[] = [];
+    for (const path of pages) {
+      const r = await raw(t.base, path, { headers: from(ip) });
+      expect(r.status, path).toBe(200);
+      expect(r.headers['ratelimit-policy'], path).toBe('"pages";q=3;w=60');
+      seen.push(String(r.headers['ratelimit'] ?? ''));
+    }
+    expect(seen.map((h) => /;r=(\d+)/.exec(h)?.[1])).toEqual(['2', '1', '0']);
+    // Every page, /drift's form included (without `server` it probes nothing) and HEAD.
+    for (const [path, method] of [['/drift', 'GET'], ['/monitor', 'HEAD']] as const) {
+      const refused = await fetch(`${t.base}${path}`, { method, headers: from(ip) });
+      expect(refused.status, path).toBe(429);
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      if (method === 'GET') expect((await expectProblem(refused, 429, 'rate_limited')).detail).toMatch(/at most 3 page requests per minute/);
+    }
+    // The API is not counted, and another network has its own bucket.
+    expect((await fetch(`${t.base}/api/leaderboard`, { headers: from(ip) })).status).toBe(200);
+    expect((await fetch(`${t.base}/monitor`, { headers: from('198.51.100.131') })).status).toBe(200);
   });
 
   it('the Connect GetLeaderboard with a search takes from the same bucket', async () => {

@@ -49,6 +49,14 @@ export const SEARCH_RATE_LIMITED: ReadonlySet<string> = new Set(['/api/leaderboa
  */
 export const PROBING_PAGES: ReadonlyMap<string, string> = new Map([['/drift', 'server']]);
 
+/**
+ * The HTML pages: each request renders a page server-side (about 0.4-0.8 ms of CPU, plus the
+ * database reads of its figures), many times what an API read costs, so an anonymous flood of
+ * them is bounded per client network (`pages`, RATE_LIMIT_PAGES_PER_MINUTE). A page request that
+ * searches or probes takes from that stricter bucket instead: one bucket per request.
+ */
+export const RATE_LIMITED_PAGES: ReadonlySet<string> = new Set(['/monitor', '/monitor/server/:slug', '/drift', '/atlas/report']);
+
 /** Whether a request's `q` asks for a search (the list code ignores a blank one). */
 export const isSearch = (q: unknown): boolean => (typeof q === 'string' ? q.trim() !== '' : Array.isArray(q) ? q.some(isSearch) : false);
 
@@ -74,6 +82,7 @@ export function installRateLimits(
   table: ReadonlyMap<string, RateLimitName> = REST_RATE_LIMITS,
   searched: ReadonlySet<string> = SEARCH_RATE_LIMITED,
   probing: ReadonlyMap<string, string> = PROBING_PAGES,
+  pages: ReadonlySet<string> = RATE_LIMITED_PAGES,
 ) {
   const registered = new Set<string>();
   // The hook goes only on the routes that have a limit, so the others (most of them) pay nothing.
@@ -83,10 +92,13 @@ export function installRateLimits(
     const fixed = table.get(opts.url);
     const probeParam = probing.get(opts.url);
     const search = searched.has(opts.url);
-    if (fixed === undefined && !search && probeParam === undefined) return;
+    const page = pages.has(opts.url);
+    if (fixed === undefined && !search && probeParam === undefined && !page) return;
     const hook = (req: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
       const query = req.query as Record<string, unknown> | undefined;
-      const name = fixed ?? (search && isSearch(query?.q) ? 'search' : probeParam !== undefined && query?.[probeParam] !== undefined ? 'probes' : undefined);
+      const name =
+        fixed ??
+        (search && isSearch(query?.q) ? 'search' : probeParam !== undefined && query?.[probeParam] !== undefined ? 'probes' : page ? 'pages' : undefined);
       if (name === undefined) return done();
       // A request the fast path handed over (src/http/fast-paths.ts) has taken its token there.
       const taken = handedOver(req.raw)?.rate;
@@ -102,7 +114,7 @@ export function installRateLimits(
     opts.onRequest = withRouteHook(opts.onRequest, hook);
   });
   app.addHook('onReady', async () => {
-    const missing = [...table.keys(), ...searched, ...probing.keys()].filter((url) => !registered.has(url));
+    const missing = [...table.keys(), ...searched, ...probing.keys(), ...pages].filter((url) => !registered.has(url));
     if (missing.length > 0) throw new Error(`rate limits name routes that do not exist: ${missing.join(', ')}`);
   });
 }

@@ -13,7 +13,7 @@ import { createTokenBuckets } from '../domain/token-bucket.js';
  * The limits; each has its own buckets and its own setting (RATE_LIMIT_*_PER_MINUTE; the A2A
  * task storage allowance A2A_TASK_BYTES_PER_CLIENT_PER_DAY).
  */
-export type RateLimitName = 'probes' | 'preflight' | 'gate' | 'mcp_preflight' | 'a2a_skills' | 'a2a_task_bytes' | 'bundle' | 'search';
+export type RateLimitName = 'probes' | 'preflight' | 'gate' | 'mcp_preflight' | 'a2a_skills' | 'a2a_task_bytes' | 'bundle' | 'search' | 'pages';
 
 /** What one limit allows: `quota` tokens per client per `windowSeconds`, refilled continuously; 0 = off. */
 export interface RateLimitPolicy {
@@ -35,6 +35,7 @@ export type RateLimitConfig = Pick<
   | 'a2aTaskBytesPerClientPerDay'
   | 'rateLimitBundlePerMinute'
   | 'rateLimitSearchPerMinute'
+  | 'rateLimitPagesPerMinute'
 >;
 
 export function rateLimitPolicies(config: RateLimitConfig): Record<RateLimitName, RateLimitPolicy> {
@@ -47,6 +48,7 @@ export function rateLimitPolicies(config: RateLimitConfig): Record<RateLimitName
     a2a_task_bytes: { name: 'a2a_task_bytes', quota: config.a2aTaskBytesPerClientPerDay, windowSeconds: 86_400, what: 'bytes of A2A tasks stored (A2A_TASK_BYTES_PER_CLIENT_PER_DAY)' },
     bundle: { name: 'bundle', quota: config.rateLimitBundlePerMinute, windowSeconds: 60, what: 'bundle requests' },
     search: { name: 'search', quota: config.rateLimitSearchPerMinute, windowSeconds: 60, what: 'searched list requests' },
+    pages: { name: 'pages', quota: config.rateLimitPagesPerMinute, windowSeconds: 60, what: 'page requests' },
   };
 }
 
