@@ -123,6 +123,14 @@ export interface Config {
    */
   receiptRetentionDays: number;
   /**
+   * DEMAND_RETENTION_DAYS (default 90, 0 = keep for ever, otherwise at least 31: /api/demand's
+   * longest window is 30 days): pre-flight demand rows older than this are deleted, and the
+   * per-target sums of targets that named no tracked server and were not checked within it are
+   * folded into one retired row (every 6 hours, once across instances); all-time figures keep
+   * counting them (src/services/demand-retention.ts).
+   */
+  demandRetentionDays: number;
+  /**
    * NEW_SERVERS_PER_SOURCE_PER_HOUR (default 100, 0 = unlimited): servers one report source family
    * (a network, or the keys registered from it) may newly track per hour, across instances; a
    * report over it is refused with 429 (docs/integrity.md).
@@ -394,6 +402,17 @@ function retentionDays(env: Env, name: 'TELEMETRY_RETENTION_DAYS' | 'RECEIPT_RET
   return days;
 }
 
+/** The shortest demand retention: /api/demand's longest window (30d) reads raw rows. */
+export const MIN_DEMAND_RETENTION_DAYS = 31;
+
+function demandRetentionDays(env: Env): number {
+  const days = int(env, 'DEMAND_RETENTION_DAYS', 90, 0, 36_500);
+  if (days !== 0 && days < MIN_DEMAND_RETENTION_DAYS) {
+    throw new ConfigError('DEMAND_RETENTION_DAYS', `must be 0 (keep for ever) or at least ${MIN_DEMAND_RETENTION_DAYS} days (/api/demand's 30d window reads demand rows), got ${days}`);
+  }
+  return days;
+}
+
 function httpLimits(env: Env, proxies: Config['trustProxy']): HttpConfig {
   const headersTimeoutMs = int(env, 'HTTP_HEADERS_TIMEOUT_MS', 20_000, 100, 600_000);
   const requestTimeoutMs = int(env, 'HTTP_REQUEST_TIMEOUT_MS', 60_000, 100, 3_600_000);
@@ -528,6 +547,7 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitPagesPerMinute: int(env, 'RATE_LIMIT_PAGES_PER_MINUTE', 300, 0, 1_000_000),
     telemetryRetentionDays: retentionDays(env, 'TELEMETRY_RETENTION_DAYS', 'compliance exports read raw telemetry'),
     receiptRetentionDays: retentionDays(env, 'RECEIPT_RETENTION_DAYS', 'compliance exports cite receipts'),
+    demandRetentionDays: demandRetentionDays(env),
     newServersPerSourcePerHour: int(env, 'NEW_SERVERS_PER_SOURCE_PER_HOUR', 100, 0, 1_000_000),
     observe: {
       enabled: boolDefault(env, 'OBSERVE_ENABLED', true),

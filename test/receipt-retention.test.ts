@@ -3,6 +3,7 @@ import { json, postJson, startTestApp } from './support/app.js';
 import { backend } from './support/db.js';
 import { ConfigError, loadConfig } from '../src/config.js';
 import { createReceiptRetention } from '../src/services/receipt-retention.js';
+import { MARKET_FIGURES_MS } from '../src/services/trust.js';
 
 // RECEIPT_RETENTION_DAYS: every pre-flight, gate decision and drift check whose claim changed in
 // the last second stores a receipt, so a busy gateway stores one per upstream per second; before
@@ -33,9 +34,17 @@ describe(`receipt retention (${backend})`, () => {
       // Day 201: the day-0 receipts are past 200 days, the day-150 one is not.
       clock += 51 * DAY;
       // Batches of 3 (the service deletes 5,000 per statement): every old receipt goes, nothing else.
+      const issued = async () => {
+        clock += MARKET_FIGURES_MS; // /api/stats counts at most once per MARKET_FIGURES_MS
+        return (await json(fetch(`${app.base}/api/stats`))).market_validation.receipts_issued as number;
+      };
+      const issuedBefore = await issued();
+      expect(issuedBefore).toBeGreaterThanOrEqual(8);
       const small = createReceiptRetention({ db: app.obs.db, config: app.obs.config, now: () => new Date(clock) }, { batch: 3 });
       small.close();
       expect(await small.purge(new Date(clock))).toBe(7);
+      // Deleted, still issued: /api/stats' receipts_issued counts the deleted ones too.
+      expect(await issued()).toBe(issuedBefore);
       for (const r of old) expect((await fetch(`${app.base}/v1/receipt/${r.receipt_id}`)).status).toBe(404);
       expect((await fetch(`${app.base}/v1/receipt/${young.receipt_id}`)).status).toBe(200);
       // Deleted from the store, not from the record: the receipt still verifies against the JWKS.

@@ -28,6 +28,7 @@ import { createMcpProbeService } from './mcp-probe.js';
 import { createTelemetryRetention } from './telemetry-retention.js';
 import { createA2aTaskRetention } from './a2a-retention.js';
 import { createReceiptRetention } from './receipt-retention.js';
+import { createDemandRetention } from './demand-retention.js';
 import { createRateLimiter } from './rate-limits.js';
 import { createRegistrySync } from './registry-sync.js';
 import { createOtlpService } from './otlp.js';
@@ -55,6 +56,7 @@ export function createServices(deps: ServiceDeps) {
   const telemetryRetention = createTelemetryRetention(deps, { onError: deps.onBackgroundError });
   const a2aTaskRetention = createA2aTaskRetention(deps, { onError: deps.onBackgroundError });
   const receiptRetention = createReceiptRetention(deps, { onError: deps.onBackgroundError });
+  const demandRetention = createDemandRetention(deps, { onError: deps.onBackgroundError });
   const limits = createRateLimiter(deps.config);
   const catalogue = createCatalogueService(deps);
   const registrySync = createRegistrySync(deps, catalogue, { onError: deps.onBackgroundError });
@@ -102,6 +104,8 @@ export function createServices(deps: ServiceDeps) {
     /** A2A_TASK_RETENTION_DAYS (periodic job). */
     a2aTaskRetention,
     receiptRetention,
+    /** DEMAND_RETENTION_DAYS (periodic job). */
+    demandRetention,
     /** OTLP receivers: OpenTelemetry MCP client spans and metrics as telemetry (docs/telemetry.md). */
     otlp,
     /**
@@ -125,6 +129,7 @@ export function createServices(deps: ServiceDeps) {
       drift.close();
       a2aTaskRetention.close();
       receiptRetention.close();
+      demandRetention.close();
       await registrySync.close();
       // Demand counted in memory (pre-flight, gate) is written before the database closes.
       await preflight.close().catch((err: unknown) => deps.onBackgroundError?.(err));

@@ -17,6 +17,7 @@ export const JOB_LOCKS = {
   'drift-storage': 72_620_104,
   'a2a-task-retention': 72_620_105,
   'receipt-retention': 72_620_106,
+  'demand-retention': 72_620_107,
 } as const;
 export type JobName = keyof typeof JOB_LOCKS;
 

@@ -47,6 +47,9 @@ const MIX = `sum(CASE WHEN verdict = 'PASS' THEN checks ELSE 0 END)::int8 AS pas
   sum(CASE WHEN verdict = 'FAIL' THEN checks ELSE 0 END)::int8 AS fail,
   sum(CASE WHEN verdict = 'UNRATED' THEN checks ELSE 0 END)::int8 AS unrated`;
 
+/** The retired sums (migration 1630), at most one row, joined to a one-row aggregate `t`. */
+const RETIRED_JOIN = 'LEFT JOIN preflight_demand_retired r ON r.id = 1';
+
 const mix = (r: { pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }): VerdictCounts => ({
   pass: r.pass ?? 0,
   uncertain: r.uncertain ?? 0,
@@ -244,11 +247,16 @@ export function demandStore(db: Queryable) {
     /** Totals since a time (null: all time). */
     async totals(since: Date | null): Promise<DemandTotals> {
       await flushDemand(db);
-      // All time: the per-target sums (migration 1560), not every demand row (issue 23).
+      // All time: the per-target sums (migration 1560), not every demand row (issue 23), and
+      // what the retention retired (migration 1630).
       const rows = await db.query<{ n: number; u: number; pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }>(
         since === null
-          ? `SELECT coalesce(sum(checks), 0)::int8 AS n, count(DISTINCT target)::int8 AS u, sum(pass)::int8 AS pass, sum(uncertain)::int8 AS uncertain,
-                    sum(fail)::int8 AS fail, sum(unrated)::int8 AS unrated FROM preflight_demand_targets`
+          ? `SELECT t.n + coalesce(r.checks, 0) AS n, t.u + coalesce(r.targets, 0) AS u, t.pass + coalesce(r.pass, 0) AS pass,
+                    t.uncertain + coalesce(r.uncertain, 0) AS uncertain, t.fail + coalesce(r.fail, 0) AS fail, t.unrated + coalesce(r.unrated, 0) AS unrated
+               FROM (SELECT coalesce(sum(checks), 0)::int8 AS n, count(DISTINCT target)::int8 AS u, coalesce(sum(pass), 0)::int8 AS pass,
+                            coalesce(sum(uncertain), 0)::int8 AS uncertain, coalesce(sum(fail), 0)::int8 AS fail, coalesce(sum(unrated), 0)::int8 AS unrated
+                       FROM preflight_demand_targets) t
+               ${RETIRED_JOIN}`
           : `SELECT coalesce(sum(checks), 0)::int8 AS n, count(DISTINCT target)::int8 AS u, ${MIX}
                FROM preflight_demand WHERE checked_at >= $1::timestamptz`,
         since === null ? [] : [since],
@@ -292,17 +300,69 @@ export function demandStore(db: Queryable) {
       return rows.map(({ us: _us, ...r }: typeof rows[number] & { us?: number }) => Object.assign(r, { checks: Number(r.checks), last_us: Number(r.last_us) }, mix(r)));
     },
 
-    /** Pre-flight checks per category of the tracked server they named (category null: targets not tracked). */
+    /**
+     * Pre-flight checks per category of the tracked server they named (category null: targets not
+     * tracked, all time including the retired targets, which never named a tracked server).
+     */
     async checksByCategory(since: Date | null): Promise<{ category: string | null; checks: number }[]> {
       await flushDemand(db);
       return db.query<{ category: string | null; checks: number }>(
         since === null
-          ? `SELECT s.category, sum(d.checks)::int8 AS checks FROM preflight_demand_targets d LEFT JOIN servers s ON s.url = nullif(d.server_url, '')
-              GROUP BY s.category ORDER BY checks DESC`
+          ? `SELECT category, sum(checks)::int8 AS checks
+               FROM (SELECT s.category, d.checks FROM preflight_demand_targets d LEFT JOIN servers s ON s.url = nullif(d.server_url, '')
+                     UNION ALL SELECT NULL, checks FROM preflight_demand_retired) x
+              GROUP BY category ORDER BY checks DESC`
           : `SELECT s.category, sum(d.checks)::int8 AS checks FROM preflight_demand d LEFT JOIN servers s ON s.url = d.server_url
               WHERE d.checked_at >= $1::timestamptz GROUP BY s.category ORDER BY checks DESC`,
         since === null ? [] : [since],
       );
+    },
+
+    /**
+     * Retires up to `limit` targets none of whose sums names a tracked server (an untracked URL,
+     * a name that resolved to nothing) and that were last checked before `cutoff`, after the target `after` (in the sums' key order): their sums
+     * move into preflight_demand_retired in the same statement, so every all-time total keeps
+     * counting them. A sum a concurrent check just updated is re-checked by the DELETE and kept.
+     * Answers how many targets it picked (fewer than `limit`: none are left after `after`), how
+     * many of them went, and the last one picked (the next call's `after`).
+     */
+    async retireTargets(cutoff: Date, after: string | null, limit: number): Promise<{ picked: number; retired: number; last: string | null }> {
+      const [r] = await db.query<{ picked: number; retired: number; last: string | null }>(
+        `WITH old AS (
+           SELECT t.target FROM preflight_demand_targets t LEFT JOIN servers s ON s.url = t.server_url
+            WHERE $3::text IS NULL OR t.target > $3::text
+            GROUP BY t.target HAVING count(s.url) = 0 AND max(t.last_checked_at) < $1::timestamptz
+            ORDER BY t.target LIMIT $2
+         ), gone AS (
+           DELETE FROM preflight_demand_targets t USING old
+            WHERE t.target = old.target AND t.last_checked_at < $1::timestamptz AND NOT EXISTS (SELECT 1 FROM servers s WHERE s.url = t.server_url)
+           RETURNING t.target, t.checks, t.pass, t.uncertain, t.fail, t.unrated, t.gateway, t.agent_query
+         ), added AS (
+           INSERT INTO preflight_demand_retired AS r (id, targets, checks, pass, uncertain, fail, unrated, gateway, agent_query)
+           SELECT 1, count(DISTINCT target), coalesce(sum(checks), 0), coalesce(sum(pass), 0), coalesce(sum(uncertain), 0),
+                  coalesce(sum(fail), 0), coalesce(sum(unrated), 0), coalesce(sum(gateway), 0), coalesce(sum(agent_query), 0)
+             FROM gone
+           ON CONFLICT (id) DO UPDATE SET targets = r.targets + EXCLUDED.targets, checks = r.checks + EXCLUDED.checks,
+             pass = r.pass + EXCLUDED.pass, uncertain = r.uncertain + EXCLUDED.uncertain, fail = r.fail + EXCLUDED.fail,
+             unrated = r.unrated + EXCLUDED.unrated, gateway = r.gateway + EXCLUDED.gateway, agent_query = r.agent_query + EXCLUDED.agent_query
+           RETURNING 1
+         )
+         SELECT (SELECT count(*) FROM old)::int8 AS picked, (SELECT count(DISTINCT target) FROM gone)::int8 AS retired, (SELECT max(target) FROM old) AS last`,
+        [cutoff, limit, after],
+      );
+      return { picked: Number(r!.picked), retired: Number(r!.retired), last: r!.last };
+    },
+
+    /** Deletes up to `limit` demand rows checked before `cutoff` (oldest first); how many. */
+    async deleteRowsBefore(cutoff: Date, limit: number): Promise<number> {
+      const rows = await db.query<{ n: number }>(
+        `WITH gone AS (
+           DELETE FROM preflight_demand WHERE id IN (SELECT id FROM preflight_demand WHERE checked_at < $1::timestamptz ORDER BY checked_at LIMIT $2)
+           RETURNING 1
+         ) SELECT count(*)::int8 AS n FROM gone`,
+        [cutoff, limit],
+      );
+      return Number(rows[0]!.n);
     },
   };
 }

@@ -18,6 +18,7 @@ export interface MarketFigures {
   agent_queries_served: number;
   /** On-chain payments that bought a verdict (the verdict's receipt is attached to the payment). */
   paid_verdicts: number;
+  /** Receipts ever issued: the stored ones and those RECEIPT_RETENTION_DAYS deleted. */
   receipts_issued: number;
 }
 
@@ -27,18 +28,18 @@ export function marketStore(db: Queryable) {
       // Demand counted in memory by this process is written first (it is per call).
       await flushDemand(db);
       const [r] = await db.query<{ [K in keyof MarketFigures]: number | null }>(
-        `SELECT d.total AS preflight_checks_total, d.last_24h AS preflight_checks_last_24h, d.targets AS unique_preflight_targets,
-                d.gateway AS gateway_decisions, d.agent_query AS agent_queries_served,
-                (SELECT count(DISTINCT p.server_url)::int8 FROM preflight_demand p JOIN servers s ON s.url = p.server_url) AS tracked_servers_vetted,
+        `SELECT d.total + coalesce(r.checks, 0) AS preflight_checks_total,
+                (SELECT coalesce(sum(checks), 0)::int8 FROM preflight_demand WHERE checked_at >= $1) AS preflight_checks_last_24h,
+                d.targets + coalesce(r.targets, 0) AS unique_preflight_targets,
+                d.gateway + coalesce(r.gateway, 0) AS gateway_decisions, d.agent_query + coalesce(r.agent_query, 0) AS agent_queries_served,
+                (SELECT count(DISTINCT t.server_url)::int8 FROM preflight_demand_targets t JOIN servers s ON s.url = t.server_url) AS tracked_servers_vetted,
                 (SELECT count(*)::int8 FROM api_keys) AS agent_keys_issued,
                 (SELECT count(*)::int8 FROM payments WHERE receipt_id IS NOT NULL) AS paid_verdicts,
-                (SELECT count(*)::int8 FROM receipts) AS receipts_issued
-           FROM (SELECT coalesce(sum(checks), 0)::int8 AS total,
-                        coalesce(sum(checks) FILTER (WHERE checked_at >= $1), 0)::int8 AS last_24h,
-                        count(DISTINCT target)::int8 AS targets,
-                        coalesce(sum(checks) FILTER (WHERE kind = 'gateway'), 0)::int8 AS gateway,
-                        coalesce(sum(checks) FILTER (WHERE kind = 'agent_query'), 0)::int8 AS agent_query
-                   FROM preflight_demand) d`,
+                (SELECT count(*)::int8 FROM receipts) + coalesce((SELECT receipts FROM receipts_retired WHERE id = 1), 0) AS receipts_issued
+           FROM (SELECT coalesce(sum(checks), 0)::int8 AS total, count(DISTINCT target)::int8 AS targets,
+                        coalesce(sum(gateway), 0)::int8 AS gateway, coalesce(sum(agent_query), 0)::int8 AS agent_query
+                   FROM preflight_demand_targets) d
+           LEFT JOIN preflight_demand_retired r ON r.id = 1`,
         [since24h],
       );
       const out = {} as MarketFigures;

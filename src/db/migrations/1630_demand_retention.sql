@@ -1,0 +1,72 @@
+-- DEMAND_RETENTION_DAYS (src/services/demand-retention.ts): demand rows older than the retention
+-- are deleted, and so are the per-target sums (1560) of targets that named no tracked server and
+-- were not checked within it; what those sums counted moves into preflight_demand_retired, one
+-- row, so every all-time figure (/api/demand's alltime window, the coverage report's checks per
+-- category, /api/stats' market figures) keeps counting it. Before, both tables only grew: one
+-- row per claim per second (a gateway: one per upstream per second) and one per distinct target
+-- text (any name a client sends, up to 2,048 characters), and the market figures read every
+-- demand row once a minute.
+--
+-- The all-time figures that read raw rows (checks per kind, tracked servers vetted) now read the
+-- sums, which therefore also count the gateway's and agent queries' checks.
+ALTER TABLE preflight_demand_targets ADD COLUMN IF NOT EXISTS gateway int8 NOT NULL DEFAULT 0;
+ALTER TABLE preflight_demand_targets ADD COLUMN IF NOT EXISTS agent_query int8 NOT NULL DEFAULT 0;
+
+CREATE TABLE IF NOT EXISTS preflight_demand_retired (
+  id int2 PRIMARY KEY CHECK (id = 1),
+  -- Distinct targets retired (a target retired and checked again later counts again).
+  targets int8 NOT NULL,
+  checks int8 NOT NULL,
+  pass int8 NOT NULL,
+  uncertain int8 NOT NULL,
+  fail int8 NOT NULL,
+  unrated int8 NOT NULL,
+  gateway int8 NOT NULL,
+  agent_query int8 NOT NULL
+);
+
+-- Receipts deleted by RECEIPT_RETENTION_DAYS: /api/stats' receipts_issued counts every receipt
+-- ever issued, the stored ones plus these (before, it fell whenever the retention deleted).
+CREATE TABLE IF NOT EXISTS receipts_retired (
+  id int2 PRIMARY KEY CHECK (id = 1),
+  receipts int8 NOT NULL
+);
+
+CREATE OR REPLACE FUNCTION preflight_demand_targets_add() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  -- Sorted by key so concurrent statements lock shared rows in one order (no deadlock).
+  INSERT INTO preflight_demand_targets AS t (target, server_url, shard, name, checks, pass, uncertain, fail, unrated, gateway, agent_query, last_checked_at, last_id, last_verdict)
+  SELECT n.target, coalesce(n.server_url, ''), (pg_backend_pid() % 8)::int2, max(n.name), sum(n.checks),
+         coalesce(sum(n.checks) FILTER (WHERE n.verdict = 'PASS'), 0), coalesce(sum(n.checks) FILTER (WHERE n.verdict = 'UNCERTAIN'), 0),
+         coalesce(sum(n.checks) FILTER (WHERE n.verdict = 'FAIL'), 0), coalesce(sum(n.checks) FILTER (WHERE n.verdict = 'UNRATED'), 0),
+         coalesce(sum(n.checks) FILTER (WHERE n.kind = 'gateway'), 0), coalesce(sum(n.checks) FILTER (WHERE n.kind = 'agent_query'), 0),
+         max(n.checked_at), (array_agg(n.id ORDER BY n.checked_at DESC, n.id DESC))[1], (array_agg(n.verdict ORDER BY n.checked_at DESC, n.id DESC))[1]
+    FROM new_rows n GROUP BY n.target, coalesce(n.server_url, '') ORDER BY 1, 2
+  ON CONFLICT (target, server_url, shard) DO UPDATE SET
+    name = greatest(t.name, EXCLUDED.name),
+    checks = t.checks + EXCLUDED.checks,
+    pass = t.pass + EXCLUDED.pass,
+    uncertain = t.uncertain + EXCLUDED.uncertain,
+    fail = t.fail + EXCLUDED.fail,
+    unrated = t.unrated + EXCLUDED.unrated,
+    gateway = t.gateway + EXCLUDED.gateway,
+    agent_query = t.agent_query + EXCLUDED.agent_query,
+    last_verdict = CASE WHEN (EXCLUDED.last_checked_at, EXCLUDED.last_id) > (t.last_checked_at, t.last_id) THEN EXCLUDED.last_verdict ELSE t.last_verdict END,
+    last_id = CASE WHEN (EXCLUDED.last_checked_at, EXCLUDED.last_id) > (t.last_checked_at, t.last_id) THEN EXCLUDED.last_id ELSE t.last_id END,
+    last_checked_at = greatest(t.last_checked_at, EXCLUDED.last_checked_at);
+  RETURN NULL;
+END
+$$;
+
+-- The per-kind sums of what was counted before (the migration holds the lock on the table's
+-- writers through its transaction: no row is counted twice or missed). The sums' shard is the
+-- writer's, not the row's: the kinds are added to one shard row of each (target, server_url).
+LOCK TABLE preflight_demand IN SHARE ROW EXCLUSIVE MODE;
+UPDATE preflight_demand_targets SET gateway = 0, agent_query = 0;
+UPDATE preflight_demand_targets t SET gateway = k.gateway, agent_query = k.agent_query
+  FROM (SELECT d.target, coalesce(d.server_url, '') AS server_url,
+               coalesce(sum(d.checks) FILTER (WHERE d.kind = 'gateway'), 0) AS gateway,
+               coalesce(sum(d.checks) FILTER (WHERE d.kind = 'agent_query'), 0) AS agent_query
+          FROM preflight_demand d GROUP BY 1, 2) k,
+       LATERAL (SELECT min(shard) AS shard FROM preflight_demand_targets x WHERE x.target = k.target AND x.server_url = k.server_url) first
+ WHERE t.target = k.target AND t.server_url = k.server_url AND t.shard = first.shard;
