@@ -91,16 +91,15 @@ export async function createBundleGate(config: Config, opts: { logger?: boolean;
     }
     done(null, payload);
   });
-  installRateLimits(
-    app,
-    limits,
-    new Map([
+  installRateLimits(app, limits, {
+    table: new Map([
       ['/v1/gate', 'gate'],
       ['/v1/gate/*', 'gate'],
     ]),
-    new Set(),
-    new Map(),
-  );
+    searched: new Set(),
+    probing: new Map(),
+    pages: new Set(),
+  });
   installBodyBudget(app, { limit: config.http.bodyBudgetBytes, defaultLimit: config.bodyLimit });
   await app.register(connectPlugin, {
     routes: (router) => {

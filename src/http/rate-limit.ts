@@ -74,16 +74,20 @@ export const CONNECT_RATE_LIMITS: ReadonlyMap<DescMethod, RateLimitName> = new M
  * Installs the REST limits: every response of a limited route carries RateLimit and
  * RateLimit-Policy; an empty bucket answers 429 problem+json with Retry-After before the handler
  * (or the body parser) runs. Start-up fails if a listed route was never registered, so renaming
- * a route cannot silently drop its limit.
+ * a route cannot silently drop its limit. Another server of the same service (the bundle gate)
+ * names its own routes: what it does not name, it has none of.
  */
 export function installRateLimits(
   app: FastifyInstance,
   limits: RateLimiter,
-  table: ReadonlyMap<string, RateLimitName> = REST_RATE_LIMITS,
-  searched: ReadonlySet<string> = SEARCH_RATE_LIMITED,
-  probing: ReadonlyMap<string, string> = PROBING_PAGES,
-  pages: ReadonlySet<string> = RATE_LIMITED_PAGES,
+  routes: {
+    table: ReadonlyMap<string, RateLimitName>;
+    searched: ReadonlySet<string>;
+    probing: ReadonlyMap<string, string>;
+    pages: ReadonlySet<string>;
+  } = { table: REST_RATE_LIMITS, searched: SEARCH_RATE_LIMITED, probing: PROBING_PAGES, pages: RATE_LIMITED_PAGES },
 ) {
+  const { table, searched, probing, pages } = routes;
   const registered = new Set<string>();
   // The hook goes only on the routes that have a limit, so the others (most of them) pay nothing.
   // Route-level onRequest hooks run after the application's, so a 429 carries the request id.
