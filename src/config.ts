@@ -48,8 +48,18 @@ export interface Config {
   facilitatorUrl: string | null;
   /** PAYMENT_MAX_AGE_SECONDS (default 600): a paying transfer, and the payer's proof, must be at most this old. */
   paymentMaxAgeSeconds: number;
-  /** PAYMENT_LOOKUPS_PER_MINUTE (default 20, 0 = unlimited): chain look-ups of transaction hashes per client network, per instance. */
+  /**
+   * PAYMENT_LOOKUPS_PER_MINUTE (default 20, 0 = unlimited): payment look-ups (a transaction hash
+   * on the chain's RPC, a signed authorization at the facilitator's /verify) per client network,
+   * per instance.
+   */
   paymentLookupsPerMinute: number;
+  /**
+   * PAYMENT_LOOKUPS_TOTAL_PER_MINUTE (default 600, 0 = unlimited): the same look-ups from every
+   * client network together, per instance: many networks cannot spend the RPC endpoint's or the
+   * facilitator's own quota (beyond it 503 with Retry-After).
+   */
+  paymentLookupsTotalPerMinute: number;
   clawhubApiUrl: string;
   /** Ed25519 private key as a JWK (JSON string); when unset the key ring lives in the database. */
   signingKeyJwk: string | null;
@@ -512,6 +522,7 @@ export function loadConfig(env: Env = process.env): Config {
     facilitatorUrl: facilitator === undefined ? null : httpUrl('FACILITATOR_URL', facilitator),
     paymentMaxAgeSeconds: int(env, 'PAYMENT_MAX_AGE_SECONDS', 600, 60, 86_400),
     paymentLookupsPerMinute: int(env, 'PAYMENT_LOOKUPS_PER_MINUTE', 20, 0, 1_000_000),
+    paymentLookupsTotalPerMinute: int(env, 'PAYMENT_LOOKUPS_TOTAL_PER_MINUTE', 600, 0, 1_000_000),
     clawhubApiUrl: httpUrl('CLAWHUB_API_URL', str(env, 'CLAWHUB_API_URL') ?? 'https://clawhub.ai/api/v1'),
     signingKeyJwk: jwk,
     production: str(env, 'NODE_ENV') === 'production',

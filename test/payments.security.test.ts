@@ -145,3 +145,45 @@ describe(`x402 v1 look-ups on the chain are throttled per client network (${back
     expect(later.reason).toBe('payment_not_found');
   });
 });
+
+describe(`x402 look-ups from every client network together are bounded per instance (${backend})`, () => {
+  let t: TestApp;
+  let rpc: BaseRpcStandIn;
+  const someone = privateKeyToAccount(generatePrivateKey());
+  const lookups = () => rpc.calls.filter((c) => c.method === 'eth_getTransactionReceipt').length;
+
+  beforeAll(async () => {
+    rpc = await startBaseRpc({ now });
+    t = await startTestApp(
+      { PAYMENT_WALLET: WALLET, PAYMENT_RPC_URL: rpc.url, PUBLIC_BASE_URL: BASE, TRUST_PROXY: '1', PAYMENT_LOOKUPS_PER_MINUTE: '3', PAYMENT_LOOKUPS_TOTAL_PER_MINUTE: '5' },
+      { now },
+    );
+    await postJson(`${t.base}/api/report`, { server_url: 'https://weather.example.com/mcp', success: true, latency_ms: 120 });
+  });
+  afterAll(async () => {
+    await t?.close();
+    await rpc?.close();
+  });
+
+  it('many networks, each within its allowance, cannot spend more than the instance\'s: 503 with Retry-After and no RPC call', async () => {
+    clock = start;
+    const before = lookups();
+    // Five networks, one random hash each: the instance's five look-ups, then refusals.
+    const reasons: unknown[] = [];
+    for (const address of ['198.51.100.1', '198.51.100.2', '198.51.100.3', '198.51.100.4', '198.51.100.5']) {
+      reasons.push((await expectProblem(await query(t, { 'x-payment': await proof(someone, randomHash()), 'x-forwarded-for': address }), 402, 'payment_required')).reason);
+    }
+    expect(reasons).toEqual(Array(5).fill('payment_not_found'));
+    for (const address of ['198.51.100.6', '2001:db8:77::1']) {
+      const res = await query(t, { 'x-payment': await proof(someone, randomHash()), 'x-forwarded-for': address });
+      expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect((await expectProblem(res, 503, 'unavailable')).detail).toMatch(/PAYMENT_LOOKUPS_TOTAL_PER_MINUTE/);
+    }
+    expect(lookups() - before).toBe(5);
+    // It refills with time, like the per-network allowance.
+    clock = new Date(start.getTime() + 13_000); // 5 a minute: one token back every 12 s
+    const later = await expectProblem(await query(t, { 'x-payment': await proof(someone, randomHash()), 'x-forwarded-for': '198.51.100.6' }), 402, 'payment_required');
+    expect(later.reason).toBe('payment_not_found');
+    expect(lookups() - before).toBe(6);
+  });
+});

@@ -199,6 +199,49 @@ describe(`x402 v2 and v1 clients pay through the facilitator (${backend})`, () =
   });
 });
 
+describe(`signed authorizations cost the facilitator a call each: throttled like chain look-ups (${backend})`, () => {
+  let t: TestApp;
+  let fac: FacilitatorStandIn;
+  beforeAll(async () => {
+    fac = await startFacilitator(BASE_EXPECT);
+    t = await startTestApp({ PAYMENT_WALLET: WALLET, FACILITATOR_URL: fac.url, PUBLIC_BASE_URL: 'https://obs.example', TRUST_PROXY: '1', PAYMENT_LOOKUPS_PER_MINUTE: '3' });
+    await seed(t);
+  });
+  afterAll(async () => {
+    await t?.close();
+    await fac?.close();
+  });
+
+  it('fresh keys signing authorizations from one network reach /verify at most its allowance a minute; another network is not affected', async () => {
+    const target = `${t.base}/agent-query/${SLUG}`;
+    const required = decodePaymentRequiredHeader((await fetch(target)).headers.get('payment-required')!);
+    // Authorizations anyone can make: a new key each, our exact terms; the facilitator says no funds.
+    const signed = async () => {
+      const made = await new ExactEvmScheme(privateKeyToAccount(generatePrivateKey())).createPaymentPayload(2, required.accepts[0]!);
+      return encodePaymentSignatureHeader({ x402Version: 2, resource: required.resource, accepted: required.accepts[0]!, payload: made.payload });
+    };
+    const verifies = () => fac.calls.filter((c) => c.path.endsWith('/verify')).length;
+    fac.refuseVerifyWith = 'insufficient_funds';
+    try {
+      const before = verifies();
+      const outcomes: string[] = [];
+      for (const address of ['2001:db8:5:6::1', '2001:db8:5:6::2', '2001:db8:5:6:7::3', '2001:db8:5:6::4', '2001:db8:5:6::5']) {
+        const res = await fetch(target, { headers: { 'payment-signature': await signed(), 'x-forwarded-for': address } });
+        const body = await json(res);
+        outcomes.push(`${res.status} ${body.reason ?? body.code}`);
+        if (res.status === 429) expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+      }
+      expect(outcomes).toEqual(['402 payment_invalid', '402 payment_invalid', '402 payment_invalid', '429 rate_limited', '429 rate_limited']);
+      expect(verifies() - before).toBe(3);
+      const other = await fetch(target, { headers: { 'payment-signature': await signed(), 'x-forwarded-for': '2001:db8:9:9::1' } });
+      expect((await expectProblem(other, 402, 'payment_required')).reason).toBe('payment_invalid');
+      expect(verifies() - before).toBe(4);
+    } finally {
+      fac.refuseVerifyWith = null;
+    }
+  });
+});
+
 describe(`without FACILITATOR_URL a v2 payment is refused clearly (${backend})`, () => {
   let t: TestApp;
   beforeAll(async () => {

@@ -64,8 +64,10 @@ export function createPaymentService(deps: ServiceDeps, opts: PaymentServiceOpti
   const maxAge = config.paymentMaxAgeSeconds;
   const verifier = opts.paymentVerifier ?? createPaymentVerifier(config.paymentRpcUrl, { chainId: chain.chainId });
   const facilitator = opts.facilitator !== undefined ? opts.facilitator : config.facilitatorUrl ? createFacilitator(config.facilitatorUrl) : null;
-  // Chain look-ups per client network (an IPv6 /64 counts as one client), per instance.
+  // Payment look-ups (the chain's RPC, the facilitator's /verify) per client network (an IPv6 /64
+  // counts as one client), and from all networks together, per instance.
   const lookups = config.paymentLookupsPerMinute > 0 ? createTokenBuckets(config.paymentLookupsPerMinute, { now: () => now().getTime(), maxClients: 50_000 }) : null;
+  const allLookups = config.paymentLookupsTotalPerMinute > 0 ? createTokenBuckets(config.paymentLookupsTotalPerMinute, { now: () => now().getTime(), maxClients: 1 }) : null;
 
   const terms = (resource: string): PaymentTerms => ({ wallet, resource, baseUrl: config.publicBaseUrl, chain, facilitator: facilitator !== null, maxAgeSeconds: maxAge });
   const resourceFor = (slug: string) => `${config.publicBaseUrl}/agent-query/${encodeURIComponent(slug)}`;
@@ -111,16 +113,33 @@ export function createPaymentService(deps: ServiceDeps, opts: PaymentServiceOpti
     if (v1Header) ctx?.responseHeader?.set('x-payment-response', value);
   }
 
-  function throttle(ctx: CallContext | undefined) {
-    if (!lookups) return;
-    const address = ctx?.values.get(clientAddressKey);
-    const d = lookups.take(address ? clientNetwork(address) : 'unknown');
-    if (!d.allowed) {
-      throw new ObservatoryError(
-        'rate_limited',
-        `at most ${config.paymentLookupsPerMinute} payment look-ups on the chain per minute from one client network; retry in ${d.retryAfterSeconds} s`,
-        { headers: { 'retry-after': String(d.retryAfterSeconds) }, extra: { retry_after_seconds: d.retryAfterSeconds } },
-      );
+  /**
+   * Before a payment look-up that goes over the network (the chain's RPC, the facilitator's
+   * /verify): one token of the client network's allowance (429), then one of the instance's
+   * (503: many networks together would spend the RPC endpoint's or the facilitator's own quota,
+   * and with it every payer's look-ups). Payments that need no look-up cost nothing.
+   */
+  function throttle(ctx: CallContext | undefined, where: string) {
+    if (lookups) {
+      const address = ctx?.values.get(clientAddressKey);
+      const d = lookups.take(address ? clientNetwork(address) : 'unknown');
+      if (!d.allowed) {
+        throw new ObservatoryError(
+          'rate_limited',
+          `at most ${config.paymentLookupsPerMinute} payment look-ups ${where} per minute from one client network; retry in ${d.retryAfterSeconds} s`,
+          { headers: { 'retry-after': String(d.retryAfterSeconds) }, extra: { retry_after_seconds: d.retryAfterSeconds } },
+        );
+      }
+    }
+    if (allLookups) {
+      const d = allLookups.take('all');
+      if (!d.allowed) {
+        throw new ObservatoryError(
+          'unavailable',
+          `this instance makes at most ${config.paymentLookupsTotalPerMinute} payment look-ups a minute (PAYMENT_LOOKUPS_TOTAL_PER_MINUTE), all clients together; retry in ${d.retryAfterSeconds} s with the same payment`,
+          { headers: { 'retry-after': String(d.retryAfterSeconds) }, extra: { retry_after_seconds: d.retryAfterSeconds } },
+        );
+      }
     }
   }
 
@@ -134,7 +153,7 @@ export function createPaymentService(deps: ServiceDeps, opts: PaymentServiceOpti
     const signer = await proofSigner(txHash, proof);
     if (!signer) throw refuse(slug, 'payment_proof_invalid');
     if (await store.exists(txHash)) throw refuse(slug, 'payment_replayed');
-    throttle(ctx);
+    throttle(ctx, 'on the chain');
     const look = await verifier.lookup(txHash);
     if (!look.ok) {
       if (look.failure === 'rpc_unavailable') throw upstream('the chain RPC');
@@ -168,6 +187,8 @@ export function createPaymentService(deps: ServiceDeps, opts: PaymentServiceOpti
     if (!isAddressEqual(auth.to, wallet as `0x${string}`) || auth.value < PRICE.units) throw refuse(slug, 'payment_mismatch', 'the authorization must pay at least the amount to payTo');
     const id = authorizationId(chain, auth);
     if (await store.authorizationExists(id)) throw refuse(slug, 'payment_replayed');
+    // Anyone can sign an authorization with a fresh key: each costs a call to the facilitator.
+    throttle(ctx, 'at the facilitator');
     const verified = await facilitator.verify(payload, requirements);
     if (!verified.ok) throw upstream('the facilitator');
     if (!verified.value.isValid) throw refuse(slug, 'payment_invalid', [verified.value.invalidReason, verified.value.invalidMessage].filter(Boolean).join(': ').slice(0, 300));
