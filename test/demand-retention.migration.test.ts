@@ -1,6 +1,8 @@
 // Migration 1630 on an existing database: the per-target demand sums gain per-kind columns
-// (gateway decisions, agent queries), filled from the demand rows recorded before, so /api/stats'
-// market figures, which now read the sums instead of every demand row, count what was there.
+// (gateway decisions, agent queries), filled from the demand rows recorded before, and receipts
+// are counted as they are stored, starting from those stored before; so /api/stats' market
+// figures, which now read the sums and the count instead of every demand row and receipt, count
+// what was there.
 import { copyFileSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -9,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrate } from '../src/db/migrate.js';
 import { insertDemandStatement, type DemandRow } from '../src/store/demand.js';
 import { marketStore } from '../src/store/market.js';
+import { insertReceiptsStatement, receiptStore, type ReceiptRow } from '../src/store/receipts.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 
 const MIGRATIONS = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'db', 'migrations');
@@ -27,6 +30,8 @@ const row = (target: string, kind: string, checks: number, server_url: string | 
   checks,
 });
 
+const receipt = (id: string, issued_at = T0): ReceiptRow => ({ receipt_id: id, kind: 'preflight', sub: 'https://up.example/mcp', issued_at, kid: 'k', claim: { verdict: 'UNRATED' }, jws: 'x.y.z' });
+
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'obs-migr-'));
   for (const f of readdirSync(MIGRATIONS)) if (f < '1630') copyFileSync(join(MIGRATIONS, f), join(dir, f));
@@ -35,6 +40,7 @@ beforeAll(async () => {
   // Two statements, as two writes of the old code: the trigger adds each to the sums.
   await tdb.db.query(...insertDemandStatement([row('https://tracked.example/mcp', 'preflight', 3), row('https://tracked.example/mcp', 'gateway', 5), row('a name', 'preflight', 1, null)]));
   await tdb.db.query(...insertDemandStatement([row('https://up.example/mcp', 'gateway', 7), row('https://up.example/mcp', 'agent_query', 2), row('a name', 'agent_query', 4, null)]));
+  await tdb.db.query(...insertReceiptsStatement([receipt('r1'), receipt('r2'), receipt('r3')]));
   await migrate(tdb.db);
 }, 120_000);
 afterAll(async () => {
@@ -63,5 +69,15 @@ describe(`migration 1630: per-kind demand sums from earlier rows (${backend})`, 
     // Rows written after the migration are counted per kind by the trigger.
     await tdb.db.query(...insertDemandStatement([row('https://up.example/mcp', 'gateway', 1)]));
     expect(await marketStore(tdb.db).figures(new Date(T0.getTime() - 1000))).toMatchObject({ preflight_checks_total: 23, gateway_decisions: 13 });
+  });
+
+  it('counts the receipts stored before, those stored after, and keeps counting those a retention deleted', async () => {
+    const issued = async () => (await marketStore(tdb.db).figures(T0)).receipts_issued;
+    expect(await issued()).toBe(3);
+    await tdb.db.query(...insertReceiptsStatement([receipt('r4'), receipt('r5')]));
+    await receiptStore(tdb.db).insert(receipt('r6', new Date(T0.getTime() + 86_400_000)));
+    expect(await issued()).toBe(6);
+    expect(await receiptStore(tdb.db).deleteIssuedBefore(new Date(T0.getTime() + 1000), 100)).toBe(5);
+    expect(await issued()).toBe(6);
   });
 });

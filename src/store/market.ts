@@ -18,7 +18,7 @@ export interface MarketFigures {
   agent_queries_served: number;
   /** On-chain payments that bought a verdict (the verdict's receipt is attached to the payment). */
   paid_verdicts: number;
-  /** Receipts ever issued: the stored ones and those RECEIPT_RETENTION_DAYS deleted. */
+  /** Receipts issued (counted as stored, migration 1630), those RECEIPT_RETENTION_DAYS deleted since included. */
   receipts_issued: number;
 }
 
@@ -35,7 +35,7 @@ export function marketStore(db: Queryable) {
                 (SELECT count(DISTINCT t.server_url)::int8 FROM preflight_demand_targets t JOIN servers s ON s.url = t.server_url) AS tracked_servers_vetted,
                 (SELECT count(*)::int8 FROM api_keys) AS agent_keys_issued,
                 (SELECT count(*)::int8 FROM payments WHERE receipt_id IS NOT NULL) AS paid_verdicts,
-                (SELECT count(*)::int8 FROM receipts) + coalesce((SELECT receipts FROM receipts_retired WHERE id = 1), 0) AS receipts_issued
+                (SELECT coalesce(sum(issued), 0)::int8 FROM receipt_counts) AS receipts_issued
            FROM (SELECT coalesce(sum(checks), 0)::int8 AS total, count(DISTINCT target)::int8 AS targets,
                         coalesce(sum(gateway), 0)::int8 AS gateway, coalesce(sum(agent_query), 0)::int8 AS agent_query
                    FROM preflight_demand_targets) d

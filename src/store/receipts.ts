@@ -70,10 +70,6 @@ export function receiptStore(db: Queryable) {
             LIMIT $2
          ), gone AS (
            DELETE FROM receipts WHERE receipt_id = ANY (ARRAY(SELECT receipt_id FROM doomed)) RETURNING 1
-         ), counted AS (
-           -- Still issued: /api/stats' receipts_issued adds the deleted ones (migration 1630).
-           INSERT INTO receipts_retired AS r (id, receipts) SELECT 1, count(*) FROM gone
-           ON CONFLICT (id) DO UPDATE SET receipts = r.receipts + EXCLUDED.receipts RETURNING 1
          )
          SELECT count(*)::int8 AS n FROM gone`,
         [cutoff, batch],
