@@ -25,6 +25,14 @@ async function proof(account: PrivateKeyAccount, txHash: string, opts: { resourc
   return JSON.stringify({ tx_hash: txHash, resource, issued_at: issuedAt, signature });
 }
 
+/** The service with payments on, over a Base RPC stand-in, on this file's clock, with one tracked server. */
+async function startPayingApp(env: Record<string, string>): Promise<{ t: TestApp; rpc: BaseRpcStandIn }> {
+  const rpc = await startBaseRpc({ now });
+  const t = await startTestApp({ PAYMENT_WALLET: WALLET, PAYMENT_RPC_URL: rpc.url, PUBLIC_BASE_URL: BASE, TRUST_PROXY: '1', ...env }, { now });
+  await postJson(`${t.base}/api/report`, { server_url: 'https://weather.example.com/mcp', success: true, latency_ms: 120 });
+  return { t, rpc };
+}
+
 const query = (app: TestApp, headers: Record<string, string>) => fetch(`${app.base}/agent-query/weather-example-com-mcp`, { headers });
 
 describe(`x402 v1 transaction hashes are bound to their payer and to a recent window (${backend})`, () => {
@@ -34,9 +42,7 @@ describe(`x402 v1 transaction hashes are bound to their payer and to a recent wi
   const thief = privateKeyToAccount(generatePrivateKey());
 
   beforeAll(async () => {
-    rpc = await startBaseRpc({ now });
-    t = await startTestApp({ PAYMENT_WALLET: WALLET, PAYMENT_RPC_URL: rpc.url, PUBLIC_BASE_URL: BASE, TRUST_PROXY: '1' }, { now });
-    await postJson(`${t.base}/api/report`, { server_url: 'https://weather.example.com/mcp', success: true, latency_ms: 120 });
+    ({ t, rpc } = await startPayingApp({}));
   });
   afterAll(async () => {
     await t?.close();
@@ -102,9 +108,7 @@ describe(`x402 v1 look-ups on the chain are throttled per client network (${back
   const lookups = () => rpc.calls.filter((c) => c.method === 'eth_getTransactionReceipt').length;
 
   beforeAll(async () => {
-    rpc = await startBaseRpc({ now });
-    t = await startTestApp({ PAYMENT_WALLET: WALLET, PAYMENT_RPC_URL: rpc.url, PUBLIC_BASE_URL: BASE, TRUST_PROXY: '1', PAYMENT_LOOKUPS_PER_MINUTE: '3' }, { now });
-    await postJson(`${t.base}/api/report`, { server_url: 'https://weather.example.com/mcp', success: true, latency_ms: 120 });
+    ({ t, rpc } = await startPayingApp({ PAYMENT_LOOKUPS_PER_MINUTE: '3' }));
   });
   afterAll(async () => {
     await t?.close();
@@ -153,12 +157,7 @@ describe(`x402 look-ups from every client network together are bounded per insta
   const lookups = () => rpc.calls.filter((c) => c.method === 'eth_getTransactionReceipt').length;
 
   beforeAll(async () => {
-    rpc = await startBaseRpc({ now });
-    t = await startTestApp(
-      { PAYMENT_WALLET: WALLET, PAYMENT_RPC_URL: rpc.url, PUBLIC_BASE_URL: BASE, TRUST_PROXY: '1', PAYMENT_LOOKUPS_PER_MINUTE: '3', PAYMENT_LOOKUPS_TOTAL_PER_MINUTE: '5' },
-      { now },
-    );
-    await postJson(`${t.base}/api/report`, { server_url: 'https://weather.example.com/mcp', success: true, latency_ms: 120 });
+    ({ t, rpc } = await startPayingApp({ PAYMENT_LOOKUPS_PER_MINUTE: '3', PAYMENT_LOOKUPS_TOTAL_PER_MINUTE: '5' }));
   });
   afterAll(async () => {
     await t?.close();

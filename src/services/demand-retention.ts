@@ -8,7 +8,7 @@
 // every check. Windows (24h, 7d, 30d) read rows younger than the shortest retention allowed.
 import { demandStore, notifyDemandRecorded } from '../store/demand.js';
 import type { ServiceDeps } from './context.js';
-import { retentionJob, type RetentionJob } from './jobs.js';
+import { inBatches, retentionJob, type RetentionJob } from './jobs.js';
 
 export const DEMAND_RETENTION_PERIOD_MS = 6 * 3600_000;
 /** Demand rows deleted, or targets retired, per statement. */
@@ -27,11 +27,7 @@ export function createDemandRetention({ db, config, now }: Pick<ServiceDeps, 'db
       if (r.picked < batch || r.last === null) break;
       after = r.last;
     }
-    for (;;) {
-      const n = await store.deleteRowsBefore(cutoff, batch);
-      total += n;
-      if (n < batch) break;
-    }
+    total += await inBatches(batch, (n) => store.deleteRowsBefore(cutoff, n));
     // Cached demand figures (the coverage report's lists) drop the retired targets.
     if (total > 0) notifyDemandRecorded(db);
     return total;

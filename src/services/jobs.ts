@@ -67,6 +67,19 @@ export interface RetentionJob {
 }
 
 /**
+ * Calls `deleteBatch` (which deletes at most `batch` and answers how many) until a call deletes
+ * fewer: a retention deletes in statements of bounded size, never one long transaction. How many in all.
+ */
+export async function inBatches(batch: number, deleteBatch: (batch: number) => Promise<number>): Promise<number> {
+  let total = 0;
+  for (;;) {
+    const n = await deleteBatch(batch);
+    total += n;
+    if (n < batch) return total;
+  }
+}
+
+/**
  * A retention of `days` (0 keeps everything) run every `periodMs`, once per period across
  * instances: `deleteBefore(cutoff)` deletes what is older than the cutoff and answers how much.
  */

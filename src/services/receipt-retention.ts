@@ -7,7 +7,7 @@
 // batches so no statement holds many rows' locks or a long transaction.
 import { receiptStore } from '../store/receipts.js';
 import type { ServiceDeps } from './context.js';
-import { retentionJob, type RetentionJob } from './jobs.js';
+import { inBatches, retentionJob, type RetentionJob } from './jobs.js';
 
 export const RECEIPT_RETENTION_PERIOD_MS = 6 * 3600_000;
 /** Receipts deleted per statement. */
@@ -16,14 +16,7 @@ export const RECEIPT_RETENTION_BATCH = 5000;
 export function createReceiptRetention({ db, config, now }: Pick<ServiceDeps, 'db' | 'config' | 'now'>, opts: { onError?: (err: unknown) => void; batch?: number } = {}): RetentionJob {
   const store = receiptStore(db);
   const batch = opts.batch ?? RECEIPT_RETENTION_BATCH;
-  /** Deletes the receipts issued before `cutoff`, a batch per statement; how many. */
-  async function deleteBefore(cutoff: Date): Promise<number> {
-    let total = 0;
-    for (;;) {
-      const n = await store.deleteIssuedBefore(cutoff, batch);
-      total += n;
-      if (n < batch) return total;
-    }
-  }
+  // The receipts issued before the cutoff, a batch per statement.
+  const deleteBefore = (cutoff: Date) => inBatches(batch, (n) => store.deleteIssuedBefore(cutoff, n));
   return retentionJob(db, 'receipt-retention', RECEIPT_RETENTION_PERIOD_MS, config.receiptRetentionDays, now, deleteBefore, opts);
 }
