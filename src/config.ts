@@ -134,7 +134,7 @@ export interface Config {
   receiptRetentionDays: number;
   /**
    * DEMAND_RETENTION_DAYS (default 90, 0 = keep for ever, otherwise at least 31: /api/demand's
-   * longest window is 30 days): pre-flight demand rows older than this are deleted, and the
+   * longest window is 30 days): pre-flight demand rows and hourly sums older than this are deleted, and the
    * per-target sums of targets that named no tracked server and were not checked within it are
    * folded into one retired row (every 6 hours, once across instances); all-time figures keep
    * counting them (src/services/demand-retention.ts).
@@ -412,13 +412,13 @@ function retentionDays(env: Env, name: 'TELEMETRY_RETENTION_DAYS' | 'RECEIPT_RET
   return days;
 }
 
-/** The shortest demand retention: /api/demand's longest window (30d) reads raw rows. */
+/** The shortest demand retention: /api/demand's longest window (30d) reads the hourly sums. */
 export const MIN_DEMAND_RETENTION_DAYS = 31;
 
 function demandRetentionDays(env: Env): number {
   const days = int(env, 'DEMAND_RETENTION_DAYS', 90, 0, 36_500);
   if (days !== 0 && days < MIN_DEMAND_RETENTION_DAYS) {
-    throw new ConfigError('DEMAND_RETENTION_DAYS', `must be 0 (keep for ever) or at least ${MIN_DEMAND_RETENTION_DAYS} days (/api/demand's 30d window reads demand rows), got ${days}`);
+    throw new ConfigError('DEMAND_RETENTION_DAYS', `must be 0 (keep for ever) or at least ${MIN_DEMAND_RETENTION_DAYS} days (/api/demand's 30d window reads them), got ${days}`);
   }
   return days;
 }

@@ -1,5 +1,5 @@
 // Migration 1630 on an existing database: the per-target demand sums gain per-kind columns
-// (gateway decisions, agent queries), filled from the demand rows recorded before, and receipts
+// (gateway decisions, agent queries) and hourly sums, filled from the demand rows recorded before, and receipts
 // are counted as they are stored, starting from those stored before; so /api/stats' market
 // figures, which now read the sums and the count instead of every demand row and receipt, count
 // what was there.
@@ -57,6 +57,15 @@ describe(`migration 1630: per-kind demand sums from earlier rows (${backend})`, 
       ['a name', 5, 0, 4],
       ['https://tracked.example/mcp', 8, 5, 0],
       ['https://up.example/mcp', 9, 7, 2],
+    ]);
+    // The hourly sums the windows read, from the same rows (all in T0's hour).
+    const hourly = await tdb.db.query<{ bucket: Date; target: string; checks: number }>(
+      'SELECT bucket, target, sum(checks)::int8 AS checks FROM preflight_demand_hourly GROUP BY 1, 2 ORDER BY 2',
+    );
+    expect(hourly.map((h) => [h.bucket.toISOString(), h.target, Number(h.checks)])).toEqual([
+      [T0.toISOString(), 'a name', 5],
+      [T0.toISOString(), 'https://tracked.example/mcp', 8],
+      [T0.toISOString(), 'https://up.example/mcp', 9],
     ]);
     expect(await marketStore(tdb.db).figures(new Date(T0.getTime() - 1000))).toMatchObject({
       preflight_checks_total: 22,

@@ -70,9 +70,13 @@ describe(`demand retention (${backend})`, () => {
       // Day 0's rows (the two gate calls share a claim: one row or two, as the buffer's writes fell).
       const old = await app.obs.db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM preflight_demand WHERE checked_at < $1', [new Date(clock - 40 * DAY)]);
       expect(Number(old[0]!.n)).toBeGreaterThanOrEqual(5);
-      // Three targets retired (batches of 2: the cursor carries on past the first batch) and day 0's rows deleted.
-      expect(await small.purge(new Date(clock))).toBe(3 + Number(old[0]!.n));
+      // Day 0's hourly sums: one per target of that hour (the windows read these, never the rows).
+      const hourly = await app.obs.db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM preflight_demand_hourly WHERE bucket < $1', [new Date(clock - 40 * DAY)]);
+      expect(Number(hourly[0]!.n)).toBe(5);
+      // Three targets retired (batches of 2: the cursor carries on past the first batch), day 0's rows and hourly sums deleted.
+      expect(await small.purge(new Date(clock))).toBe(3 + Number(old[0]!.n) + 5);
       expect((await app.obs.db.query<{ target: string }>('SELECT target FROM preflight_demand ORDER BY id')).map((r) => r.target)).toEqual(['https://again.example.com/mcp']);
+      expect((await app.obs.db.query<{ target: string }>('SELECT target FROM preflight_demand_hourly')).map((r) => r.target)).toEqual(['https://again.example.com/mcp']);
 
       const after = await figures();
       expect(after.market).toEqual(Object.assign({}, before.market, { computed_at: after.market.computed_at }));
@@ -96,6 +100,7 @@ describe(`demand retention (${backend})`, () => {
       expect(await app.obs.services.demandRetention.job.tick(new Date(clock))).toBe(true);
       expect(await app.obs.services.demandRetention.job.tick(new Date(clock))).toBe(false);
       expect(await app.obs.db.query('SELECT 1 FROM preflight_demand')).toEqual([]);
+      expect(await app.obs.db.query('SELECT 1 FROM preflight_demand_hourly')).toEqual([]);
       const last = await figures();
       expect(last.market.preflight_checks_total).toBe(8);
       expect(last.targets).toEqual(new Set([tracked]));

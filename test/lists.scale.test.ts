@@ -94,7 +94,7 @@ describe(`server search (${backend})`, () => {
 });
 
 describe(`all-time demand from per-target sums (${backend})`, () => {
-  it('agrees with the demand rows, whichever way they were written', async () => {
+  it('agrees with the hourly sums and with the demand rows, whichever way they were written', async () => {
     const demand = demandStore(t.db);
     const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, s));
     const row = (s: number, target: string, server_url: string | null, verdict: string, name: string | null = null): DemandRow => ({ checked_at: at(s), target, server_url, name, verdict, kind: 'preflight', receipt_id: null });
@@ -110,8 +110,14 @@ describe(`all-time demand from per-target sums (${backend})`, () => {
     const totals = await demand.totals(null);
     const top = await demand.topTargets(null, 10);
     const byCat = await demand.checksByCategory(null);
-    // The same figures straight from the rows (the windowed form of the same queries).
+    // The same figures from the hourly sums (the windowed form of the same queries), and the
+    // checks per category straight from the rows.
     const since = new Date(0);
+    const fromRows = await t.db.query<{ category: string | null; checks: number }>(
+      `SELECT s.category, sum(d.checks)::int8 AS checks FROM preflight_demand d LEFT JOIN servers s ON s.url = d.server_url
+        GROUP BY 1 ORDER BY checks DESC, category NULLS LAST`,
+    );
+    expect(byCat).toEqual(fromRows.map((r) => ({ category: r.category, checks: Number(r.checks) })));
     expect(totals).toEqual(await demand.totals(since));
     expect(top).toEqual(await demand.topTargets(since, 10));
     expect(byCat).toEqual(await demand.checksByCategory(since));

@@ -2,7 +2,8 @@
 // grows by one row per claim per second (a gateway: one per upstream per second) and by one
 // per-target sum per distinct target text, any name a client sends. Every DEMAND_RETENTION_PERIOD_MS,
 // once per period across instances (retentionJob), this job deletes the demand rows checked
-// longer ago than the retention and retires the per-target sums of targets that named no tracked
+// longer ago than the retention (and the hourly sums of the hours that ended before it, which the
+// windows read) and retires the per-target sums of targets that named no tracked
 // server and were not checked within it: their counts move into one retired row (migration 1630),
 // so the all-time figures (/api/demand alltime, the coverage report, /api/stats) keep counting
 // every check. Windows (24h, 7d, 30d) read rows younger than the shortest retention allowed.
@@ -17,7 +18,7 @@ export const DEMAND_RETENTION_BATCH = 5000;
 export function createDemandRetention({ db, config, now }: Pick<ServiceDeps, 'db' | 'config' | 'now'>, opts: { onError?: (err: unknown) => void; batch?: number } = {}): RetentionJob {
   const store = demandStore(db);
   const batch = opts.batch ?? DEMAND_RETENTION_BATCH;
-  /** Retires the untracked targets last checked before `cutoff`, then deletes the rows checked before it; how many of both. */
+  /** Retires the untracked targets last checked before `cutoff`, then deletes the rows and hourly sums before it; how many of all. */
   async function deleteBefore(cutoff: Date): Promise<number> {
     let total = 0;
     let after: string | null = null;
@@ -28,6 +29,7 @@ export function createDemandRetention({ db, config, now }: Pick<ServiceDeps, 'db
       after = r.last;
     }
     total += await inBatches(batch, (n) => store.deleteRowsBefore(cutoff, n));
+    total += await inBatches(batch, (n) => store.deleteHourlyBefore(cutoff, n));
     // Cached demand figures (the coverage report's lists) drop the retired targets.
     if (total > 0) notifyDemandRecorded(db);
     return total;

@@ -41,12 +41,6 @@ export interface DemandTarget extends VerdictCounts {
   last_verdict: string;
 }
 
-// Each demand row counts `checks` calls (migration 1580).
-const MIX = `sum(CASE WHEN verdict = 'PASS' THEN checks ELSE 0 END)::int8 AS pass,
-  sum(CASE WHEN verdict = 'UNCERTAIN' THEN checks ELSE 0 END)::int8 AS uncertain,
-  sum(CASE WHEN verdict = 'FAIL' THEN checks ELSE 0 END)::int8 AS fail,
-  sum(CASE WHEN verdict = 'UNRATED' THEN checks ELSE 0 END)::int8 AS unrated`;
-
 /** The retired sums (migration 1630), at most one row, joined to a one-row aggregate `t`. */
 const RETIRED_JOIN = 'LEFT JOIN preflight_demand_retired r ON r.id = 1';
 
@@ -213,18 +207,24 @@ export async function flushDemand(db: Queryable): Promise<void> {
 }
 
 /**
- * One row per target checked since the statement parameter `sinceParam` (`since` null: all time,
- * from the per-target sums of migration 1560): checks, last check and verdict, verdict mix.
+ * The sums a window reads: all time, the per-target sums (migration 1560); since a time, the
+ * per-target hourly sums (migration 1630) from the UTC hour the statement parameter `sinceParam`
+ * falls in. Never the demand rows themselves: they grow with checks (a gateway: one per upstream
+ * per second), the sums with distinct targets (per hour).
  */
+function sums(since: Date | null, sinceParam: string, alias = 'w'): string {
+  return since === null ? `preflight_demand_targets ${alias}` : `(SELECT * FROM preflight_demand_hourly WHERE bucket >= ${windowStart(sinceParam)}) ${alias}`;
+}
+
+/** The first hourly bucket of a window starting at the timestamptz parameter `param`. */
+export const windowStart = (param: string): string => `date_trunc('hour', ${param}::timestamptz, 'UTC')`;
+
+/** One row per target checked in the window (all time when `since` is null): checks, last check and verdict, verdict mix. */
 function groupedTargets(since: Date | null, sinceParam: string): string {
-  return since === null
-    ? `SELECT target, max(nullif(server_url, '')) AS server_url, max(name) AS name, sum(checks)::int8 AS checks, max(last_checked_at) AS last_checked_at,
-              (array_agg(last_verdict ORDER BY last_checked_at DESC, last_id DESC))[1] AS last_verdict,
-              sum(pass)::int8 AS pass, sum(uncertain)::int8 AS uncertain, sum(fail)::int8 AS fail, sum(unrated)::int8 AS unrated
-         FROM preflight_demand_targets GROUP BY target`
-    : `SELECT target, max(server_url) AS server_url, max(name) AS name, sum(checks)::int8 AS checks, max(checked_at) AS last_checked_at,
-              (array_agg(verdict ORDER BY checked_at DESC, id DESC))[1] AS last_verdict, ${MIX}
-         FROM preflight_demand WHERE checked_at >= ${sinceParam}::timestamptz GROUP BY target`;
+  return `SELECT target, max(nullif(server_url, '')) AS server_url, max(name) AS name, sum(checks)::int8 AS checks, max(last_checked_at) AS last_checked_at,
+                 (array_agg(last_verdict ORDER BY last_checked_at DESC, last_id DESC))[1] AS last_verdict,
+                 sum(pass)::int8 AS pass, sum(uncertain)::int8 AS uncertain, sum(fail)::int8 AS fail, sum(unrated)::int8 AS unrated
+            FROM ${sums(since, sinceParam)} GROUP BY target`;
 }
 
 export function demandStore(db: Queryable) {
@@ -247,18 +247,17 @@ export function demandStore(db: Queryable) {
     /** Totals since a time (null: all time). */
     async totals(since: Date | null): Promise<DemandTotals> {
       await flushDemand(db);
-      // All time: the per-target sums (migration 1560), not every demand row (issue 23), and
-      // what the retention retired (migration 1630).
+      // All time: the per-target sums (migration 1560) and what the retention retired; a window:
+      // its hourly sums (migration 1630). Never every demand row (issue 23).
+      const agg = (since: Date | null) => `SELECT coalesce(sum(checks), 0)::int8 AS n, count(DISTINCT target)::int8 AS u, coalesce(sum(pass), 0)::int8 AS pass,
+                            coalesce(sum(uncertain), 0)::int8 AS uncertain, coalesce(sum(fail), 0)::int8 AS fail, coalesce(sum(unrated), 0)::int8 AS unrated
+                       FROM ${sums(since, '$1')}`;
       const rows = await db.query<{ n: number; u: number; pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }>(
         since === null
           ? `SELECT t.n + coalesce(r.checks, 0) AS n, t.u + coalesce(r.targets, 0) AS u, t.pass + coalesce(r.pass, 0) AS pass,
                     t.uncertain + coalesce(r.uncertain, 0) AS uncertain, t.fail + coalesce(r.fail, 0) AS fail, t.unrated + coalesce(r.unrated, 0) AS unrated
-               FROM (SELECT coalesce(sum(checks), 0)::int8 AS n, count(DISTINCT target)::int8 AS u, coalesce(sum(pass), 0)::int8 AS pass,
-                            coalesce(sum(uncertain), 0)::int8 AS uncertain, coalesce(sum(fail), 0)::int8 AS fail, coalesce(sum(unrated), 0)::int8 AS unrated
-                       FROM preflight_demand_targets) t
-               ${RETIRED_JOIN}`
-          : `SELECT coalesce(sum(checks), 0)::int8 AS n, count(DISTINCT target)::int8 AS u, ${MIX}
-               FROM preflight_demand WHERE checked_at >= $1::timestamptz`,
+               FROM (${agg(null)}) t ${RETIRED_JOIN}`
+          : agg(since),
         since === null ? [] : [since],
       );
       const r = rows[0]!;
@@ -302,18 +301,16 @@ export function demandStore(db: Queryable) {
 
     /**
      * Pre-flight checks per category of the tracked server they named (category null: targets not
-     * tracked, all time including the retired targets, which never named a tracked server).
+     * tracked, all time including the retired targets, which never named a tracked server), most
+     * checks first, then by category (untracked last).
      */
     async checksByCategory(since: Date | null): Promise<{ category: string | null; checks: number }[]> {
       await flushDemand(db);
       return db.query<{ category: string | null; checks: number }>(
-        since === null
-          ? `SELECT category, sum(checks)::int8 AS checks
-               FROM (SELECT s.category, d.checks FROM preflight_demand_targets d LEFT JOIN servers s ON s.url = nullif(d.server_url, '')
-                     UNION ALL SELECT NULL, checks FROM preflight_demand_retired) x
-              GROUP BY category ORDER BY checks DESC`
-          : `SELECT s.category, sum(d.checks)::int8 AS checks FROM preflight_demand d LEFT JOIN servers s ON s.url = d.server_url
-              WHERE d.checked_at >= $1::timestamptz GROUP BY s.category ORDER BY checks DESC`,
+        `SELECT category, sum(checks)::int8 AS checks
+           FROM (SELECT s.category, d.checks FROM ${sums(since, '$1', 'd')} LEFT JOIN servers s ON s.url = nullif(d.server_url, '')
+                 ${since === null ? 'UNION ALL SELECT NULL, checks FROM preflight_demand_retired' : ''}) x
+          GROUP BY category ORDER BY checks DESC, category NULLS LAST`,
         since === null ? [] : [since],
       );
     },
@@ -351,6 +348,19 @@ export function demandStore(db: Queryable) {
         [cutoff, limit, after],
       );
       return { picked: Number(r!.picked), retired: Number(r!.retired), last: r!.last };
+    },
+
+    /** Deletes up to `limit` hourly sums of hours that ended by `cutoff` (oldest first); how many. */
+    async deleteHourlyBefore(cutoff: Date, limit: number): Promise<number> {
+      const rows = await db.query<{ n: number }>(
+        `WITH gone AS (
+           DELETE FROM preflight_demand_hourly WHERE (bucket, target, server_url, shard) IN (
+             SELECT bucket, target, server_url, shard FROM preflight_demand_hourly WHERE bucket <= $1::timestamptz - interval '1 hour' ORDER BY bucket LIMIT $2)
+           RETURNING 1
+         ) SELECT count(*)::int8 AS n FROM gone`,
+        [cutoff, limit],
+      );
+      return Number(rows[0]!.n);
     },
 
     /** Deletes up to `limit` demand rows checked before `cutoff` (oldest first); how many. */

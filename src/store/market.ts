@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/index.js';
-import { flushDemand } from './demand.js';
+import { flushDemand, windowStart } from './demand.js';
 
 // Demand and adoption figures behind `market_validation` in GET /api/stats (SPEC 4.1 "market
 // validation metrics"; docs/scoring.md "Market validation"). Read-only counts over the tables
@@ -29,7 +29,7 @@ export function marketStore(db: Queryable) {
       await flushDemand(db);
       const [r] = await db.query<{ [K in keyof MarketFigures]: number | null }>(
         `SELECT d.total + coalesce(r.checks, 0) AS preflight_checks_total,
-                (SELECT coalesce(sum(checks), 0)::int8 FROM preflight_demand WHERE checked_at >= $1) AS preflight_checks_last_24h,
+                (SELECT coalesce(sum(checks), 0)::int8 FROM preflight_demand_hourly WHERE bucket >= ${windowStart('$1')}) AS preflight_checks_last_24h,
                 d.targets + coalesce(r.targets, 0) AS unique_preflight_targets,
                 d.gateway + coalesce(r.gateway, 0) AS gateway_decisions, d.agent_query + coalesce(r.agent_query, 0) AS agent_queries_served,
                 (SELECT count(DISTINCT t.server_url)::int8 FROM preflight_demand_targets t JOIN servers s ON s.url = t.server_url) AS tracked_servers_vetted,
