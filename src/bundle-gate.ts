@@ -96,7 +96,7 @@ export async function createBundleGate(config: Config, opts: { logger?: boolean;
       ['/v1/gate', 'gate'],
       ['/v1/gate/*', 'gate'],
     ]),
-    searched: new Set(),
+    searched: new Map(),
     probing: new Map(),
     pages: new Set(),
   });

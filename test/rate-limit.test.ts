@@ -363,6 +363,31 @@ describe(`searched lists are limited per client network (${backend})`, () => {
     expect(err?.code).toBe(Code.ResourceExhausted);
     expect(err?.rawMessage).toMatch(/at most 3 searched list requests per minute/);
   });
+
+  it('a page of one demand window (?window=, Connect GetDemand with a window) takes from the same bucket; the cached unpaged demand does not', async () => {
+    const ip = '198.51.100.123';
+    const client = createClient(TrustService, createConnectTransport({ baseUrl: t.base, httpVersion: '1.1', interceptors: [forwardedFor(ip)] }));
+    for (let i = 0; i < 3; i++) {
+      const r = await raw(t.base, '/api/demand', { headers: from(ip) });
+      expect(r.status).toBe(200);
+      expect(r.headers['ratelimit']).toBeUndefined();
+      await client.getDemand({});
+    }
+    const paged = await raw(t.base, '/api/demand?window=30d&limit=5', { headers: from(ip) });
+    expect(paged.status).toBe(200);
+    expect(paged.headers['ratelimit-policy']).toBe('"search";q=3;w=60');
+    await client.getDemand({ window: 'alltime' });
+    await client.getDemand({ window: '7d', limit: 2 });
+    const refused = await fetch(`${t.base}/api/demand?window=24h`, { headers: from(ip) });
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    await expectProblem(refused, 429, 'rate_limited');
+    const err = await client.getDemand({ window: '24h' }).then(
+      () => null,
+      (e: unknown) => ConnectError.from(e),
+    );
+    expect(err?.code).toBe(Code.ResourceExhausted);
+    expect((await raw(t.base, '/api/demand', { headers: from(ip) })).status).toBe(200);
+  });
 });
 
 describe(`the gate, MCP preflight_check and A2A skills have limits of their own (${backend})`, () => {

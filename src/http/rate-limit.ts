@@ -34,12 +34,26 @@ export const REST_RATE_LIMITS: ReadonlyMap<string, RateLimitName> = new Map<stri
 ]);
 
 /**
- * Routes whose SEARCHED requests (a non-empty `q`) take from the `search` bucket (issue 23): a
- * search over the servers without evidence reads the servers table (trigram-indexed where the
- * database has pg_trgm, migration 1570), so an anonymous client cycling search texts is limited
- * per client network like the other costly calls. Unsearched pages of these lists are not.
+ * Routes whose requests with a non-empty value of this query parameter take from the `search`
+ * bucket: the lists computed per request rather than served from a cached figure. A search (`q`)
+ * over the servers without evidence reads the servers table (trigram-indexed where the database
+ * has pg_trgm, migration 1570, issue 23); a page of one demand window (`/api/demand?window=`)
+ * groups every target checked in it (its hourly sums, migration 1630). An anonymous client cycling
+ * search texts or cursors is limited per client network like the other costly calls; the lists
+ * without that parameter are not.
  */
-export const SEARCH_RATE_LIMITED: ReadonlySet<string> = new Set(['/api/leaderboard', '/monitor', '/atlas/report']);
+export const SEARCH_RATE_LIMITED: ReadonlyMap<string, string> = new Map([
+  ['/api/leaderboard', 'q'],
+  ['/monitor', 'q'],
+  ['/atlas/report', 'q'],
+  ['/api/demand', 'window'],
+]);
+
+/** The same for Connect, gRPC and gRPC-Web: the method and its request field. */
+const SEARCHED_METHODS: ReadonlyMap<DescMethod, string> = new Map<DescMethod, string>([
+  [TrustService.method.getLeaderboard, 'q'],
+  [TrustService.method.getDemand, 'window'],
+]);
 
 /**
  * Pages whose requests with this query parameter run a live probe, and take from the `probes`
@@ -57,7 +71,7 @@ export const PROBING_PAGES: ReadonlyMap<string, string> = new Map([['/drift', 's
  */
 export const RATE_LIMITED_PAGES: ReadonlySet<string> = new Set(['/monitor', '/monitor/server/:slug', '/drift', '/atlas/report']);
 
-/** Whether a request's `q` asks for a search (the list code ignores a blank one). */
+/** Whether a request's `q` asks for a search, or its `window` for a page (the list code ignores a blank one). */
 export const isSearch = (q: unknown): boolean => (typeof q === 'string' ? q.trim() !== '' : Array.isArray(q) ? q.some(isSearch) : false);
 
 /** Connect/gRPC/gRPC-Web methods and their limit (the same buckets as their REST twins). */
@@ -82,7 +96,7 @@ export function installRateLimits(
   limits: RateLimiter,
   routes: {
     table: ReadonlyMap<string, RateLimitName>;
-    searched: ReadonlySet<string>;
+    searched: ReadonlyMap<string, string>;
     probing: ReadonlyMap<string, string>;
     pages: ReadonlySet<string>;
   } = { table: REST_RATE_LIMITS, searched: SEARCH_RATE_LIMITED, probing: PROBING_PAGES, pages: RATE_LIMITED_PAGES },
@@ -95,14 +109,14 @@ export function installRateLimits(
     registered.add(opts.url);
     const fixed = table.get(opts.url);
     const probeParam = probing.get(opts.url);
-    const search = searched.has(opts.url);
+    const searchParam = searched.get(opts.url);
     const page = pages.has(opts.url);
-    if (fixed === undefined && !search && probeParam === undefined && !page) return;
+    if (fixed === undefined && searchParam === undefined && probeParam === undefined && !page) return;
     const hook = (req: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
       const query = req.query as Record<string, unknown> | undefined;
       const name =
         fixed ??
-        (search && isSearch(query?.q) ? 'search' : probeParam !== undefined && query?.[probeParam] !== undefined ? 'probes' : page ? 'pages' : undefined);
+        (searchParam !== undefined && isSearch(query?.[searchParam]) ? 'search' : probeParam !== undefined && query?.[probeParam] !== undefined ? 'probes' : page ? 'pages' : undefined);
       if (name === undefined) return done();
       // A request the fast path handed over (src/http/fast-paths.ts) has taken its token there.
       const taken = handedOver(req.raw)?.rate;
@@ -118,7 +132,7 @@ export function installRateLimits(
     opts.onRequest = withRouteHook(opts.onRequest, hook);
   });
   app.addHook('onReady', async () => {
-    const missing = [...table.keys(), ...searched, ...probing.keys(), ...pages].filter((url) => !registered.has(url));
+    const missing = [...table.keys(), ...searched.keys(), ...probing.keys(), ...pages].filter((url) => !registered.has(url));
     if (missing.length > 0) throw new Error(`rate limits name routes that do not exist: ${missing.join(', ')}`);
   });
 }
@@ -129,7 +143,8 @@ export function installRateLimits(
  */
 export function rateLimitInterceptor(limits: RateLimiter, table: ReadonlyMap<DescMethod, RateLimitName> = CONNECT_RATE_LIMITS): Interceptor {
   return (next) => async (req) => {
-    const name = table.get(req.method) ?? (req.method === TrustService.method.getLeaderboard && !req.stream && isSearch((req.message as { q?: unknown }).q) ? 'search' : undefined);
+    const field = req.stream ? undefined : SEARCHED_METHODS.get(req.method);
+    const name = table.get(req.method) ?? (field !== undefined && isSearch((req.message as Record<string, unknown>)[field]) ? 'search' : undefined);
     if (name === undefined) return next(req);
     const d = limits.take(name, req.contextValues.get(clientAddressKey));
     if (!d) return next(req);

@@ -290,10 +290,12 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     }
     const at = now();
     const since = w.ms === null ? null : new Date(at.getTime() - w.ms);
-    const [all, totals, page] = await Promise.all([demand.totals(null), since === null ? null : demand.totals(since), demand.topTargetsPage(since, after, limit + 1)]);
+    // The totals are the cached figures the unpaged answer shows; only the page is read here.
+    const [figures, page] = await Promise.all([demandWindows.get('all', at), demand.topTargetsPage(since, after, limit + 1)]);
     const rows = page.slice(0, limit);
     const last = rows[rows.length - 1];
-    const t = totals ?? all;
+    const all = figures[figures.length - 1]!.totals;
+    const t = figures[DEMAND_WINDOWS.indexOf(w)]!.totals;
     return {
       generatedAt: at.toISOString(),
       totalPreflightChecks: all.total,
@@ -305,7 +307,7 @@ export function createPreflightService(deps: ServiceDeps, trust: Pick<TrustServi
     };
   }
 
-  // Every window's totals and top targets (the 24h to 30d windows aggregate their demand rows),
+  // Every window's totals and top targets (the 24h to 30d windows aggregate their hourly sums),
   // computed at most once per SCORE_CACHE_MS and shared (cached-figure.ts); demand counted or
   // committed by this process shows in GET /api/demand within AGGREGATE_SETTLE_MS.
   const demandWindows = cachedFigures(

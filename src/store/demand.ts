@@ -208,16 +208,19 @@ export async function flushDemand(db: Queryable): Promise<void> {
 
 /**
  * The sums a window reads: all time, the per-target sums (migration 1560); since a time, the
- * per-target hourly sums (migration 1630) from the UTC hour the statement parameter `sinceParam`
- * falls in. Never the demand rows themselves: they grow with checks (a gateway: one per upstream
- * per second), the sums with distinct targets (per hour).
+ * per-target hourly sums (migration 1630) from the statement parameter `sinceParam`, a UTC hour
+ * (windowStart). Never the demand rows themselves: they grow with checks (a gateway: one per
+ * upstream per second), the sums with distinct targets (per hour).
  */
 function sums(since: Date | null, sinceParam: string, alias = 'w'): string {
-  return since === null ? `preflight_demand_targets ${alias}` : `(SELECT * FROM preflight_demand_hourly WHERE bucket >= ${windowStart(sinceParam)}) ${alias}`;
+  return since === null ? `preflight_demand_targets ${alias}` : `(SELECT * FROM preflight_demand_hourly WHERE bucket >= ${sinceParam}::timestamptz) ${alias}`;
 }
 
-/** The first hourly bucket of a window starting at the timestamptz parameter `param`. */
-export const windowStart = (param: string): string => `date_trunc('hour', ${param}::timestamptz, 'UTC')`;
+/**
+ * The first hourly sum of a window starting at `since`: the start of its UTC hour. Computed here,
+ * not in SQL: date_trunc with a time zone is only STABLE, so a scan would evaluate it per row.
+ */
+export const windowStart = (since: Date): Date => new Date(Math.floor(since.getTime() / 3_600_000) * 3_600_000);
 
 /** One row per target checked in the window (all time when `since` is null): checks, last check and verdict, verdict mix. */
 function groupedTargets(since: Date | null, sinceParam: string): string {
@@ -258,7 +261,7 @@ export function demandStore(db: Queryable) {
                     t.uncertain + coalesce(r.uncertain, 0) AS uncertain, t.fail + coalesce(r.fail, 0) AS fail, t.unrated + coalesce(r.unrated, 0) AS unrated
                FROM (${agg(null)}) t ${RETIRED_JOIN}`
           : agg(since),
-        since === null ? [] : [since],
+        since === null ? [] : [windowStart(since)],
       );
       const r = rows[0]!;
       return { total: r.n, unique_targets: r.u, ...mix(r) };
@@ -278,7 +281,7 @@ export function demandStore(db: Queryable) {
         uncertain: number | null;
         fail: number | null;
         unrated: number | null;
-      }>(`${groupedTargets(since, '$2')} ORDER BY checks DESC, last_checked_at DESC, target LIMIT $1`, since === null ? [limit] : [limit, since]);
+      }>(`${groupedTargets(since, '$2')} ORDER BY checks DESC, last_checked_at DESC, target LIMIT $1`, since === null ? [limit] : [limit, windowStart(since)]);
       return rows.map((r) => Object.assign({}, r, mix(r)));
     },
 
@@ -294,7 +297,7 @@ export function demandStore(db: Queryable) {
         `SELECT g.*, g.us AS last_us FROM (SELECT x.*, (extract(epoch FROM x.last_checked_at) * 1000000)::int8 AS us FROM (${grouped}) x) g
           WHERE $2::int8 IS NULL OR g.checks < $2::int8 OR (g.checks = $2::int8 AND (g.us < $3::int8 OR (g.us = $3::int8 AND g.target COLLATE "C" > $4::text COLLATE "C")))
           ORDER BY g.checks DESC, g.us DESC, g.target COLLATE "C" LIMIT $1`,
-        since === null ? [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null] : [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null, since],
+        since === null ? [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null] : [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null, windowStart(since)],
       );
       return rows.map(({ us: _us, ...r }: typeof rows[number] & { us?: number }) => Object.assign(r, { checks: Number(r.checks), last_us: Number(r.last_us) }, mix(r)));
     },
@@ -311,7 +314,7 @@ export function demandStore(db: Queryable) {
            FROM (SELECT s.category, d.checks FROM ${sums(since, '$1', 'd')} LEFT JOIN servers s ON s.url = nullif(d.server_url, '')
                  ${since === null ? 'UNION ALL SELECT NULL, checks FROM preflight_demand_retired' : ''}) x
           GROUP BY category ORDER BY checks DESC, category NULLS LAST`,
-        since === null ? [] : [since],
+        since === null ? [] : [windowStart(since)],
       );
     },
 
@@ -355,10 +358,10 @@ export function demandStore(db: Queryable) {
       const rows = await db.query<{ n: number }>(
         `WITH gone AS (
            DELETE FROM preflight_demand_hourly WHERE (bucket, target, server_url, shard) IN (
-             SELECT bucket, target, server_url, shard FROM preflight_demand_hourly WHERE bucket <= $1::timestamptz - interval '1 hour' ORDER BY bucket LIMIT $2)
+             SELECT bucket, target, server_url, shard FROM preflight_demand_hourly WHERE bucket <= $1::timestamptz ORDER BY bucket LIMIT $2)
            RETURNING 1
          ) SELECT count(*)::int8 AS n FROM gone`,
-        [cutoff, limit],
+        [new Date(cutoff.getTime() - 3_600_000), limit],
       );
       return Number(rows[0]!.n);
     },

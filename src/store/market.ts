@@ -29,7 +29,7 @@ export function marketStore(db: Queryable) {
       await flushDemand(db);
       const [r] = await db.query<{ [K in keyof MarketFigures]: number | null }>(
         `SELECT d.total + coalesce(r.checks, 0) AS preflight_checks_total,
-                (SELECT coalesce(sum(checks), 0)::int8 FROM preflight_demand_hourly WHERE bucket >= ${windowStart('$1')}) AS preflight_checks_last_24h,
+                (SELECT coalesce(sum(checks), 0)::int8 FROM preflight_demand_hourly WHERE bucket >= $1) AS preflight_checks_last_24h,
                 d.targets + coalesce(r.targets, 0) AS unique_preflight_targets,
                 d.gateway + coalesce(r.gateway, 0) AS gateway_decisions, d.agent_query + coalesce(r.agent_query, 0) AS agent_queries_served,
                 (SELECT count(DISTINCT t.server_url)::int8 FROM preflight_demand_targets t JOIN servers s ON s.url = t.server_url) AS tracked_servers_vetted,
@@ -40,7 +40,7 @@ export function marketStore(db: Queryable) {
                         coalesce(sum(gateway), 0)::int8 AS gateway, coalesce(sum(agent_query), 0)::int8 AS agent_query
                    FROM preflight_demand_targets) d
            LEFT JOIN preflight_demand_retired r ON r.id = 1`,
-        [since24h],
+        [windowStart(since24h)],
       );
       const out = {} as MarketFigures;
       for (const [k, v] of Object.entries(r!)) out[k as keyof MarketFigures] = Number(v ?? 0);
