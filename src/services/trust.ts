@@ -255,6 +255,28 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     return c;
   }
 
+  // A server's figures read from the rollups per request (the benchmark's windows, the SLA tier's
+  // 30-day count), kept with the engine's score summary they were read beside: the engine hands
+  // out a new summary after a report of that server (committed here or announced by another
+  // instance) and at least every SCORE_CACHE_MS, so a report followed by a read shows it, and a
+  // flood of reads of one server costs one set of reads per SCORE_CACHE_MS, not one per request.
+  const rollupReads = new WeakMap<ScoreSummary, Map<string, Promise<unknown>>>();
+  function withScore<T>(score: ScoreSummary, what: string, read: () => Promise<T>): Promise<T> {
+    let reads = rollupReads.get(score);
+    if (!reads) rollupReads.set(score, (reads = new Map()));
+    let p = reads.get(what) as Promise<T> | undefined;
+    if (!p) {
+      const started = read();
+      p = started;
+      reads.set(what, started);
+      // A failed read is not kept (the next request reads again).
+      started.catch(() => {
+        if (reads.get(what) === started) reads.delete(what);
+      });
+    }
+    return p;
+  }
+
   const badgeUrl = (url: string) => `${config.publicBaseUrl}/api/badge?url=${encodeURIComponent(url)}`;
 
   // Per ranked list (kept by the engine for SCORE_CACHE_MS): the leaderboard rank of each rated
@@ -541,14 +563,16 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       const server = await resolveTracked(req.serverSlug, 'server_slug');
       const at = now();
       const t7 = new Date(at.getTime() - 7 * DAY_MS);
-      const [score, totalsMap, w7, w30, prev7, days] = await Promise.all([
-        engine.scoreFor(server, at),
-        telemetry.totals([server.id]),
-        telemetry.windowSums(server.id, t7, null),
-        telemetry.windowSums(server.id, new Date(at.getTime() - 30 * DAY_MS), null),
-        telemetry.windowSums(server.id, new Date(at.getTime() - 14 * DAY_MS), t7),
-        telemetry.daysObserved(server.id),
-      ]);
+      const score = await engine.scoreFor(server, at);
+      const [totalsMap, w7, w30, prev7, days] = await withScore(score, 'benchmark', () =>
+        Promise.all([
+          telemetry.totals([server.id]),
+          telemetry.windowSums(server.id, t7, null),
+          telemetry.windowSums(server.id, new Date(at.getTime() - 30 * DAY_MS), null),
+          telemetry.windowSums(server.id, new Date(at.getTime() - 14 * DAY_MS), t7),
+          telemetry.daysObserved(server.id),
+        ]),
+      );
       const t = totalsMap.get(server.id);
       const n = t?.n ?? 0;
       return {
@@ -581,7 +605,8 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
       // `server` is optional (SPEC 4.1): absent or empty asks for the distribution.
       if (req.server !== undefined && req.server.trim() !== '') {
         const server = await resolveTracked(req.server, 'server');
-        const [score, w30] = await Promise.all([engine.scoreFor(server, at), telemetry.windowSums(server.id, since30, null)]);
+        const score = await engine.scoreFor(server, at);
+        const w30 = await withScore(score, 'sla-30d', () => telemetry.windowSums(server.id, since30, null));
         return {
           schema: SLA_SCHEMA,
           serverUrl: server.url,
