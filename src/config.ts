@@ -115,7 +115,7 @@ export interface Config {
   rateLimitA2aSkillsPerMinute: number;
   /** GET /v1/bundle per client network per minute (each may filter, sign and compress the whole catalogue). */
   rateLimitBundlePerMinute: number;
-  /** Searched list requests (a non-empty `q`: leaderboard, /monitor, /atlas/report) per client network per minute; 0 = unlimited. */
+  /** Searched or paged list requests (a non-empty `q`: leaderboard, /monitor, /atlas/report; a `window`: /api/demand) per client network per minute; 0 = unlimited. */
   rateLimitSearchPerMinute: number;
   /** HTML page requests (/monitor, /monitor/server/{slug}, /drift, /atlas/report) per client network per minute, when no stricter limit applies; 0 = unlimited. */
   rateLimitPagesPerMinute: number;
@@ -134,10 +134,10 @@ export interface Config {
   receiptRetentionDays: number;
   /**
    * DEMAND_RETENTION_DAYS (default 90, 0 = keep for ever, otherwise at least 31: /api/demand's
-   * longest window is 30 days): pre-flight demand rows and hourly sums older than this are deleted, and the
-   * per-target sums of targets that named no tracked server and were not checked within it are
-   * folded into one retired row (every 6 hours, once across instances); all-time figures keep
-   * counting them (src/services/demand-retention.ts).
+   * longest window is 30 days): pre-flight demand rows and hourly sums older than this are
+   * deleted, and the per-target sums of targets that named no tracked server and were not checked
+   * within it are folded into one retired row (every 6 hours, once across instances); all-time
+   * figures keep counting them (src/services/demand-retention.ts).
    */
   demandRetentionDays: number;
   /**
