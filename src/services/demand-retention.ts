@@ -1,12 +1,13 @@
 // DEMAND_RETENTION_DAYS: pre-flight demand (every pre-flight, gate decision and agent query)
 // grows by one row per claim per second (a gateway: one per upstream per second) and by one
-// per-target sum per distinct target text, any name a client sends. Every DEMAND_RETENTION_PERIOD_MS,
-// once per period across instances (retentionJob), this job deletes the demand rows checked
-// longer ago than the retention (and the hourly sums of the hours that ended before it, which the
-// windows read) and retires the per-target sums of targets that named no tracked
-// server and were not checked within it: their counts move into one retired row (migration 1630),
-// so the all-time figures (/api/demand alltime, the coverage report, /api/stats) keep counting
-// every check. Windows (24h, 7d, 30d) read rows younger than the shortest retention allowed.
+// per-target sum per distinct target text, any name a client sends. Every
+// DEMAND_RETENTION_PERIOD_MS, once per period across instances (retentionJob), this job deletes
+// the demand rows checked longer ago than the retention and the hourly sums of the hours that
+// ended before it (which the windows read), and retires the per-target sums of targets that named
+// no tracked server and were not checked within it: their counts move into one retired row
+// (migration 1630), so the all-time figures (/api/demand alltime, the coverage report,
+// /api/stats) keep counting every check. The windows (24h, 7d, 30d) are shorter than the
+// shortest retention allowed.
 import { demandStore, notifyDemandRecorded } from '../store/demand.js';
 import type { ServiceDeps } from './context.js';
 import { inBatches, retentionJob, type RetentionJob } from './jobs.js';

@@ -264,16 +264,14 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
   function withScore<T>(score: ScoreSummary, what: string, read: () => Promise<T>): Promise<T> {
     let reads = rollupReads.get(score);
     if (!reads) rollupReads.set(score, (reads = new Map()));
-    let p = reads.get(what) as Promise<T> | undefined;
-    if (!p) {
-      const started = read();
-      p = started;
-      reads.set(what, started);
-      // A failed read is not kept (the next request reads again).
-      started.catch(() => {
-        if (reads.get(what) === started) reads.delete(what);
-      });
-    }
+    const kept = reads.get(what);
+    if (kept) return kept as Promise<T>;
+    const p = read();
+    reads.set(what, p);
+    // A failed read is not kept (the next request reads again).
+    p.catch(() => {
+      if (reads.get(what) === p) reads.delete(what);
+    });
     return p;
   }
 

@@ -41,8 +41,19 @@ export interface DemandTarget extends VerdictCounts {
   last_verdict: string;
 }
 
-/** The retired sums (migration 1630), at most one row, joined to a one-row aggregate `t`. */
-const RETIRED_JOIN = 'LEFT JOIN preflight_demand_retired r ON r.id = 1';
+/**
+ * One row: every check ever counted, all time. The per-target sums (migration 1560) plus what the
+ * demand retention retired (migration 1630): checks, distinct targets, the verdict mix and the
+ * checks per kind. totals(null) and the market figures read it.
+ */
+export const ALL_TIME_DEMAND = `(SELECT t.checks + coalesce(r.checks, 0) AS checks, t.targets + coalesce(r.targets, 0) AS targets,
+          t.pass + coalesce(r.pass, 0) AS pass, t.uncertain + coalesce(r.uncertain, 0) AS uncertain, t.fail + coalesce(r.fail, 0) AS fail,
+          t.unrated + coalesce(r.unrated, 0) AS unrated, t.gateway + coalesce(r.gateway, 0) AS gateway, t.agent_query + coalesce(r.agent_query, 0) AS agent_query
+     FROM (SELECT coalesce(sum(checks), 0)::int8 AS checks, count(DISTINCT target)::int8 AS targets, coalesce(sum(pass), 0)::int8 AS pass,
+                  coalesce(sum(uncertain), 0)::int8 AS uncertain, coalesce(sum(fail), 0)::int8 AS fail, coalesce(sum(unrated), 0)::int8 AS unrated,
+                  coalesce(sum(gateway), 0)::int8 AS gateway, coalesce(sum(agent_query), 0)::int8 AS agent_query
+             FROM preflight_demand_targets) t
+     LEFT JOIN preflight_demand_retired r ON r.id = 1)`;
 
 const mix = (r: { pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }): VerdictCounts => ({
   pass: r.pass ?? 0,
@@ -222,6 +233,9 @@ function sums(since: Date | null, sinceParam: string, alias = 'w'): string {
  */
 export const windowStart = (since: Date): Date => new Date(Math.floor(since.getTime() / 3_600_000) * 3_600_000);
 
+/** The statement parameter sums(since, ...) names: none all time, else the window's first hour. */
+const windowParam = (since: Date | null): Date[] => (since === null ? [] : [windowStart(since)]);
+
 /** One row per target checked in the window (all time when `since` is null): checks, last check and verdict, verdict mix. */
 function groupedTargets(since: Date | null, sinceParam: string): string {
   return `SELECT target, max(nullif(server_url, '')) AS server_url, max(name) AS name, sum(checks)::int8 AS checks, max(last_checked_at) AS last_checked_at,
@@ -250,18 +264,15 @@ export function demandStore(db: Queryable) {
     /** Totals since a time (null: all time). */
     async totals(since: Date | null): Promise<DemandTotals> {
       await flushDemand(db);
-      // All time: the per-target sums (migration 1560) and what the retention retired; a window:
-      // its hourly sums (migration 1630). Never every demand row (issue 23).
-      const agg = (since: Date | null) => `SELECT coalesce(sum(checks), 0)::int8 AS n, count(DISTINCT target)::int8 AS u, coalesce(sum(pass), 0)::int8 AS pass,
-                            coalesce(sum(uncertain), 0)::int8 AS uncertain, coalesce(sum(fail), 0)::int8 AS fail, coalesce(sum(unrated), 0)::int8 AS unrated
-                       FROM ${sums(since, '$1')}`;
+      // All time: the per-target sums and what the retention retired; a window: its hourly sums
+      // (migration 1630). Never every demand row (issue 23).
       const rows = await db.query<{ n: number; u: number; pass: number | null; uncertain: number | null; fail: number | null; unrated: number | null }>(
         since === null
-          ? `SELECT t.n + coalesce(r.checks, 0) AS n, t.u + coalesce(r.targets, 0) AS u, t.pass + coalesce(r.pass, 0) AS pass,
-                    t.uncertain + coalesce(r.uncertain, 0) AS uncertain, t.fail + coalesce(r.fail, 0) AS fail, t.unrated + coalesce(r.unrated, 0) AS unrated
-               FROM (${agg(null)}) t ${RETIRED_JOIN}`
-          : agg(since),
-        since === null ? [] : [windowStart(since)],
+          ? `SELECT checks AS n, targets AS u, pass, uncertain, fail, unrated FROM ${ALL_TIME_DEMAND} a`
+          : `SELECT coalesce(sum(checks), 0)::int8 AS n, count(DISTINCT target)::int8 AS u, coalesce(sum(pass), 0)::int8 AS pass,
+                    coalesce(sum(uncertain), 0)::int8 AS uncertain, coalesce(sum(fail), 0)::int8 AS fail, coalesce(sum(unrated), 0)::int8 AS unrated
+               FROM ${sums(since, '$1')}`,
+        windowParam(since),
       );
       const r = rows[0]!;
       return { total: r.n, unique_targets: r.u, ...mix(r) };
@@ -281,7 +292,7 @@ export function demandStore(db: Queryable) {
         uncertain: number | null;
         fail: number | null;
         unrated: number | null;
-      }>(`${groupedTargets(since, '$2')} ORDER BY checks DESC, last_checked_at DESC, target LIMIT $1`, since === null ? [limit] : [limit, windowStart(since)]);
+      }>(`${groupedTargets(since, '$2')} ORDER BY checks DESC, last_checked_at DESC, target LIMIT $1`, [limit, ...windowParam(since)]);
       return rows.map((r) => Object.assign({}, r, mix(r)));
     },
 
@@ -297,7 +308,7 @@ export function demandStore(db: Queryable) {
         `SELECT g.*, g.us AS last_us FROM (SELECT x.*, (extract(epoch FROM x.last_checked_at) * 1000000)::int8 AS us FROM (${grouped}) x) g
           WHERE $2::int8 IS NULL OR g.checks < $2::int8 OR (g.checks = $2::int8 AND (g.us < $3::int8 OR (g.us = $3::int8 AND g.target COLLATE "C" > $4::text COLLATE "C")))
           ORDER BY g.checks DESC, g.us DESC, g.target COLLATE "C" LIMIT $1`,
-        since === null ? [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null] : [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null, windowStart(since)],
+        [limit, after?.checks ?? null, after?.us ?? null, after?.target ?? null, ...windowParam(since)],
       );
       return rows.map(({ us: _us, ...r }: typeof rows[number] & { us?: number }) => Object.assign(r, { checks: Number(r.checks), last_us: Number(r.last_us) }, mix(r)));
     },
@@ -314,7 +325,7 @@ export function demandStore(db: Queryable) {
            FROM (SELECT s.category, d.checks FROM ${sums(since, '$1', 'd')} LEFT JOIN servers s ON s.url = nullif(d.server_url, '')
                  ${since === null ? 'UNION ALL SELECT NULL, checks FROM preflight_demand_retired' : ''}) x
           GROUP BY category ORDER BY checks DESC, category NULLS LAST`,
-        since === null ? [] : [windowStart(since)],
+        windowParam(since),
       );
     },
 
@@ -322,8 +333,8 @@ export function demandStore(db: Queryable) {
      * Retires up to `limit` targets none of whose sums names a tracked server (an untracked URL,
      * a name that resolved to nothing) and that were last checked before `cutoff`, after the
      * target `after` (in the sums' key order): their sums move into preflight_demand_retired in
-     * the same statement, so every all-time total keeps counting them. A sum a concurrent check just updated is re-checked by the DELETE and kept.
-     * Answers how many targets it picked (fewer than `limit`: none are left after `after`), how
+     * the same statement, so every all-time total keeps counting them. A sum a concurrent check
+     * just updated is re-checked by the DELETE and kept. Answers how many targets it picked (fewer than `limit`: none are left after `after`), how
      * many of them went, and the last one picked (the next call's `after`).
      */
     async retireTargets(cutoff: Date, after: string | null, limit: number): Promise<{ picked: number; retired: number; last: string | null }> {

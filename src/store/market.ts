@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/index.js';
-import { flushDemand, windowStart } from './demand.js';
+import { ALL_TIME_DEMAND, flushDemand, windowStart } from './demand.js';
 
 // Demand and adoption figures behind `market_validation` in GET /api/stats (SPEC 4.1 "market
 // validation metrics"; docs/scoring.md "Market validation"). Read-only counts over the tables
@@ -28,18 +28,14 @@ export function marketStore(db: Queryable) {
       // Demand counted in memory by this process is written first (it is per call).
       await flushDemand(db);
       const [r] = await db.query<{ [K in keyof MarketFigures]: number | null }>(
-        `SELECT d.total + coalesce(r.checks, 0) AS preflight_checks_total,
+        `SELECT d.checks AS preflight_checks_total,
                 (SELECT coalesce(sum(checks), 0)::int8 FROM preflight_demand_hourly WHERE bucket >= $1) AS preflight_checks_last_24h,
-                d.targets + coalesce(r.targets, 0) AS unique_preflight_targets,
-                d.gateway + coalesce(r.gateway, 0) AS gateway_decisions, d.agent_query + coalesce(r.agent_query, 0) AS agent_queries_served,
+                d.targets AS unique_preflight_targets, d.gateway AS gateway_decisions, d.agent_query AS agent_queries_served,
                 (SELECT count(DISTINCT t.server_url)::int8 FROM preflight_demand_targets t JOIN servers s ON s.url = t.server_url) AS tracked_servers_vetted,
                 (SELECT count(*)::int8 FROM api_keys) AS agent_keys_issued,
                 (SELECT count(*)::int8 FROM payments WHERE receipt_id IS NOT NULL) AS paid_verdicts,
                 (SELECT coalesce(sum(issued), 0)::int8 FROM receipt_counts) AS receipts_issued
-           FROM (SELECT coalesce(sum(checks), 0)::int8 AS total, count(DISTINCT target)::int8 AS targets,
-                        coalesce(sum(gateway), 0)::int8 AS gateway, coalesce(sum(agent_query), 0)::int8 AS agent_query
-                   FROM preflight_demand_targets) d
-           LEFT JOIN preflight_demand_retired r ON r.id = 1`,
+           FROM ${ALL_TIME_DEMAND} d`,
         [windowStart(since24h)],
       );
       const out = {} as MarketFigures;
