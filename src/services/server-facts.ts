@@ -12,6 +12,7 @@ import type { McpFactsRow } from '../store/mcp-facts.js';
 import { cachedListing, rememberListing, type RegistryListingRow } from '../store/registry-sync.js';
 import { canonicalServerUrl, hasQuery, InvalidServerUrl, looksLikeUrl } from '../domain/server-identity.js';
 import { serverStore, type ServerRow } from '../store/servers.js';
+import { perTurn } from '../store/per-turn.js';
 import { cachedDriftAt, driftReadToken, rememberDriftAt } from './drift.js';
 import { cachedMcpFacts, mcpViewOf, rememberMcpFacts, type McpTrustView } from './mcp-probe.js';
 import { SCORE_CACHE_MS } from './trust-engine.js';
@@ -106,9 +107,34 @@ async function readFacts(db: Queryable, ids: readonly number[]): Promise<Map<num
        LEFT JOIN servers s ON s.id = u.id
        LEFT JOIN mcp_server_facts f ON f.server_id = u.id`,
     [ids],
+    { prepare: 'server_facts' },
   );
   return new Map(rows.map((r) => [r.server_id, rawOf(r)]));
 }
+
+/**
+ * Servers by canonical URL (no query) with their side facts, remembered as read: the URLs asked
+ * in one event-loop turn in one statement (src/store/per-turn.ts), so that a flood of look-ups of
+ * URLs nobody tracks, each a miss no cache can hold, costs the database one statement per turn.
+ */
+const byUrlsWithFacts = perTurn(async (db: Queryable, urls: string[]): Promise<Map<string, ServerRow>> => {
+  // Taken before the read: a drift recorded by this process meanwhile keeps the read out of memory.
+  const token = driftReadToken(db);
+  const start = performance.now();
+  const rows = await db.query<FactsRow & ServerRow>(
+    `SELECT s.id AS server_id, s.id, s.url, s.name, s.slug, s.category, s.registered_at, ${factsColumns('s.id')}
+       FROM servers s LEFT JOIN mcp_server_facts f ON f.server_id = s.id
+      WHERE s.url = ANY($1::text[])`,
+    [urls],
+    { prepare: 'servers_by_url_facts' },
+  );
+  const found = new Map<string, ServerRow>();
+  for (const r of rows) {
+    remember(db, r.id, rawOf(r), token, start);
+    found.set(r.url, { id: r.id, url: r.url, name: r.name, slug: r.slug, category: r.category, registered_at: r.registered_at });
+  }
+  return found;
+});
 
 /**
  * servers.lookupUrl of a canonical URL, with the found server's side facts read in the same
@@ -117,18 +143,7 @@ async function readFacts(db: Queryable, ids: readonly number[]): Promise<Map<num
  */
 export async function lookupUrlWithFacts(db: Queryable, url: string): Promise<ServerRow | null> {
   if (hasQuery(url)) return serverStore(db).lookupUrl(url);
-  const token = driftReadToken(db);
-  const start = performance.now();
-  const rows = await db.query<FactsRow & ServerRow>(
-    `SELECT s.id AS server_id, s.id, s.url, s.name, s.slug, s.category, s.registered_at, ${factsColumns('s.id')}
-       FROM servers s LEFT JOIN mcp_server_facts f ON f.server_id = s.id
-      WHERE s.url = $1`,
-    [url],
-  );
-  const r = rows[0];
-  if (!r) return null;
-  remember(db, r.id, rawOf(r), token, start);
-  return { id: r.id, url: r.url, name: r.name, slug: r.slug, category: r.category, registered_at: r.registered_at };
+  return (await byUrlsWithFacts(db, url)) ?? null;
 }
 
 /** servers.resolve (a URL, registry name, name or slug) with lookupUrlWithFacts for a URL. */
@@ -145,37 +160,24 @@ export async function resolveWithFacts(db: Queryable, target: string): Promise<S
   return lookupUrlWithFacts(db, url);
 }
 
-// Misses of one database handle in the same event-loop turn share one statement.
-const batches = new WeakMap<Queryable, { ids: Set<number>; result: Promise<Map<number, Raw>> }>();
 const NONE: Raw = { drift: null, mcp: null, listing: null };
 
-function readSoon(db: Queryable, id: number): Promise<Raw> {
-  let b = batches.get(db);
-  if (!b) {
-    const ids = new Set<number>();
-    const result = new Promise<void>((resolve) => setImmediate(resolve)).then(async () => {
-      if (batches.get(db)?.ids === ids) batches.delete(db);
-      const list = [...ids];
-      // Taken before the read: a drift recorded by this process meanwhile keeps the read out of memory.
-      const token = driftReadToken(db);
-      const start = performance.now();
-      const facts = await readFacts(db, list);
-      for (const i of list) remember(db, i, facts.get(i) ?? NONE, token, start);
-      return facts;
-    });
-    b = { ids, result };
-    batches.set(db, b);
-  }
-  b.ids.add(id);
-  return b.result.then((m) => m.get(id) ?? NONE);
-}
+// Misses of one database handle in the same event-loop turn share one statement.
+const readSoon = perTurn(async (db: Queryable, ids: number[]): Promise<Map<number, Raw>> => {
+  // Taken before the read: a drift recorded by this process meanwhile keeps the read out of memory.
+  const token = driftReadToken(db);
+  const start = performance.now();
+  const facts = await readFacts(db, ids);
+  for (const i of ids) remember(db, i, facts.get(i) ?? NONE, token, start);
+  return facts;
+});
 
 /** A tracked server's drift flags, MCP view and listing as of `now`: from memory when fresh, else one statement (shared by concurrent misses). */
 export async function serverFacts(db: Queryable, serverId: number, now: Date): Promise<ServerFacts> {
   const d = cachedDriftAt(db, serverId);
   const m = cachedMcpFacts(db, serverId);
   const l = cachedListing(db, serverId, SCORE_CACHE_MS);
-  const raw: Raw = d && m && l ? { drift: d.at, mcp: m.row, listing: l.row } : await readSoon(db, serverId);
+  const raw: Raw = d && m && l ? { drift: d.at, mcp: m.row, listing: l.row } : ((await readSoon(db, serverId)) ?? NONE);
   // What was remembered stays the answer for its part (a probe or drift check of this process may be newer than this read).
   const drift = d ? d.at : raw.drift;
   const mcp = m ? m.row : raw.mcp;

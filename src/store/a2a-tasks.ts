@@ -60,7 +60,7 @@ export function a2aTaskStore(db: Queryable) {
     },
 
     async get(id: string): Promise<StoredTask | null> {
-      const rows = await db.query<{ task: StoredTask }>('SELECT task FROM a2a_tasks WHERE id = $1', [id]);
+      const rows = await db.query<{ task: StoredTask }>('SELECT task FROM a2a_tasks WHERE id = $1', [id], { prepare: 'a2a_task_by_id' });
       return rows[0]?.task ?? null;
     },
 

@@ -1,5 +1,6 @@
 import type { Queryable } from '../db/index.js';
 import type { Statement } from './one-statement.js';
+import { perTurn } from './per-turn.js';
 
 export interface ReceiptRow {
   receipt_id: string;
@@ -30,6 +31,13 @@ export function insertReceiptsStatement(rows: readonly ReceiptRow[]): Statement 
   ];
 }
 
+// A flood of look-ups of receipt ids that do not exist (no cache can hold them) costs the
+// database one statement per event-loop turn, not one per request (src/store/per-turn.ts).
+const receiptsById = perTurn(async (db: Queryable, ids: string[]) => {
+  const rows = await db.query<ReceiptRow>('SELECT receipt_id, kind, sub, issued_at, kid, claim, jws FROM receipts WHERE receipt_id = ANY($1::text[])', [ids], { prepare: 'receipts_by_id' });
+  return new Map(rows.map((r) => [r.receipt_id, r]));
+});
+
 export function receiptStore(db: Queryable) {
   return {
     async insert(r: ReceiptRow): Promise<void> {
@@ -48,9 +56,9 @@ export function receiptStore(db: Queryable) {
       if (rows.length === 0) return;
       await db.query(...insertReceiptsStatement(rows));
     },
+    /** The receipt with this id, or null; the ids asked in one event-loop turn are read in one statement. */
     async get(receiptId: string): Promise<ReceiptRow | null> {
-      const rows = await db.query<ReceiptRow>('SELECT receipt_id, kind, sub, issued_at, kid, claim, jws FROM receipts WHERE receipt_id = $1', [receiptId]);
-      return rows[0] ?? null;
+      return (await receiptsById(db, receiptId)) ?? null;
     },
     /**
      * Deletes up to `batch` receipts issued before `cutoff`, oldest kinds' rows by the (kind,

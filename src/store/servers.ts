@@ -1,4 +1,5 @@
 import { isUniqueViolation, type Queryable } from '../db/index.js';
+import { perTurn } from './per-turn.js';
 import { canonicalServerUrl, hasQuery, identityCandidate, InvalidServerUrl, looksLikeUrl, serverHandle, withoutQuery } from '../domain/server-identity.js';
 
 // Server identity (docs/scoring.md "Server identity"). A server is its canonical URL; its name,
@@ -80,6 +81,23 @@ export async function retryOnIdentityConflict<T>(fn: () => Promise<T>): Promise<
   }
 }
 
+// What a user typed, resolved for many requests at once: the URLs and handles asked in one
+// event-loop turn are read in one statement each (src/store/per-turn.ts), so that a flood of
+// look-ups of servers nobody tracks (each a different key, a miss no cache can hold) costs the
+// database a statement per turn, not one per request.
+const serversByUrl = perTurn(async (db: Queryable, urls: string[]) => {
+  const rows = await db.query<ServerRow>(`SELECT ${COLUMNS} FROM servers WHERE url = ANY($1::text[])`, [urls], { prepare: 'servers_by_url' });
+  return new Map(rows.map((r) => [r.url, r]));
+});
+const serversByHandle = perTurn(async (db: Queryable, handles: string[]) => {
+  const rows = await db.query<ServerRow & { handle: string }>(
+    `SELECT h.handle, ${S_COLUMNS} FROM server_handles h JOIN servers s ON s.id = h.server_id WHERE h.handle = ANY($1::text[])`,
+    [handles],
+    { prepare: 'servers_by_handle' },
+  );
+  return new Map(rows.map(({ handle, ...row }) => [handle, row]));
+});
+
 export function serverStore(db: Queryable) {
   /** The first free identity (name, slug) for `name`/`slug`, trying k = from, from + 1, ... */
   async function freeIdentity(name: string, slug: string, from = 1): Promise<{ name: string; slug: string }> {
@@ -128,7 +146,7 @@ export function serverStore(db: Queryable) {
     },
 
     async byUrl(url: string): Promise<ServerRow | null> {
-      const rows = await db.query<ServerRow>(`SELECT ${COLUMNS} FROM servers WHERE url = $1`, [url]);
+      const rows = await db.query<ServerRow>(`SELECT ${COLUMNS} FROM servers WHERE url = $1`, [url], { prepare: 'server_by_url' });
       return rows[0] ?? null;
     },
 
@@ -142,6 +160,7 @@ export function serverStore(db: Queryable) {
       const rows = await db.query<ServerRow>(
         `SELECT ${COLUMNS} FROM servers WHERE (url = $1 AND catalogued_at IS NOT NULL) OR url = $2 ORDER BY (url = $1) DESC LIMIT 1`,
         [url, withoutQuery(url)],
+        { prepare: 'server_by_url_query' },
       );
       return rows[0] ?? null;
     },
@@ -154,17 +173,18 @@ export function serverStore(db: Queryable) {
     async resolve(target: string): Promise<ServerRow | null> {
       const t = target.trim();
       if (looksLikeUrl(t)) {
+        let url: string;
         try {
-          return await store.lookupUrl(canonicalServerUrl(t));
+          url = canonicalServerUrl(t);
         } catch (err) {
           if (err instanceof InvalidServerUrl) return null;
           throw err;
         }
+        return hasQuery(url) ? store.lookupUrl(url) : ((await serversByUrl(db, url)) ?? null);
       }
       const handle = serverHandle(t);
       if (handle === '') return null;
-      const rows = await db.query<ServerRow>(`SELECT ${S_COLUMNS} FROM server_handles h JOIN servers s ON s.id = h.server_id WHERE h.handle = $1`, [handle]);
-      return rows[0] ?? null;
+      return (await serversByHandle(db, handle)) ?? null;
     },
 
     /**
