@@ -44,7 +44,15 @@ export class ObservatoryError extends ConnectError {
   readonly extra: Record<string, unknown>;
   readonly headers: Record<string, string>;
   constructor(problem: ProblemCode, detail: string, opts: ProblemOptions = {}) {
-    super(detail, PROBLEMS[problem].code, opts.headers);
+    // Deliberate refusals: made without a stack (src/domain/stack-traces.ts); a bug's error is
+    // never an ObservatoryError, and keeps its stack.
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
+    try {
+      super(detail, PROBLEMS[problem].code, opts.headers);
+    } finally {
+      Error.stackTraceLimit = limit;
+    }
     this.problem = problem;
     this.extra = opts.extra ?? {};
     this.headers = opts.headers ?? {};

@@ -1,6 +1,7 @@
 import { create, getOption, hasOption, isFieldSet, isMessage, ScalarType, type DescField, type DescMessage, type Message, type MessageInitShape } from '@bufbuild/protobuf';
 import { FeatureSet_FieldPresence } from '@bufbuild/protobuf/wkt';
 import { createValidator, violationToProto, type Validator, type Violation } from '@bufbuild/protovalidate';
+import { withoutStackTraces } from './stack-traces.js';
 import {
   DoubleRulesSchema,
   field as fieldRulesExt,
@@ -156,7 +157,11 @@ export function withAcceptors(base: Validator): Validator & { acceptor(desc: Des
     validate(schema, message) {
       const a = acceptor(schema);
       if (a !== null && a(message as never)) return { kind: 'valid', message: message as never, error: undefined, violations: undefined };
-      return base.validate(schema, message);
+      // protovalidate reports broken rules by throwing and catching a ValidationError: made
+      // without a stack, which nobody reads. A rule that cannot be evaluated is our bug: asked
+      // again with stack traces on, so its error says where.
+      const r = withoutStackTraces(() => base.validate(schema, message));
+      return r.kind === 'error' ? base.validate(schema, message) : r;
     },
   };
 }
