@@ -11,6 +11,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Db, Queryable } from '../src/db/index.js';
 import { serverStore } from '../src/store/servers.js';
 import { lookupUrlWithFacts } from '../src/services/server-facts.js';
+import { apiKeyStore } from '../src/store/api-keys.js';
+import { a2aTaskStore } from '../src/store/a2a-tasks.js';
+import { receiptStore } from '../src/store/receipts.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 import { aggregatesSettled } from './support/settle.js';
@@ -173,5 +176,26 @@ describe(`look-ups of servers nobody tracks (${backend})`, () => {
         expect(a.body.server?.url).toBe(asked[i]);
       }
     });
+  });
+
+  it('made-up receipt ids, API keys, A2A task ids and handles asked in one turn cost one statement each', async () => {
+    const many = <T>(n: number, f: (i: number) => T) => Array.from({ length: n }, (_, i) => f(i));
+    traces = [];
+    let found;
+    try {
+      found = await Promise.all([
+        ...many(20, (i) => receiptStore(countedDb).get(`${i}`.padStart(16, 'f'))),
+        ...many(20, (i) => apiKeyStore(countedDb).byHash(`made-up-${i}`)),
+        ...many(20, (i) => a2aTaskStore(countedDb).get(`task-${i}`)),
+        ...many(20, (i) => serverStore(countedDb).resolve(`nobody-${i}`)),
+        serverStore(countedDb).resolve('lookup-33'),
+      ]);
+    } finally {
+      const sql = traces!;
+      traces = null;
+      expect(sql, sql.join('\n')).toHaveLength(4);
+    }
+    expect(found.slice(0, 80)).toEqual(Array(80).fill(null));
+    expect((found[80] as { url?: string } | null)?.url).toBe(url(33));
   });
 });

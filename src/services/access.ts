@@ -148,16 +148,19 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
       let exhausted = false;
       if (token !== null && token !== 'malformed') {
         const keyHash = hashApiKey(token);
-        const spent = await keys.spendTrial(keyHash, now());
-        if (spent) {
-          try {
-            return await signedVerdict(server.url, slug, 'api_key', spent.remaining);
-          } catch (err) {
-            await keys.refundTrial(spent.id).catch(() => {});
-            throw err;
+        // A made-up key costs one read shared with its event-loop turn (api-keys.ts), not a write.
+        if ((await keys.byHash(keyHash)) !== null) {
+          const spent = await keys.spendTrial(keyHash, now());
+          if (spent) {
+            try {
+              return await signedVerdict(server.url, slug, 'api_key', spent.remaining);
+            } catch (err) {
+              await keys.refundTrial(spent.id).catch(() => {});
+              throw err;
+            }
           }
+          exhausted = true;
         }
-        exhausted = (await keys.byHash(keyHash)) !== null;
       }
       if (payments.carriesPayment(headers)) return payments.pay(slug, server.url, ctx, () => signedVerdict(server.url, slug, 'x402', null));
       if (token !== null && !exhausted) {

@@ -1,4 +1,11 @@
 import type { Queryable } from '../db/index.js';
+import { perTurn } from './per-turn.js';
+
+// tasks/get with made-up ids: one statement per event-loop turn, not per call (src/store/per-turn.ts).
+const tasksById = perTurn(async (db: Queryable, ids: string[]) => {
+  const rows = await db.query<{ id: string; task: StoredTask }>('SELECT id, task FROM a2a_tasks WHERE id = ANY($1::text[])', [ids], { prepare: 'a2a_tasks_by_id' });
+  return new Map(rows.map((r) => [r.id, r.task]));
+});
 
 /**
  * A stored A2A Task: the version-neutral task document (docs/agents.md "Tasks"), in the shape
@@ -59,9 +66,9 @@ export function a2aTaskStore(db: Queryable) {
       return rows[0]?.n ?? 0;
     },
 
+    /** The task with this id, or null; the ids asked in one event-loop turn are read in one statement. */
     async get(id: string): Promise<StoredTask | null> {
-      const rows = await db.query<{ task: StoredTask }>('SELECT task FROM a2a_tasks WHERE id = $1', [id], { prepare: 'a2a_task_by_id' });
-      return rows[0]?.task ?? null;
+      return (await tasksById(db, id)) ?? null;
     },
 
     /**

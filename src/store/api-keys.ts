@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/index.js';
+import { perTurn } from './per-turn.js';
 
 export interface ApiKeyRow {
   id: number;
@@ -14,6 +15,18 @@ export interface ApiKeyRow {
   network_family: string | null;
 }
 
+// Any request may carry a made-up Bearer token (a report's counts as its address then): a flood
+// of them, each a different hash no cache can hold, costs one statement per event-loop turn
+// (src/store/per-turn.ts), not one per request.
+const keysByHash = perTurn(async (db: Queryable, hashes: string[]) => {
+  const rows = await db.query<ApiKeyRow & { key_hash: string }>(
+    'SELECT key_hash, id, scopes, trial_limit, trial_used, created_at, network_family FROM api_keys WHERE key_hash = ANY($1::text[])',
+    [hashes],
+    { prepare: 'api_keys_by_hash' },
+  );
+  return new Map(rows.map(({ key_hash, ...row }) => [key_hash, row]));
+});
+
 /** Anonymous API keys, stored by SHA-256 hash only. */
 export function apiKeyStore(db: Queryable) {
   return {
@@ -27,9 +40,9 @@ export function apiKeyStore(db: Queryable) {
       ]);
     },
 
+    /** The key with this hash, or null; the hashes asked in one event-loop turn are read in one statement. */
     async byHash(keyHash: string): Promise<ApiKeyRow | null> {
-      const rows = await db.query<ApiKeyRow>('SELECT id, scopes, trial_limit, trial_used, created_at, network_family FROM api_keys WHERE key_hash = $1', [keyHash]);
-      return rows[0] ?? null;
+      return (await keysByHash(db, keyHash)) ?? null;
     },
 
     /**
