@@ -198,4 +198,16 @@ describe(`look-ups of servers nobody tracks (${backend})`, () => {
     expect(found.slice(0, 80)).toEqual(Array(80).fill(null));
     expect((found[80] as { url?: string } | null)?.url).toBe(url(33));
   });
+
+  it('an id with NUL (text PostgreSQL cannot store) among them fails nobody: it is none, the others are read', async () => {
+    const [nul, other, task, otherTask, server] = await Promise.all([
+      receiptStore(countedDb).get('\u0000'.repeat(16)),
+      receiptStore(countedDb).get('0123456789abcdef'),
+      a2aTaskStore(countedDb).get('task\u0000id'),
+      a2aTaskStore(countedDb).get('task-id'),
+      serverStore(countedDb).resolve('lookup-34'),
+    ]);
+    expect([nul, other, task, otherTask]).toEqual([null, null, null, null]);
+    expect(server?.url).toBe(url(34));
+  });
 });

@@ -55,3 +55,16 @@ describe('perTurn', () => {
     expect(await read(db, 1)).toBe(1);
   });
 });
+
+describe('perTurn with text keys PostgreSQL cannot store', () => {
+  it('a key with NUL is answered none without being sent, so it cannot fail the statement of the other keys of its turn', async () => {
+    const sent: string[][] = [];
+    const read = perTurn(async (_db: Queryable, keys: string[]) => {
+      sent.push(keys);
+      return new Map(keys.map((k) => [k, k.toUpperCase()]));
+    });
+    const db = handle();
+    expect(await Promise.all([read(db, 'a'), read(db, 'b\u0000'), read(db, 'c')])).toEqual(['A', undefined, 'C']);
+    expect(sent).toEqual([['a', 'c']]);
+  });
+});

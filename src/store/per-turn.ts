@@ -11,11 +11,14 @@ export const PER_TURN_MAX_KEYS = 256;
 /**
  * A reader that gathers the keys asked in one turn and reads them with `readMany` once, after the
  * turn (setImmediate); each caller gets its key's value or undefined. A key asked twice in a turn
- * is read once.
+ * is read once. A failed read fails the callers of its turn, as their own statements would have.
  */
 export function perTurn<K, V>(readMany: (db: Queryable, keys: K[]) => Promise<Map<K, V>>): (db: Queryable, key: K) => Promise<V | undefined> {
   const open = new WeakMap<Queryable, { keys: Set<K>; result: Promise<Map<K, V>> }>();
   return (db, key) => {
+    // PostgreSQL cannot store NUL in text, so no row has such a key, and one in the statement
+    // would fail it for every caller of the turn: answered at once, never sent.
+    if (typeof key === 'string' && key.includes('\u0000')) return Promise.resolve(undefined);
     let b = open.get(db);
     if (!b || b.keys.size >= PER_TURN_MAX_KEYS) {
       const keys = new Set<K>();
