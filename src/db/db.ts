@@ -71,7 +71,7 @@ export function isConnectionError(err: unknown): boolean {
 /**
  * True when the database refused a value the client gave: text it cannot store (NUL,
  * SQLSTATE 22021 character_not_in_repertoire; 22P05 untranslatable_character, e.g. \u0000 in
- * JSON). Validation at the edge refuses these first (domain/telemetry.ts unstorableText); this is
+ * JSON). Validation at the edge refuses these first (domain/storable-text.ts unstorableText); this is
  * the backstop that turns one that slipped through into invalid_argument instead of a 500.
  */
 export function isRefusedValueError(err: unknown): boolean {

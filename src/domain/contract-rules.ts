@@ -2,6 +2,8 @@ import { create, getOption, hasOption, isFieldSet, isMessage, ScalarType, type D
 import { FeatureSet_FieldPresence } from '@bufbuild/protobuf/wkt';
 import { createValidator, violationToProto, type Validator, type Violation } from '@bufbuild/protovalidate';
 import { withoutStackTraces } from './stack-traces.js';
+import { unstorableText } from './storable-text.js';
+
 import {
   DoubleRulesSchema,
   field as fieldRulesExt,
@@ -181,16 +183,91 @@ function fieldPath(v: Violation): string {
   return out;
 }
 
-/** The broken rules of a request, empty when it is valid. `msg` is a message or its init shape. */
+/** The rule id of a text value no field of the contract may hold (unstorableText). */
+export const STORABLE_TEXT_RULE = 'storable_text';
+
+/** Per message type: its fields that hold text, directly or in a message below (null: none). */
+const textFields = new WeakMap<DescMessage, readonly DescField[] | null>();
+
+function textFieldsOf(desc: DescMessage): readonly DescField[] | null {
+  const known = textFields.get(desc);
+  return known !== undefined ? known : compileTextFields(desc, new Set());
+}
+
+function compileTextFields(desc: DescMessage, seen: Set<DescMessage>): readonly DescField[] | null {
+  const known = textFields.get(desc);
+  if (known !== undefined) return known;
+  // A message type that holds itself (directly or below) is walked as if it held text.
+  if (seen.has(desc)) return desc.fields;
+  seen.add(desc);
+  const out = desc.fields.filter((f) => {
+    if (f.fieldKind === 'scalar') return f.scalar === ScalarType.STRING;
+    if (f.fieldKind === 'list') return f.listKind === 'scalar' ? f.scalar === ScalarType.STRING : f.listKind === 'message' && compileTextFields(f.message, seen) !== null;
+    if (f.fieldKind === 'map') return true;
+    if (f.fieldKind === 'message') return compileTextFields(f.message, seen) !== null;
+    return false;
+  });
+  const result = out.length > 0 ? out : null;
+  textFields.set(desc, result);
+  return result;
+}
+
+/** Adds a violation when `v` is text that cannot be stored as given. */
+function checkText(v: unknown, at: string, out: RuleViolation[]): void {
+  if (typeof v !== 'string') return;
+  const why = unstorableText(v);
+  if (why !== null) out.push({ field: at, rule: STORABLE_TEXT_RULE, message: why });
+}
+
+/** The value of a field in a message or its init shape (a oneof member under its oneof's name). */
+function fieldValue(msg: Readonly<Record<string, unknown>>, f: DescField): unknown {
+  if (f.oneof === undefined) return msg[f.localName];
+  const o = msg[f.oneof.localName] as { case?: string; value?: unknown } | undefined;
+  return o?.case === f.localName ? o.value : undefined;
+}
+
+/** Every text value of a request that cannot be stored as given (unstorableText), at any depth, added to `out`. */
+function unstorableFields(desc: DescMessage, msg: Readonly<Record<string, unknown>>, path: string, out: RuleViolation[]): RuleViolation[] {
+  const fields = textFieldsOf(desc);
+  if (fields === null) return out;
+  for (const f of fields) {
+    const v = fieldValue(msg, f);
+    if (v === undefined || v === null) continue;
+    const at = path === '' ? f.name : `${path}.${f.name}`;
+    if (f.fieldKind === 'scalar') checkText(v, at, out);
+    else if (f.fieldKind === 'message') unstorableFields(f.message, v as Record<string, unknown>, at, out);
+    else if (f.fieldKind === 'list' && Array.isArray(v)) {
+      for (let i = 0; i < v.length; i++) {
+        if (f.listKind === 'message') unstorableFields(f.message!, v[i] as Record<string, unknown>, `${at}[${i}]`, out);
+        else checkText(v[i], `${at}[${i}]`, out);
+      }
+    } else if (f.fieldKind === 'map' && typeof v === 'object') {
+      for (const [k, e] of Object.entries(v as Record<string, unknown>)) {
+        const key = `${at}[${JSON.stringify(k)}]`;
+        checkText(k, key, out);
+        if (f.mapKind === 'message') unstorableFields(f.message, e as Record<string, unknown>, key, out);
+        else checkText(e, key, out);
+      }
+    }
+  }
+  return out;
+}
+
+/**
+ * The broken rules of a request, empty when it is valid. `msg` is a message or its init shape.
+ * Beside the contract's own rules, no text field may hold what cannot be stored as given
+ * (unstorableText): a refusal at the door, never a database error after the work.
+ */
 export function ruleViolations<Desc extends DescMessage>(desc: Desc, msg: MessageInitShape<Desc>): RuleViolation[] {
+  const text = unstorableFields(desc, msg as Readonly<Record<string, unknown>>, '', []);
   // An init shape the acceptor takes needs no message built from it.
-  if (contractValidator.acceptor(desc)?.(msg as never)) return [];
+  if (contractValidator.acceptor(desc)?.(msg as never)) return text;
   const message = isMessage(msg, desc) ? msg : create(desc, msg);
   const result = contractValidator.validate(desc, message);
-  if (result.kind === 'valid') return [];
+  if (result.kind === 'valid') return text;
   // A rule that cannot be evaluated is a contract bug, never the client's fault.
   if (result.kind === 'error') throw result.error;
-  return result.violations.map((v) => ({ field: fieldPath(v), rule: v.ruleId, message: v.message }));
+  return [...text, ...result.violations.map((v) => ({ field: fieldPath(v), rule: v.ruleId, message: v.message }))];
 }
 
 /** One line for a problem's `detail`: every violation as `field: message`. */

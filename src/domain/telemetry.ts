@@ -4,6 +4,7 @@
 // (docs/reliability.md "Values the database refuses", docs/validation.md).
 import { ReportRequestSchema } from '../../gen/observatory/v1/telemetry_pb.js';
 import { contractField, maxLength, numericBounds, ruleViolations, violationsDetail, type RuleViolation } from './contract-rules.js';
+
 import { canonicalServerUrl, InvalidServerUrl } from './server-identity.js';
 
 function must(n: number | undefined, what: string): number {
@@ -30,22 +31,6 @@ export interface ReportInput {
   http_status?: unknown;
 }
 
-// A high surrogate not followed by a low one, or a low one not preceded by a high one (no `u`
-// flag: the pattern sees UTF-16 code units). String.prototype.isWellFormed is ES2024.
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
-/**
- * Why a text value cannot be stored as given, or null. PostgreSQL refuses NUL in `text`
- * (SQLSTATE 22021 / 22P05 in JSON); a lone UTF-16 surrogate has no UTF-8 form at all, so drivers
- * would silently store U+FFFD instead of what was sent. Both are refused at the edge. (A storage
- * rule, not a contract one: binary protobuf cannot carry a lone surrogate at all.)
- */
-export function unstorableText(s: string): string | null {
-  if (s.includes('\u0000')) return 'must not contain NUL characters';
-  if (LONE_SURROGATE.test(s)) return 'must be well-formed Unicode (no lone surrogates)';
-  return null;
-}
-
 const present = (v: unknown) => v !== undefined && v !== null;
 
 // JSON values a ReportRequest cannot hold at all (REST bodies, MCP arguments). Module-level: a
@@ -58,7 +43,7 @@ const TYPED: readonly (readonly [keyof ReportInput, string, (v: unknown) => bool
   ['http_status', 'an integer', (v) => typeof v === 'number' && Number.isInteger(v)],
 ];
 
-/** Every reason the report is invalid (empty when it is valid): JSON types, the contract's rules, storable text. */
+/** Every reason the report is invalid (empty when it is valid): JSON types, then the contract's rules (storable text among them). */
 export function reportViolations(r: ReportInput): RuleViolation[] {
   const wrong = TYPED.filter(([k, , ok]) => present(r[k]) && !ok(r[k]));
   if (wrong.length) return wrong.map(([k, what]) => ({ field: k, rule: 'type', message: `must be ${what}` }));
@@ -71,11 +56,7 @@ export function reportViolations(r: ReportInput): RuleViolation[] {
     toolName: (r.tool_name as string | null | undefined) ?? undefined,
     httpStatus: (r.http_status as number | null | undefined) ?? undefined,
   });
-  if (violations.length) return violations;
-  for (const k of ['server_url', 'tool_name'] as const) {
-    const bad = typeof r[k] === 'string' ? unstorableText(r[k]) : null;
-    if (bad) violations.push({ field: k, rule: 'storable_text', message: bad });
-  }
+  // Text that cannot be stored as given (NUL, a lone surrogate) is among them (storable-text.ts).
   return violations;
 }
 
