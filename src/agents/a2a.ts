@@ -7,6 +7,7 @@ import { a2aV03, A2A_V03_VERSION } from './a2a-v03.js';
 import { a2aV1, A2A_V1_VERSION } from './a2a-v1.js';
 import { createAgentSkills, SkillError, type AgentSkills, type JsonObject } from './skills.js';
 import { a2aSkillLimit, type RateLimitedRpcError } from './rate-limit.js';
+import { unstorableJson } from '../domain/storable-text.js';
 
 // /a2a: A2A over JSON-RPC 2.0, protocol versions 1.0 and 0.3 on one endpoint (docs/agents.md).
 // The A2A-Version header (or ?A2A-Version=) picks the version; none means 0.3 (A2A 1.0 section
@@ -120,6 +121,9 @@ export function createA2aHandler(a2a: A2aService) {
       const handler = binding.methods.get(req.method);
       if (!handler) throw unknownMethod(binding, req.method);
       if (Array.isArray(req.params)) throw new RpcError(RPC.invalidParams, 'params must be an object (A2A methods take named parameters)');
+      // Tasks keep their messages in jsonb: text PostgreSQL cannot store is refused before any work.
+      const unstorable = unstorableJson(req.params, 'params');
+      if (unstorable) throw new RpcError(RPC.invalidParams, `${unstorable.path.slice(0, 200)} ${unstorable.why}`);
       // What the task will keep of this call is its params (the message, in its history): counted as their JSON.
       const refused = SKILL_METHODS.has(req.method) && ctx.limit ? ctx.limit.take(Buffer.byteLength(JSON.stringify(req.params ?? null))) : null;
       if (refused) throw new RpcError(refused.code, refused.message, refused.data);
