@@ -296,3 +296,32 @@ describe(`drifts recorded faster than /drift is read (${backend})`, () => {
     }
   });
 });
+
+describe(`text no UTF-8 reader sees in a manifest (${backend})`, () => {
+  it('NUL and lone surrogates in names, descriptions and schemas are stored as U+FFFD: the check answers (it answered 500, or 400 blaming the caller)', async () => {
+    const server = await startModernMcpTarget([{ name: 'ok', description: 'fine', inputSchema: { type: 'object' } }]);
+    try {
+      expect((await postJson(`${t.base}/api/report`, { server_url: server.url, success: true, latency_ms: 5 })).status).toBe(200);
+      expect((await drift(server.url)).status).toBe(200);
+      const hostile: Tool[][] = [
+        [{ name: 'ok', description: 'lone \ud800 here', inputSchema: { type: 'object' } }],
+        [{ name: 'ok', description: 'x\udfff', inputSchema: { type: 'object', properties: { ['k\u0000']: { type: 'string', description: 'nul \u0000' } } } }],
+        [{ name: 'to\u0000ol', description: 'd', inputSchema: { type: 'object' } }],
+        [{ name: 'lone\ud800', description: 'd', inputSchema: { type: 'object' } }],
+      ];
+      for (const tools of hostile) {
+        server.setTools(tools);
+        const res = await drift(server.url);
+        const body = await json(res);
+        expect(res.status, JSON.stringify(tools[0]!.name)).toBe(200);
+        expect(body.drift_detected).toBe(true);
+      }
+      const last = await json(drift(server.url));
+      expect(last.drift_detected).toBe(false);
+      expect(JSON.stringify(last)).not.toMatch(/\\u0000|\\ud[89a-f]/i);
+      expect((await fetch(`${t.base}/drift`)).status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+});

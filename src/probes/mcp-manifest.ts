@@ -1,6 +1,7 @@
 import { Client, SdkHttpError, SSEClientTransport, SseError, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
 import { manifestToolOf, type ManifestTool } from '../domain/drift.js';
 import { cutAt } from '../domain/text-diff.js';
+import { storableCopy } from '../domain/storable-text.js';
 import { ProbeFailed, responseTls, TargetRefused, type SafeFetcher, type TlsInfo } from './safe-fetch.js';
 
 // The one MCP probe (docs/probes.md "The MCP probe"): the official v2 SDK client
@@ -166,7 +167,7 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
           : null,
       has_tools: Boolean(caps?.tools),
     };
-    if (!listTools) return connection;
+    if (!listTools) return storableCopy(connection);
     const tools: ManifestTool[] = [];
     let pages = 0;
     let bytes = 0;
@@ -181,7 +182,8 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
         for (const t of page.tools) {
           // Names are stored, indexed (drift_tool_changes) and shown: the spec asks for at most 128 characters.
           if (t.name.length > MANIFEST_LIMITS.maxNameLength) throw new ProbeFailed('too_large', `a tool name is longer than ${MANIFEST_LIMITS.maxNameLength} characters`);
-          const tool = manifestToolOf(t);
+          // NUL and lone surrogates (which no UTF-8 reader sees and the database cannot store) as U+FFFD.
+          const tool = storableCopy(manifestToolOf(t));
           bytes += Buffer.byteLength(JSON.stringify(tool));
           tools.push(tool);
         }
@@ -190,7 +192,7 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
         cursor = page.nextCursor;
       } while (cursor);
     }
-    return { ...connection, tools, pages };
+    return { ...storableCopy(connection), tools, pages };
   } finally {
     await client.close().catch(() => {});
   }
