@@ -3,7 +3,6 @@ import { FeatureSet_FieldPresence } from '@bufbuild/protobuf/wkt';
 import { createValidator, violationToProto, type Validator, type Violation } from '@bufbuild/protovalidate';
 import { withoutStackTraces } from './stack-traces.js';
 import { unstorableText } from './storable-text.js';
-
 import {
   DoubleRulesSchema,
   field as fieldRulesExt,
