@@ -7,6 +7,7 @@ import { MANIFEST_LIMITS, SELF_DESCRIPTION_LIMITS } from '../src/probes/mcp-mani
 import { DRIFT_PAGE_LIMITS } from '../src/services/drift.js';
 import { AGGREGATE_SETTLE_MS } from '../src/services/cached-figure.js';
 import { DIFF_DISPLAY_LIMITS } from '../src/domain/text-diff.js';
+import { MAX_JSON_DEPTH } from '../src/domain/json-depth.js';
 
 // A hostile MCP server's manifest is what the drift check stores and what /drift shows to anyone.
 // Before these limits one server with 50 pages of 1 MiB (50 MiB of tools per check, stored as
@@ -320,6 +321,20 @@ describe(`text no UTF-8 reader sees in a manifest (${backend})`, () => {
       expect(last.drift_detected).toBe(false);
       expect(JSON.stringify(last)).not.toMatch(/\\u0000|\\ud[89a-f]/i);
       expect((await fetch(`${t.base}/drift`)).status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it(`a tool nesting deeper than ${MAX_JSON_DEPTH} levels is refused (502) naming the limit, before any recursive reader sees it`, async () => {
+    // At a few thousand levels hashing (RFC 8785) and storing the tool threw RangeError: a 500.
+    let schema: Record<string, unknown> = { type: 'string' };
+    for (let i = 0; i < MAX_JSON_DEPTH; i++) schema = { type: 'object', properties: { a: schema } };
+    const server = await startModernMcpTarget([{ name: 'deep', description: 'd', inputSchema: schema as Tool['inputSchema'] }]);
+    try {
+      expect((await postJson(`${t.base}/api/report`, { server_url: server.url, success: true, latency_ms: 5 })).status).toBe(200);
+      const body = await expectProblem(await drift(server.url), 502, 'upstream_error');
+      expect(String(body.detail)).toContain(`nests deeper than ${MAX_JSON_DEPTH} levels`);
     } finally {
       await server.close();
     }

@@ -44,3 +44,18 @@ describe('storableCopy', () => {
     expect(storableCopy(v)).toBe(v);
   });
 });
+
+describe('nestedDeeperThan', () => {
+  it('measures any depth without recursion, at the edge exactly', async () => {
+    const { nestedDeeperThan } = await import('../src/domain/json-depth.js');
+    const nest = (n: number) => {
+      let v: unknown = 1;
+      for (let i = 0; i < n; i++) v = i % 2 ? [v] : { a: v };
+      return v;
+    };
+    expect(nestedDeeperThan(nest(64), 64)).toBe(false);
+    expect(nestedDeeperThan(nest(65), 64)).toBe(true);
+    expect(nestedDeeperThan(nest(1_000_000), 64)).toBe(true);
+    expect(nestedDeeperThan('text', 0)).toBe(false);
+  });
+});

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { MAX_JSON_DEPTH, nestedDeeperThan } from '../domain/json-depth.js';
 import type { Config } from '../config.js';
 import { buildCatalog, buildServerCard, SERVER_CARD_MEDIA_TYPE } from '../domain/server-card.js';
 import type { RouteDeps } from '../http/routes.js';
@@ -103,21 +104,6 @@ export function mcpAllowedHosts(config: Config): string[] | null {
   return [...hosts];
 }
 
-/** Deepest nesting a message may have: far beyond any real MCP message, far below what recursive validators survive. */
-const MAX_MESSAGE_DEPTH = 64;
-
-/** Whether `value` nests objects/arrays deeper than `max` (iterative: hostile input cannot blow the stack here). */
-function nestedDeeperThan(value: unknown, max: number): boolean {
-  const stack: [unknown, number][] = [[value, 0]];
-  while (stack.length > 0) {
-    const [v, depth] = stack.pop()!;
-    if (v === null || typeof v !== 'object') continue;
-    if (depth >= max) return true;
-    for (const child of Array.isArray(v) ? v : Object.values(v)) if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
-  }
-  return false;
-}
-
 function jsonRpcError(reply: FastifyReply, status: number, code: number, message: string) {
   return reply.code(status).type('application/json').send({ jsonrpc: '2.0', id: null, error: { code, message } });
 }
@@ -194,8 +180,8 @@ export function mcpRoutes(app: FastifyInstance, { services, config }: RouteDeps)
       if (message === null || typeof message !== 'object') {
         return jsonRpcError(reply, 400, -32600, 'Invalid Request: the body must be a JSON-RPC message object');
       }
-      if (nestedDeeperThan(message, MAX_MESSAGE_DEPTH)) {
-        return jsonRpcError(reply, 400, -32600, `Invalid Request: the message nests deeper than ${MAX_MESSAGE_DEPTH} levels`);
+      if (nestedDeeperThan(message, MAX_JSON_DEPTH)) {
+        return jsonRpcError(reply, 400, -32600, `Invalid Request: the message nests deeper than ${MAX_JSON_DEPTH} levels`);
       }
       // preflight_check signs and stores a receipt per call: a per-client limit of its own.
       if (refuseMcpCallOverLimit(reply, services.limits, message, req.ip)) return reply;

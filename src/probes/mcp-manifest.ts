@@ -2,6 +2,7 @@ import { Client, SdkHttpError, SSEClientTransport, SseError, StreamableHTTPClien
 import { manifestToolOf, type ManifestTool } from '../domain/drift.js';
 import { cutAt } from '../domain/text-diff.js';
 import { storableCopy } from '../domain/storable-text.js';
+import { MAX_JSON_DEPTH, nestedDeeperThan } from '../domain/json-depth.js';
 import { ProbeFailed, responseTls, TargetRefused, type SafeFetcher, type TlsInfo } from './safe-fetch.js';
 
 // The one MCP probe (docs/probes.md "The MCP probe"): the official v2 SDK client
@@ -182,6 +183,8 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
         for (const t of page.tools) {
           // Names are stored, indexed (drift_tool_changes) and shown: the spec asks for at most 128 characters.
           if (t.name.length > MANIFEST_LIMITS.maxNameLength) throw new ProbeFailed('too_large', `a tool name is longer than ${MANIFEST_LIMITS.maxNameLength} characters`);
+          // Hashing (RFC 8785), storing and showing a tool recurse through it: a few thousand levels would throw.
+          if (nestedDeeperThan(t, MAX_JSON_DEPTH)) throw new ProbeFailed('too_large', `a tool's JSON nests deeper than ${MAX_JSON_DEPTH} levels`);
           // NUL and lone surrogates (which no UTF-8 reader sees and the database cannot store) as U+FFFD.
           const tool = storableCopy(manifestToolOf(t));
           bytes += Buffer.byteLength(JSON.stringify(tool));

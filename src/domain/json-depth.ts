@@ -1,0 +1,19 @@
+// How deep a parsed JSON value nests. JSON.parse takes any depth; much of what reads the result
+// afterwards (JSON.stringify, RFC 8785 canonicalisation, schema validators) recurses and throws
+// RangeError a few thousand levels down. Values from outside are held to a depth far beyond any
+// real message and far below that, checked without recursion.
+
+/** Deepest nesting a message from outside may have (an MCP message, a tool of a manifest). */
+export const MAX_JSON_DEPTH = 64;
+
+/** Whether `value` nests objects/arrays deeper than `max` (iterative: hostile input cannot blow the stack here). */
+export function nestedDeeperThan(value: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (depth >= max) return true;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+  }
+  return false;
+}
