@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { A2A_LIMITS, createA2aService, subscriptionsPerClient, type A2aSkillRunner } from '../src/services/a2a.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
+import { MAX_JSON_DEPTH } from '../src/domain/json-depth.js';
 
 // /a2a speaks A2A 1.0 and 0.3 (issue 19 items 1 and 2): JSON-RPC 2.0 exactly, the 1.0 methods
 // with 1.0 shapes, enums and error codes, the 0.3 methods with 0.3 shapes, the stock
@@ -576,5 +577,24 @@ describe('subscriptions across instances', () => {
     ]);
     controller.abort();
     for (const it of held) expect((await it.next()).done).toBe(true);
+  });
+});
+
+describe('bodies nested deeper than anything reads safely', () => {
+  it(`a body nesting deeper than ${MAX_JSON_DEPTH} levels is an Invalid Request on both versions (5,000 levels of metadata answered Internal error)`, async () => {
+    const nest = (n: number) => `${'{"a":'.repeat(n)}1${'}'.repeat(n)}`;
+    const body = (n: number, v1: boolean) =>
+      v1
+        ? `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER","parts":[{"text":"trust score for ${SERVER}"}],"messageId":"d1","metadata":${nest(n)}}}}`
+        : `{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"role":"user","parts":[{"kind":"text","text":"trust score for ${SERVER}"}],"messageId":"d0","kind":"message","metadata":${nest(n)}}}}`;
+    for (const v1 of [false, true]) {
+      for (const n of [100, 5000]) {
+        const res = await fetch(`${app.base}/a2a`, { method: 'POST', headers: { 'content-type': 'application/json', ...(v1 ? V1 : {}) }, body: body(n, v1) });
+        expect(((await res.json()) as { error?: unknown }).error, `${v1 ? '1.0' : '0.3'} at ${n}`).toEqual({ code: -32600, message: `Invalid Request: the body nests deeper than ${MAX_JSON_DEPTH} levels` });
+      }
+      // Metadata a few levels deep is no problem.
+      const ok = await fetch(`${app.base}/a2a`, { method: 'POST', headers: { 'content-type': 'application/json', ...(v1 ? V1 : {}) }, body: body(5, v1) });
+      expect(((await ok.json()) as { error?: unknown }).error).toBeUndefined();
+    }
   });
 });

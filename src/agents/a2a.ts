@@ -8,6 +8,7 @@ import { a2aV1, A2A_V1_VERSION } from './a2a-v1.js';
 import { createAgentSkills, SkillError, type AgentSkills, type JsonObject } from './skills.js';
 import { a2aSkillLimit, type RateLimitedRpcError } from './rate-limit.js';
 import { unstorableJson } from '../domain/storable-text.js';
+import { MAX_JSON_DEPTH, nestedDeeperThan } from '../domain/json-depth.js';
 
 // /a2a: A2A over JSON-RPC 2.0, protocol versions 1.0 and 0.3 on one endpoint (docs/agents.md).
 // The A2A-Version header (or ?A2A-Version=) picks the version; none means 0.3 (A2A 1.0 section
@@ -216,6 +217,10 @@ export function a2aRoutes(app: FastifyInstance, { services, db, config, now }: R
         body = JSON.parse(String(req.body ?? ''));
       } catch {
         return reply.type('application/json').send({ jsonrpc: '2.0', id: null, error: { code: RPC.parseError, message: 'Parse error: the body is not valid JSON' } });
+      }
+      // What reads a call afterwards (its size, the stored task's JSON) recurses: refused before any of it.
+      if (nestedDeeperThan(body, MAX_JSON_DEPTH)) {
+        return reply.type('application/json').send({ jsonrpc: '2.0', id: null, error: { code: RPC.invalidRequest, message: `Invalid Request: the body nests deeper than ${MAX_JSON_DEPTH} levels` } });
       }
       const header = req.headers['a2a-version'];
       const query = (req.query as Record<string, unknown> | undefined)?.['A2A-Version'];
