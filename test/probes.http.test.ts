@@ -91,6 +91,15 @@ describe(`GET /api/agent-readiness (${backend})`, () => {
     expect(b.probes.find((p: { path: string }) => p.path === '/llms.txt')).toEqual({ path: '/llms.txt', found: false, http_status: 200 });
   });
 
+  it('a document nesting deeper than 64 levels counts as missing, saying so; NUL and lone surrogates in one are no error', async () => {
+    const deep = `${'{"a":'.repeat(5000)}1${'}'.repeat(5000)}`;
+    docs = { ...fullSite(), '/openapi.json': { body: deep }, '/.well-known/agent.json': { body: '{"name":"x\\u0000y","url":"https://a.example/a2a","version":"1\\ud800","skills":[]}' } };
+    const b = await json(q(t.base, '/api/agent-readiness', { url: siteBase }));
+    expect(b.missing_surfaces).toContain('openapi.json');
+    expect(b.detected_surfaces).toContain('agent.json');
+    expect(b.probes.find((p: { path: string }) => p.path === '/openapi.json')).toMatchObject({ found: false, http_status: 200 });
+  });
+
   it('answers 502 when nothing answers at all', async () => {
     const closed = http.createServer();
     await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));

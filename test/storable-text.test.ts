@@ -59,3 +59,13 @@ describe('nestedDeeperThan', () => {
     expect(nestedDeeperThan('text', 0)).toBe(false);
   });
 });
+
+describe('parsePeerJson', () => {
+  it('refuses a document nested deeper than MAX_JSON_DEPTH as invalid JSON, and keeps NUL and lone surrogates as U+FFFD', async () => {
+    const { parsePeerJson, MAX_JSON_DEPTH } = await import('../src/domain/json-depth.js');
+    expect(() => parsePeerJson(`${'['.repeat(MAX_JSON_DEPTH + 1)}${']'.repeat(MAX_JSON_DEPTH + 1)}`)).toThrow(SyntaxError);
+    expect(() => parsePeerJson('{"a":')).toThrow(SyntaxError);
+    expect(parsePeerJson(`${'['.repeat(MAX_JSON_DEPTH)}${']'.repeat(MAX_JSON_DEPTH)}`)).toBeInstanceOf(Array);
+    expect(parsePeerJson('{"n\\u0000":"a\\ud800","ok":"😀"}')).toEqual({ 'n\ufffd': 'a\ufffd', ok: '😀' });
+  });
+});

@@ -1,3 +1,5 @@
+import { storableCopy } from './storable-text.js';
+
 // How deep a parsed JSON value nests. JSON.parse takes any depth; much of what reads the result
 // afterwards (JSON.stringify, RFC 8785 canonicalisation, schema validators) recurses and throws
 // RangeError a few thousand levels down. Values from outside are held to a depth far beyond any
@@ -16,4 +18,15 @@ export function nestedDeeperThan(value: unknown, max: number): boolean {
     for (const child of Array.isArray(v) ? v : Object.values(v)) if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
   }
   return false;
+}
+
+/**
+ * JSON from a peer (a server's documents, its Server Card): parsed, held to MAX_JSON_DEPTH (a
+ * deeper document is refused as a SyntaxError, as invalid JSON is), its NUL and lone surrogates
+ * as U+FFFD (storableCopy).
+ */
+export function parsePeerJson(text: string): unknown {
+  const value = JSON.parse(text) as unknown;
+  if (nestedDeeperThan(value, MAX_JSON_DEPTH)) throw new SyntaxError(`the document nests deeper than ${MAX_JSON_DEPTH} levels`);
+  return storableCopy(value);
 }

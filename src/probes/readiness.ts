@@ -1,4 +1,5 @@
 import { INTERFACE_VERSION } from '../config.js';
+import { parsePeerJson } from '../domain/json-depth.js';
 import { mcpEndpoint, SURFACES, type ReadinessObservation, type SurfaceName } from '../domain/readiness.js';
 import { connectMcp } from './mcp-manifest.js';
 import { ProbeFailed, TargetRefused, type SafeFetcher } from './safe-fetch.js';
@@ -36,9 +37,9 @@ export async function probeReadiness(fetcher: SafeFetcher, origin: string): Prom
         }
         let parsed: unknown;
         try {
-          parsed = JSON.parse(text);
-        } catch {
-          return { ...base, found: false, note: 'not valid JSON' };
+          parsed = parsePeerJson(text);
+        } catch (err) {
+          return { ...base, found: false, note: `not valid JSON${err instanceof SyntaxError && /nests deeper/.test(err.message) ? `: ${err.message}` : ''}` };
         }
         if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return { ...base, found: false, note: 'not a JSON object' };
         docs[s.surface] = parsed;

@@ -1,3 +1,4 @@
+import { parsePeerJson } from '../domain/json-depth.js';
 import dns from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
@@ -310,7 +311,7 @@ export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = sy
       address: o.address,
       tls: o.tls,
       text: () => body.toString('utf8'),
-      json: () => JSON.parse(body.toString('utf8')) as unknown,
+      json: () => parsePeerJson(body.toString('utf8')),
     };
   }
 

@@ -1,6 +1,6 @@
 import { cardDescribes, parseServerCard, reservedCardUrl, SERVER_CARD_MEDIA_TYPE, type CardClaims } from '../domain/server-card.js';
 import { ProbeFailed, TargetRefused, type SafeFetcher } from './safe-fetch.js';
-import { storableCopy } from '../domain/storable-text.js';
+import { parsePeerJson } from '../domain/json-depth.js';
 
 // Finds the Server Card of an MCP server through the safe client (docs/probes.md "Server Cards"),
 // where SEP-2127's draft and the frameworks that serve cards put it, in this order:
@@ -27,8 +27,8 @@ async function getJson(fetcher: SafeFetcher, url: string, signal?: AbortSignal):
     if (res.status !== 200) return null;
     const type = (res.headers.get('content-type') ?? '').toLowerCase();
     if (/html/.test(type)) return null;
-    // NUL and lone surrogates (which no UTF-8 reader sees and the database cannot store) as U+FFFD.
-    return storableCopy(JSON.parse(res.text()) as unknown);
+    // Depth-bounded, NUL and lone surrogates (which no UTF-8 reader sees and the database cannot store) as U+FFFD.
+    return parsePeerJson(res.text());
   } catch (err) {
     if (err instanceof ProbeFailed || err instanceof TargetRefused || err instanceof SyntaxError) return null;
     if ((err as Error)?.name === 'AbortError') return null;
