@@ -178,7 +178,7 @@ describe(`look-ups of servers nobody tracks (${backend})`, () => {
     });
   });
 
-  it('made-up receipt ids, API keys, A2A task ids and handles asked in one turn cost one statement each', async () => {
+  it('made-up receipt ids, API keys, A2A task ids, handles and URLs (a badge, a compliance export) asked in one turn cost one statement each', async () => {
     const many = <T>(n: number, f: (i: number) => T) => Array.from({ length: n }, (_, i) => f(i));
     traces = [];
     let found;
@@ -188,15 +188,18 @@ describe(`look-ups of servers nobody tracks (${backend})`, () => {
         ...many(20, (i) => apiKeyStore(countedDb).byHash(`made-up-${i}`)),
         ...many(20, (i) => a2aTaskStore(countedDb).get(`task-${i}`)),
         ...many(20, (i) => serverStore(countedDb).resolve(`nobody-${i}`)),
+        ...many(20, (i) => serverStore(countedDb).lookupUrl(`https://nobody-badge-${i}.example.org/mcp`)),
         serverStore(countedDb).resolve('lookup-33'),
+        serverStore(countedDb).lookupUrl(url(35)),
       ]);
     } finally {
       const sql = traces!;
       traces = null;
-      expect(sql, sql.join('\n')).toHaveLength(4);
+      expect(sql, sql.join('\n')).toHaveLength(5);
     }
-    expect(found.slice(0, 80)).toEqual(Array(80).fill(null));
-    expect((found[80] as { url?: string } | null)?.url).toBe(url(33));
+    expect(found.slice(0, 100)).toEqual(Array(100).fill(null));
+    expect((found[100] as { url?: string } | null)?.url).toBe(url(33));
+    expect((found[101] as { url?: string } | null)?.url).toBe(url(35));
   });
 
   it('an id with NUL (text PostgreSQL cannot store) among them fails nobody: it is none, the others are read', async () => {

@@ -145,9 +145,9 @@ export function serverStore(db: Queryable) {
       return new Map(rows.map((r) => [r.category, Number(r.n)]));
     },
 
+    /** The server with exactly this URL, or null; the URLs asked in one event-loop turn are read in one statement. */
     async byUrl(url: string): Promise<ServerRow | null> {
-      const rows = await db.query<ServerRow>(`SELECT ${COLUMNS} FROM servers WHERE url = $1`, [url], { prepare: 'server_by_url' });
-      return rows[0] ?? null;
+      return (await serversByUrl(db, url)) ?? null;
     },
 
     /**
@@ -173,14 +173,12 @@ export function serverStore(db: Queryable) {
     async resolve(target: string): Promise<ServerRow | null> {
       const t = target.trim();
       if (looksLikeUrl(t)) {
-        let url: string;
         try {
-          url = canonicalServerUrl(t);
+          return await store.lookupUrl(canonicalServerUrl(t));
         } catch (err) {
           if (err instanceof InvalidServerUrl) return null;
           throw err;
         }
-        return hasQuery(url) ? store.lookupUrl(url) : ((await serversByUrl(db, url)) ?? null);
       }
       const handle = serverHandle(t);
       if (handle === '') return null;
