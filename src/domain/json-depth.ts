@@ -20,6 +20,13 @@ export function nestedDeeperThan(value: unknown, max: number): boolean {
   return false;
 }
 
+/** A peer's document nested deeper than MAX_JSON_DEPTH: refused as invalid JSON is (a SyntaxError). */
+export class JsonTooDeep extends SyntaxError {
+  constructor() {
+    super(`the document nests deeper than ${MAX_JSON_DEPTH} levels`);
+  }
+}
+
 /**
  * JSON from a peer (a server's documents, its Server Card): parsed, held to MAX_JSON_DEPTH (a
  * deeper document is refused as a SyntaxError, as invalid JSON is), its NUL and lone surrogates
@@ -27,6 +34,6 @@ export function nestedDeeperThan(value: unknown, max: number): boolean {
  */
 export function parsePeerJson(text: string): unknown {
   const value = JSON.parse(text) as unknown;
-  if (nestedDeeperThan(value, MAX_JSON_DEPTH)) throw new SyntaxError(`the document nests deeper than ${MAX_JSON_DEPTH} levels`);
+  if (nestedDeeperThan(value, MAX_JSON_DEPTH)) throw new JsonTooDeep();
   return storableCopy(value);
 }

@@ -151,7 +151,8 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
     const era = client.getProtocolEra() ?? 'legacy';
     const info = client.getServerVersion();
     const caps = client.getServerCapabilities();
-    const connection: McpConnection = {
+    // NUL and lone surrogates (which no UTF-8 reader sees and the database cannot store) as U+FFFD.
+    const connection: McpConnection = storableCopy({
       protocol_version: cutAt(client.getNegotiatedProtocolVersion() ?? 'unknown', SELF_DESCRIPTION_LIMITS.versionChars),
       era,
       transport: kind,
@@ -167,8 +168,8 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
           ? (client.getDiscoverResult()?.supportedVersions ?? []).slice(0, SELF_DESCRIPTION_LIMITS.versions).map((v) => cutAt(v, SELF_DESCRIPTION_LIMITS.versionChars))
           : null,
       has_tools: Boolean(caps?.tools),
-    };
-    if (!listTools) return storableCopy(connection);
+    });
+    if (!listTools) return connection;
     const tools: ManifestTool[] = [];
     let pages = 0;
     let bytes = 0;
@@ -185,7 +186,6 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
           if (t.name.length > MANIFEST_LIMITS.maxNameLength) throw new ProbeFailed('too_large', `a tool name is longer than ${MANIFEST_LIMITS.maxNameLength} characters`);
           // Hashing (RFC 8785), storing and showing a tool recurse through it: a few thousand levels would throw.
           if (nestedDeeperThan(t, MAX_JSON_DEPTH)) throw new ProbeFailed('too_large', `a tool's JSON nests deeper than ${MAX_JSON_DEPTH} levels`);
-          // NUL and lone surrogates (which no UTF-8 reader sees and the database cannot store) as U+FFFD.
           const tool = storableCopy(manifestToolOf(t));
           bytes += Buffer.byteLength(JSON.stringify(tool));
           tools.push(tool);
@@ -195,7 +195,7 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
         cursor = page.nextCursor;
       } while (cursor);
     }
-    return { ...storableCopy(connection), tools, pages };
+    return { ...connection, tools, pages };
   } finally {
     await client.close().catch(() => {});
   }

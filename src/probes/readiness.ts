@@ -1,5 +1,5 @@
 import { INTERFACE_VERSION } from '../config.js';
-import { parsePeerJson } from '../domain/json-depth.js';
+import { JsonTooDeep, parsePeerJson } from '../domain/json-depth.js';
 import { mcpEndpoint, SURFACES, type ReadinessObservation, type SurfaceName } from '../domain/readiness.js';
 import { connectMcp } from './mcp-manifest.js';
 import { ProbeFailed, TargetRefused, type SafeFetcher } from './safe-fetch.js';
@@ -39,7 +39,7 @@ export async function probeReadiness(fetcher: SafeFetcher, origin: string): Prom
         try {
           parsed = parsePeerJson(text);
         } catch (err) {
-          return { ...base, found: false, note: `not valid JSON${err instanceof SyntaxError && /nests deeper/.test(err.message) ? `: ${err.message}` : ''}` };
+          return { ...base, found: false, note: err instanceof JsonTooDeep ? `not valid JSON: ${err.message}` : 'not valid JSON' };
         }
         if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return { ...base, found: false, note: 'not a JSON object' };
         docs[s.surface] = parsed;

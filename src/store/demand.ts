@@ -334,8 +334,9 @@ export function demandStore(db: Queryable) {
      * a name that resolved to nothing) and that were last checked before `cutoff`, after the
      * target `after` (in the sums' key order): their sums move into preflight_demand_retired in
      * the same statement, so every all-time total keeps counting them. A sum a concurrent check
-     * just updated is re-checked by the DELETE and kept. Answers how many targets it picked (fewer than `limit`: none are left after `after`), how
-     * many of them went, and the last one picked (the next call's `after`).
+     * just updated is re-checked by the DELETE and kept. Answers how many targets it picked
+     * (fewer than `limit`: none are left after `after`), how many of them went, and the last one
+     * picked (the next call's `after`).
      */
     async retireTargets(cutoff: Date, after: string | null, limit: number): Promise<{ picked: number; retired: number; last: string | null }> {
       const [r] = await db.query<{ picked: number; retired: number; last: string | null }>(
