@@ -85,6 +85,39 @@ describe('address policy (pure, no packets)', () => {
     }
   });
 
+  // Credential and metadata services of cloud and container platforms: a probe that reached one
+  // (a target or a redirect hop resolving to it) could read the host's credentials. Never, even
+  // with ALLOW_PRIVATE_TARGETS, and 168.63.129.16 is public address space, so allowed by default before.
+  it.each([
+    ['169.254.170.2', 'AWS ECS'],
+    ['169.254.170.23', 'EKS Pod Identity'],
+    ['fd00:ec2::23', 'EKS Pod Identity'],
+    ['168.63.129.16', 'Azure WireServer'],
+    ['100.100.100.200', 'Alibaba'],
+    ['192.0.0.192', 'Oracle'],
+    ['169.254.0.23', 'Tencent'],
+    ['169.254.42.42', 'Scaleway'],
+    ['fd20:ce::254', 'Google Cloud'],
+    ['fe80::a9fe:a9fe', 'OpenStack'],
+    ['fe80::a9fe:a9fe%eth0', 'OpenStack'],
+  ])('always refuses the credential service %s (%s), even with ALLOW_PRIVATE_TARGETS', (a, why) => {
+    for (const policy of [strict, dev]) {
+      const v = classifyAddress(a, policy);
+      expect(v.allowed, `${a} ${JSON.stringify(policy)}`).toBe(false);
+      if (!v.allowed) {
+        expect(v.range).toContain(why);
+        expect(v.reason).toContain('never');
+      }
+    }
+  });
+
+  it('keeps the neighbours of those services in their ordinary class', () => {
+    expect(classifyAddress('168.63.129.17', strict).allowed).toBe(true);
+    expect(classifyAddress('100.100.100.201', dev).allowed).toBe(true);
+    expect(classifyAddress('169.254.170.3', dev).allowed).toBe(true);
+    expect(classifyAddress('192.0.0.193', dev).allowed).toBe(true);
+  });
+
   it('refuses anything that is not a strict IP literal', () => {
     for (const a of ['0x7f.1', '2130706433', '127.1', '017700000001', 'localhost', '', '1.2.3.4.5', '256.1.1.1']) {
       const v = classifyAddress(a, dev);

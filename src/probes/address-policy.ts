@@ -8,8 +8,9 @@ import ipaddr from 'ipaddr.js';
  * Why a range is not public:
  * - `private`: reachable only inside some network (loopback, RFC 1918, CGNAT, link-local, ULA,
  *   documentation/benchmark ranges). ALLOW_PRIVATE_TARGETS=1 lets probes reach these.
- * - `never`: never a sensible probe target even in development (cloud metadata, multicast,
- *   broadcast, the unspecified address, addresses that embed an IPv4 address inside IPv6).
+ * - `never`: never a sensible probe target even in development (cloud metadata and credential
+ *   services, multicast, broadcast, the unspecified address, addresses that embed an IPv4 address
+ *   inside IPv6).
  */
 export type RangeClass = 'private' | 'never';
 
@@ -25,7 +26,17 @@ function r(cidr: string, name: string, cls: RangeClass): Range {
 
 // Order matters: the first match names the reason, so specific ranges come before wider ones.
 const V4_RANGES: Range[] = [
+  // Metadata and credential services a host in a cloud or container platform reaches without any
+  // credential of its own: a probe that reached one could read the host's credentials. Some sit in
+  // private ranges (which ALLOW_PRIVATE_TARGETS opens), 168.63.129.16 in public address space.
   r('169.254.169.254/32', 'cloud metadata service (169.254.169.254)', 'never'),
+  r('169.254.170.2/32', 'AWS ECS task credentials service (169.254.170.2)', 'never'),
+  r('169.254.170.23/32', 'AWS EKS Pod Identity credentials agent (169.254.170.23)', 'never'),
+  r('168.63.129.16/32', 'Azure WireServer (168.63.129.16)', 'never'),
+  r('100.100.100.200/32', 'Alibaba Cloud metadata service (100.100.100.200)', 'never'),
+  r('192.0.0.192/32', 'Oracle Cloud metadata service (192.0.0.192)', 'never'),
+  r('169.254.0.23/32', 'Tencent Cloud metadata service (169.254.0.23)', 'never'),
+  r('169.254.42.42/32', 'Scaleway metadata service (169.254.42.42)', 'never'),
   r('255.255.255.255/32', 'limited broadcast (255.255.255.255)', 'never'),
   r('0.0.0.0/8', '"this network" / unspecified (0.0.0.0/8)', 'never'),
   r('224.0.0.0/4', 'multicast (224.0.0.0/4)', 'never'),
@@ -48,6 +59,9 @@ const V6_RANGES: Range[] = [
   r('::/128', 'unspecified (::)', 'never'),
   r('::1/128', 'loopback (::1)', 'private'),
   r('fd00:ec2::254/128', 'cloud metadata service (fd00:ec2::254)', 'never'),
+  r('fd00:ec2::23/128', 'AWS EKS Pod Identity credentials agent (fd00:ec2::23)', 'never'),
+  r('fd20:ce::254/128', 'Google Cloud metadata service over IPv6 (fd20:ce::254)', 'never'),
+  r('fe80::a9fe:a9fe/128', 'OpenStack metadata service over IPv6 (fe80::a9fe:a9fe)', 'never'),
   r('::ffff:0:0/96', 'IPv4-mapped IPv6 (::ffff:0:0/96)', 'never'),
   r('::ffff:0:0:0/96', 'IPv4-translated IPv6 (::ffff:0:0:0/96)', 'never'),
   r('64:ff9b::/96', 'NAT64 IPv4-translated (64:ff9b::/96)', 'never'),
