@@ -17,6 +17,8 @@ export const RPC = {
   extendedAgentCardNotConfigured: -32007,
   extensionSupportRequired: -32008,
   versionNotSupported: -32009,
+  /** Implementation-defined (like -32029, "429"): the call's answer does not fit what is left of its HTTP answer ("413"). */
+  answerTooLarge: -32013,
 } as const;
 
 /** The service's error kinds as JSON-RPC codes. */
@@ -116,9 +118,16 @@ export function optionalStrings(o: Record<string, unknown>, name: string, where:
 }
 
 /** What a method handler may use besides its params. */
+/** What is left of one HTTP answer's bytes (A2A_LIMITS.maxAnswerBytes), shared by a batch's calls. */
+export interface AnswerBudget {
+  left: number;
+}
+
 export interface MethodContext {
   /** Aborted when the client goes away (ends subscriptions). */
   signal: AbortSignal;
+  /** Bytes the call's answer may still take: methods that return tasks cut them to it. */
+  budget?: AnswerBudget;
   /** The caller's address (TRUST_PROXY-aware): its network's share of shared resources (subscriptions). */
   client?: string;
 }

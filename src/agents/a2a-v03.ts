@@ -3,8 +3,8 @@
 // tasks {id, contextId, status: {state, timestamp}, artifacts, history, kind: "task"} and stream
 // events {kind: "status-update" | "artifact-update", ..., final}. The stored task document is
 // already in this form (src/services/a2a.ts), so results are the documents themselves.
-import { lastMessages } from '../domain/a2a-task.js';
-import { A2aError, type A2aService, type StoredTask, type TaskEvent, type TaskMessage, type TaskPart } from '../services/a2a.js';
+import { answerWithin, lastMessages } from '../domain/a2a-task.js';
+import { A2A_LIMITS, A2aError, type A2aService, type StoredTask, type TaskEvent, type TaskMessage, type TaskPart } from '../services/a2a.js';
 import {
   A2A_ERROR_CODES,
   invalidParams,
@@ -15,6 +15,7 @@ import {
   optionalStrings,
   RPC,
   RpcError,
+  type MethodContext,
   type MethodHandler,
   type Params,
   type VersionBinding,
@@ -108,15 +109,19 @@ function readSendParams(params: Params | undefined) {
   };
 }
 
-/** A stored task as 0.3 sends it, with its history cut to the last `historyLength` messages. */
-export function v03Task(t: StoredTask, historyLength?: number): StoredTask {
-  if (historyLength === undefined || !Array.isArray(t.history)) return t;
-  return { ...t, history: lastMessages(t.history as TaskMessage[], historyLength) };
+/**
+ * A stored task as 0.3 sends it, with its history cut to the last `historyLength` messages and
+ * the answer to `maxBytes` of JSON (the oldest messages left out; A2A_LIMITS.maxAnswerBytes).
+ */
+export function v03Task(t: StoredTask, historyLength?: number, maxBytes?: number): StoredTask {
+  if (!Array.isArray(t.history)) return t;
+  const history = lastMessages(t.history as TaskMessage[], historyLength);
+  return answerWithin(history, maxBytes, (kept) => ({ ...t, history: kept })) as StoredTask;
 }
 
 /** A stream event as a 0.3 SendStreamingMessageResponse result. */
 export function v03Event(e: TaskEvent): unknown {
-  if (e.kind === 'task') return e.task;
+  if (e.kind === 'task') return v03Task(e.task, undefined, A2A_LIMITS.maxAnswerBytes);
   return e;
 }
 
@@ -134,7 +139,10 @@ async function call<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
-const unary = (run: (params: Params | undefined, a2a: A2aService) => Promise<unknown>): MethodHandler<A2aService> => ({ stream: false, run: (p, a2a) => call(() => run(p, a2a)) });
+const unary = (run: (params: Params | undefined, a2a: A2aService, ctx: MethodContext) => Promise<unknown>): MethodHandler<A2aService> => ({
+  stream: false,
+  run: (p, a2a, ctx) => call(() => run(p, a2a, ctx)),
+});
 const pushNotSupported = unary(async () => {
   throw new RpcError(RPC.pushNotificationNotSupported, 'Push Notification is not supported by this agent (capabilities.pushNotifications is false); poll tasks/get or use message/stream');
 });
@@ -146,9 +154,9 @@ async function* map<T, U>(source: AsyncIterable<T>, fn: (t: T) => U): AsyncItera
 const methods = new Map<string, MethodHandler<A2aService>>([
   [
     'message/send',
-    unary(async (params, a2a) => {
+    unary(async (params, a2a, ctx) => {
       const req = readSendParams(params);
-      return v03Task(await a2a.send(req.message, { acceptedOutputModes: req.acceptedOutputModes }), req.historyLength);
+      return v03Task(await a2a.send(req.message, { acceptedOutputModes: req.acceptedOutputModes }), req.historyLength, ctx.budget?.left);
     }),
   ],
   [
@@ -164,13 +172,13 @@ const methods = new Map<string, MethodHandler<A2aService>>([
   ],
   [
     'tasks/get',
-    unary(async (params, a2a) => {
+    unary(async (params, a2a, ctx) => {
       const id = idParam(params);
       const historyLength = optionalInt(params!, 'historyLength', 'params');
-      return v03Task(await a2a.get(id), historyLength);
+      return v03Task(await a2a.get(id), historyLength, ctx.budget?.left);
     }),
   ],
-  ['tasks/cancel', unary(async (params, a2a) => a2a.cancel(idParam(params)))],
+  ['tasks/cancel', unary(async (params, a2a, ctx) => v03Task(await a2a.cancel(idParam(params)), undefined, ctx.budget?.left))],
   ['tasks/resubscribe', { stream: true, open: (params, a2a, ctx) => call(async () => map(await a2a.subscribe(idParam(params), ctx), v03Event)) }],
   ['tasks/pushNotificationConfig/set', pushNotSupported],
   ['tasks/pushNotificationConfig/get', pushNotSupported],

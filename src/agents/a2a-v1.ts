@@ -2,8 +2,8 @@
 // ProtoJSON shapes (camelCase members, TASK_STATE_* and ROLE_* enum names, parts without `kind`),
 // errors with google.rpc.ErrorInfo details. The work is done by the A2A service; this file only
 // reads 1.0 requests and writes 1.0 results.
-import { A2aError, type A2aService, type ListQuery, type StoredTask, type TaskArtifact, type TaskEvent, type TaskMessage, type TaskPart, type TaskStatus } from '../services/a2a.js';
-import { lastMessages } from '../domain/a2a-task.js';
+import { A2A_LIMITS, A2aError, type A2aService, type ListQuery, type StoredTask, type TaskArtifact, type TaskEvent, type TaskMessage, type TaskPart, type TaskStatus } from '../services/a2a.js';
+import { answerWithin, lastMessages } from '../domain/a2a-task.js';
 import {
   A2A_ERROR_CODES,
   A2A_ERROR_REASONS,
@@ -19,6 +19,7 @@ import {
   requiredId,
   RPC,
   RpcError,
+  type MethodContext,
   type MethodHandler,
   type Params,
   type VersionBinding,
@@ -190,23 +191,26 @@ function artifactJson(a: TaskArtifact): Record<string, unknown> {
   return { artifactId: a.artifactId, ...(a.name ? { name: a.name } : {}), ...(a.description ? { description: a.description } : {}), parts: a.parts.map(partJson) };
 }
 
-/** A stored task in 1.0 form. historyLength 0 omits the history (section 3.2.4). */
-export function taskJson(t: StoredTask, opts: { historyLength?: number; includeArtifacts?: boolean } = {}): Record<string, unknown> {
-  const history = lastMessages((t.history as TaskMessage[] | undefined) ?? [], opts.historyLength);
+/**
+ * A stored task in 1.0 form. historyLength 0 omits the history (section 3.2.4); `maxBytes` cuts
+ * the answer to that much JSON by leaving out the oldest messages (A2A_LIMITS.maxAnswerBytes).
+ */
+export function taskJson(t: StoredTask, opts: { historyLength?: number; includeArtifacts?: boolean; maxBytes?: number } = {}): Record<string, unknown> {
+  const history = lastMessages((t.history as TaskMessage[] | undefined) ?? [], opts.historyLength).map(messageJson);
   const artifacts = (t.artifacts as TaskArtifact[] | undefined) ?? [];
-  return {
+  return answerWithin(history, opts.maxBytes, (kept) => ({
     id: t.id,
     contextId: t.contextId,
     status: statusJson(t.status as TaskStatus),
     ...(opts.includeArtifacts !== false && artifacts.length > 0 ? { artifacts: artifacts.map(artifactJson) } : {}),
-    ...(history.length > 0 ? { history: history.map(messageJson) } : {}),
+    ...(kept.length > 0 ? { history: kept } : {}),
     ...(t.metadata ? { metadata: t.metadata } : {}),
-  };
+  }));
 }
 
 /** A stream event as a StreamResponse (section 3.2.3). */
 export function streamResponseJson(e: TaskEvent): Record<string, unknown> {
-  if (e.kind === 'task') return { task: taskJson(e.task) };
+  if (e.kind === 'task') return { task: taskJson(e.task, { maxBytes: A2A_LIMITS.maxAnswerBytes }) };
   if (e.kind === 'status-update') return { statusUpdate: { taskId: e.taskId, contextId: e.contextId, status: statusJson(e.status) } };
   return { artifactUpdate: { taskId: e.taskId, contextId: e.contextId, artifact: artifactJson(e.artifact), append: e.append, lastChunk: e.lastChunk } };
 }
@@ -234,7 +238,10 @@ async function call<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
-const unary = (run: (params: Params | undefined, a2a: A2aService) => Promise<unknown>): MethodHandler<A2aService> => ({ stream: false, run: (p, a2a) => call(() => run(p, a2a)) });
+const unary = (run: (params: Params | undefined, a2a: A2aService, ctx: MethodContext) => Promise<unknown>): MethodHandler<A2aService> => ({
+  stream: false,
+  run: (p, a2a, ctx) => call(() => run(p, a2a, ctx)),
+});
 const pushNotSupported = unary(async () => {
   throw new RpcError(RPC.pushNotificationNotSupported, 'push notifications are not supported by this agent (capabilities.pushNotifications is false); poll GetTask or use SendStreamingMessage');
 });
@@ -242,10 +249,10 @@ const pushNotSupported = unary(async () => {
 const methods = new Map<string, MethodHandler<A2aService>>([
   [
     'SendMessage',
-    unary(async (params, a2a) => {
+    unary(async (params, a2a, ctx) => {
       const req = readSendRequest(params);
       const task = await a2a.send(req.message, { acceptedOutputModes: req.acceptedOutputModes });
-      return { task: taskJson(task, { historyLength: req.historyLength }) };
+      return { task: taskJson(task, { historyLength: req.historyLength, maxBytes: ctx.budget?.left }) };
     }),
   ],
   [
@@ -262,15 +269,15 @@ const methods = new Map<string, MethodHandler<A2aService>>([
   ],
   [
     'GetTask',
-    unary(async (params, a2a) => {
+    unary(async (params, a2a, ctx) => {
       const id = idParam(params);
       const historyLength = optionalInt(params!, 'historyLength', 'params');
-      return taskJson(await a2a.get(id), { historyLength });
+      return taskJson(await a2a.get(id), { historyLength, maxBytes: ctx.budget?.left });
     }),
   ],
   [
     'ListTasks',
-    unary(async (params, a2a) => {
+    unary(async (params, a2a, ctx) => {
       const p = params ?? {};
       const query: ListQuery = {
         contextId: optionalId(p, 'contextId', 'params', MAX_ID),
@@ -281,16 +288,19 @@ const methods = new Map<string, MethodHandler<A2aService>>([
       };
       const historyLength = optionalInt(p, 'historyLength', 'params');
       const includeArtifacts = optionalBool(p, 'includeArtifacts', 'params') ?? false;
-      const page = await a2a.list(query);
+      const maxBytes = ctx.budget?.left;
+      // The page is cut by the tasks' stored JSON; their 1.0 form differs by a few bytes a
+      // message (role and state names), so an eighth is kept free for it.
+      const page = await a2a.list(query, maxBytes === undefined ? undefined : Math.floor((maxBytes * 7) / 8));
       return {
-        tasks: page.tasks.map((t) => taskJson(t, { historyLength, includeArtifacts })),
+        tasks: page.tasks.map((t) => taskJson(t, { historyLength, includeArtifacts, maxBytes })),
         nextPageToken: page.nextPageToken,
         pageSize: page.pageSize,
         totalSize: page.totalSize,
       };
     }),
   ],
-  ['CancelTask', unary(async (params, a2a) => taskJson(await a2a.cancel(idParam(params))))],
+  ['CancelTask', unary(async (params, a2a, ctx) => taskJson(await a2a.cancel(idParam(params)), { maxBytes: ctx.budget?.left }))],
   [
     'SubscribeToTask',
     {

@@ -1,14 +1,15 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { RouteDeps } from '../http/routes.js';
-import { createA2aService, SkillRefused, type A2aService, type A2aSkillRunner } from '../services/a2a.js';
+import { A2A_LIMITS, createA2aService, SkillRefused, type A2aService, type A2aSkillRunner } from '../services/a2a.js';
 import { A2A_SKILLS, A2A_VERSIONS, a2aDescriptor } from './a2a-card.js';
-import { isObject, RPC, RpcError, type MethodContext, type VersionBinding } from './a2a-rpc.js';
+import { isObject, RPC, RpcError, type AnswerBudget, type MethodContext, type VersionBinding } from './a2a-rpc.js';
 import { a2aV03, A2A_V03_VERSION } from './a2a-v03.js';
 import { a2aV1, A2A_V1_VERSION } from './a2a-v1.js';
 import { createAgentSkills, SkillError, type AgentSkills, type JsonObject } from './skills.js';
 import { a2aSkillLimit, type RateLimitedRpcError } from './rate-limit.js';
 import { unstorableJson } from '../domain/storable-text.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../domain/json-depth.js';
+import { jsonBytes } from '../domain/a2a-task.js';
 
 // /a2a: A2A over JSON-RPC 2.0, protocol versions 1.0 and 0.3 on one endpoint (docs/agents.md).
 // The A2A-Version header (or ?A2A-Version=) picks the version; none means 0.3 (A2A 1.0 section
@@ -23,6 +24,12 @@ type RpcResponse = { jsonrpc: '2.0'; id: Id; result: unknown } | { jsonrpc: '2.0
 type Log = { error(o: object, m: string): void };
 /** Counts one skill invocation (and the bytes of its params) against the caller's limits; the error when refused (src/agents/rate-limit.ts). */
 type SkillLimit = { take(paramsBytes: number): RateLimitedRpcError | null };
+/**
+ * What a batch keeps free for each call it runs: a call starts only while this much of the HTTP
+ * answer is left (a task without its history is a few KB), so no call does work whose answer
+ * cannot be sent.
+ */
+const MIN_CALL_ANSWER_BYTES = 16 * 1024;
 /** Methods that run a skill (and store a task): each call takes one token of the caller's limit. */
 const SKILL_METHODS: ReadonlySet<string> = new Set(['SendMessage', 'SendStreamingMessage', 'message/send', 'message/stream']);
 
@@ -148,13 +155,36 @@ export function createA2aHandler(a2a: A2aService) {
   /** A parsed body: one request or a batch (JSON-RPC 2.0 section 6). */
   async function handle(body: unknown, versionHeader: string | undefined, ctx: MethodContext & { limit?: SkillLimit }, log: Log): Promise<Answer> {
     const version = negotiateVersion(versionHeader);
-    if (!Array.isArray(body)) return one(body, version, { ...ctx, inBatch: false }, log);
+    // One HTTP answer carries at most A2A_LIMITS.maxAnswerBytes of JSON: the methods that return
+    // tasks cut them to what is left (ListTasks pages, task histories), and a batch stops running
+    // calls once too little is left for another answer.
+    const budget: AnswerBudget = { left: A2A_LIMITS.maxAnswerBytes };
+    if (!Array.isArray(body)) return one(body, version, { ...ctx, inBatch: false, budget }, log);
     if (body.length === 0) return { kind: 'json', body: plain(null, RPC.invalidRequest, 'Invalid Request: empty batch') };
     if (body.length > 50) return { kind: 'json', body: plain(null, RPC.invalidRequest, 'Invalid Request: a batch holds at most 50 requests') };
     const answers: RpcResponse[] = [];
+    const tooLarge = (r: unknown): RpcResponse => {
+      const id = isObject(r) && (typeof r.id === 'string' || typeof r.id === 'number') ? r.id : null;
+      const binding = version instanceof RpcError ? a2aV1 : version;
+      const used = A2A_LIMITS.maxAnswerBytes - budget.left;
+      return fail(id, binding, new RpcError(RPC.answerTooLarge, `not run: the answers before it in this batch hold ${used} bytes and one HTTP answer holds at most ${A2A_LIMITS.maxAnswerBytes}; send this call again in another request`));
+    };
     for (const r of body) {
-      const a = await one(r, version, { ...ctx, inBatch: true }, log);
-      if (a.kind === 'json' && !Array.isArray(a.body)) answers.push(a.body);
+      // A notification is answered with nothing, so it runs whatever is left.
+      if (answers.length > 0 && budget.left < MIN_CALL_ANSWER_BYTES && isObject(r) && 'id' in r) {
+        answers.push(tooLarge(r));
+        continue;
+      }
+      const a = await one(r, version, { ...ctx, inBatch: true, budget }, log);
+      if (a.kind !== 'json' || Array.isArray(a.body)) continue;
+      const size = jsonBytes(a.body) + 1;
+      if (answers.length > 0 && size > budget.left) {
+        answers.push(tooLarge(r));
+        budget.left = 0;
+        continue;
+      }
+      budget.left -= size;
+      answers.push(a.body);
     }
     return answers.length > 0 ? { kind: 'json', body: answers } : { kind: 'none' };
   }
@@ -171,7 +201,22 @@ async function sendEventStream(reply: FastifyReply, answer: Extract<Answer, { ki
   const headers: Record<string, string> = {};
   for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : String(v);
   raw.writeHead(200, { ...headers, 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
-  const write = (payload: RpcResponse) => raw.write(`data: ${JSON.stringify(payload)}\n\n`);
+  // Each write waits until the socket took the one before (a client that reads slowly holds
+  // one event in memory, not every event and heartbeat since); the connection's own deadlines
+  // end a client that stops reading.
+  const write = async (text: string): Promise<void> => {
+    if (raw.write(text) || raw.destroyed) return;
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        raw.off('drain', done);
+        raw.off('close', done);
+        resolve();
+      };
+      raw.on('drain', done);
+      raw.on('close', done);
+    });
+  };
+  const event = (payload: RpcResponse) => write(`data: ${JSON.stringify(payload)}\n\n`);
   const it = answer.events[Symbol.asyncIterator]();
   try {
     for (;;) {
@@ -181,15 +226,15 @@ async function sendEventStream(reply: FastifyReply, answer: Extract<Answer, { ki
       do {
         step = await Promise.race([next, new Promise<'tick'>((r) => (timer = setTimeout(() => r('tick'), SSE_HEARTBEAT_MS)))]);
         clearTimeout(timer);
-        if (step === 'tick') raw.write(': keep-alive\n\n');
+        if (step === 'tick') await write(': keep-alive\n\n');
       } while (step === 'tick');
       if (step.done || raw.destroyed) break;
-      write({ jsonrpc: '2.0', id: answer.id, result: step.value });
+      await event({ jsonrpc: '2.0', id: answer.id, result: step.value });
     }
   } catch (err) {
     const rpc = err instanceof RpcError ? err : new RpcError(RPC.internal, 'Internal error');
     if (!(err instanceof RpcError)) log.error({ err }, 'a2a stream failed');
-    if (!raw.destroyed) write({ jsonrpc: '2.0', id: answer.id, error: answer.binding.errorObject(rpc) });
+    if (!raw.destroyed) await event({ jsonrpc: '2.0', id: answer.id, error: answer.binding.errorObject(rpc) });
   } finally {
     await it.return?.();
     raw.end();

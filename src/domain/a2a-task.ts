@@ -62,3 +62,35 @@ export function lastMessages<T>(history: readonly T[], n: number | undefined): T
   if (n === undefined) return [...history];
   return n === 0 ? [] : history.slice(-n);
 }
+
+/** Bytes of `v` as JSON text (UTF-8). */
+export const jsonBytes = (v: unknown): number => Buffer.byteLength(JSON.stringify(v) ?? '');
+
+/**
+ * The newest messages of a history whose JSON fits in `maxBytes` (the array's brackets and
+ * commas counted): the oldest go first, as A2A lets a server return fewer messages than asked.
+ */
+export function newestWithin<T>(history: readonly T[], maxBytes: number): T[] {
+  let bytes = 2;
+  let i = history.length;
+  while (i > 0) {
+    const b = jsonBytes(history[i - 1]) + (i < history.length ? 1 : 0);
+    if (bytes + b > maxBytes) break;
+    bytes += b;
+    i--;
+  }
+  return history.slice(i);
+}
+
+/**
+ * A task's answer cut to `maxBytes` of JSON: whole when it fits, else with the oldest messages of
+ * its history left out until it does (with none left, as small as it gets). `build` makes the
+ * answer from a history, in the caller's wire shape, with no `history` member when it is empty.
+ * Messages are measured newest first and only until the bound is reached.
+ */
+export function answerWithin<T>(history: readonly T[], maxBytes: number | undefined, build: (history: T[]) => Record<string, unknown>): Record<string, unknown> {
+  if (maxBytes === undefined || history.length === 0) return build([...history]);
+  // `,"history":` joins the member to the rest.
+  const kept = newestWithin(history, maxBytes - jsonBytes(build([])) - 11);
+  return build(kept);
+}

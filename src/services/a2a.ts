@@ -16,6 +16,7 @@ import {
   INTERRUPTED_STATES,
   isTerminal,
   LIST_PAGE_SIZE,
+  newestWithin,
   TASK_STATES,
 } from '../domain/a2a-task.js';
 import { a2aTaskStore, type StoredTask } from '../store/a2a-tasks.js';
@@ -121,6 +122,14 @@ export const A2A_LIMITS = {
   maxId: 256,
   /** Messages kept in a task's history (a task that keeps asking stays bounded). */
   maxHistory: 50,
+  /**
+   * Bytes of JSON one HTTP answer of /a2a carries at most (one call or a batch of 50), and of a
+   * task's kept history: tasks keep the messages clients sent (up to BODY_LIMIT each), so a task
+   * keeps only its newest messages within it, reads that return tasks are cut to what is left of
+   * the answer (ListTasks pages hold fewer tasks, histories lose their oldest messages, as A2A
+   * allows), and a batch stops running calls when too little is left.
+   */
+  maxAnswerBytes: 1024 * 1024,
   /** How often a subscription looks at the stored task (changes made by other instances). */
   pollMs: 1000,
   /** A subscription ends after this long without the task finishing; the client may subscribe again. */
@@ -207,7 +216,15 @@ export function createA2aService(
     return modes;
   }
 
-  const bounded = (history: TaskMessage[]) => history.slice(-A2A_LIMITS.maxHistory);
+  /**
+   * A task's history as it is kept: its last maxHistory messages, and of those only the newest
+   * that fit in maxAnswerBytes of JSON (the newest always), so every stored task fits one answer.
+   */
+  const bounded = (history: TaskMessage[]) => {
+    const last = history.slice(-A2A_LIMITS.maxHistory);
+    const kept = newestWithin(last, A2A_LIMITS.maxAnswerBytes);
+    return kept.length > 0 ? kept : last.slice(-1);
+  };
 
   /** The task after the skill ran (or did not need to): its final or interrupted state. */
   async function conclude(base: StoredTask, understood: UnderstoodRequest, modes: string[]): Promise<StoredTask> {
@@ -293,16 +310,25 @@ export function createA2aService(
     if (previous === null) await store.insert(working, new Date(base.status.timestamp));
     else if (!(await store.replaceIfState(working, previous.status.state))) await lost(working.id);
     changed(working.id);
+    // The task is concluded whether or not the client reads on: a client that goes away after
+    // the first event must not leave it working until the retention deletes it. null: canceled
+    // (or otherwise moved on) while the skill ran, and the stored state is the truth.
+    const concluded = (async () => {
+      const task = await conclude(working, understood, modes);
+      if (!(await store.replaceIfState(task, 'working'))) return null;
+      changed(task.id);
+      return task;
+    })();
+    // Nobody may be left to await it: its failure is the stream's, when one still reads.
+    concluded.catch(() => undefined);
     return (async function* () {
       yield { kind: 'task', task: working } satisfies TaskEvent;
-      const task = await conclude(working, understood, modes);
-      if (!(await store.replaceIfState(task, 'working'))) {
-        // Canceled while the skill ran: the stored state is the truth.
-        const current = await store.get(task.id);
+      const task = await concluded;
+      if (task === null) {
+        const current = await store.get(working.id);
         if (current) yield statusEvent(current);
         return;
       }
-      changed(task.id);
       const known = new Set(((working.artifacts as TaskArtifact[] | undefined) ?? []).map((a) => a.artifactId));
       for (const artifact of (task.artifacts as TaskArtifact[] | undefined) ?? []) {
         if (!known.has(artifact.artifactId)) yield { kind: 'artifact-update', taskId: task.id, contextId: task.contextId, artifact, append: false, lastChunk: true } satisfies TaskEvent;
@@ -325,8 +351,10 @@ export function createA2aService(
   /**
    * ListTasks. /a2a has no client authentication, so a context is the unit a client can see:
    * tasks are listed per contextId (the context a client chose or was given), never all at once.
+   * A page holds at most `pageSize` tasks and, after its first, only tasks whose stored JSON fits
+   * in `maxBytes` together (the service may return fewer than pageSize: nextPageToken goes on).
    */
-  async function list(q: ListQuery): Promise<TaskPage> {
+  async function list(q: ListQuery, maxBytes: number = A2A_LIMITS.maxAnswerBytes): Promise<TaskPage> {
     if (q.contextId === undefined || q.contextId === '') {
       throw new A2aError(
         'invalid_params',
@@ -345,10 +373,9 @@ export function createA2aService(
       if (!after) throw new A2aError('invalid_params', 'pageToken is not a token this service issued (use nextPageToken of the previous page)', { field: 'pageToken' });
     }
     const filter = { contextId: q.contextId, state: q.state, updatedAfter: q.statusTimestampAfter };
-    const [rows, totalSize] = await Promise.all([store.list(filter, after, pageSize + 1), store.count(filter)]);
-    const page = rows.slice(0, pageSize);
+    const [{ tasks: page, more }, totalSize] = await Promise.all([store.list(filter, after, pageSize, maxBytes), store.count(filter)]);
     const last = page[page.length - 1];
-    const nextPageToken = rows.length > pageSize && last ? encodePageToken({ updatedAt: last.updatedAt, id: last.task.id }) : '';
+    const nextPageToken = more && last ? encodePageToken({ updatedAt: last.updatedAt, id: last.task.id }) : '';
     return { tasks: page.map((r) => r.task), nextPageToken, pageSize, totalSize };
   }
 

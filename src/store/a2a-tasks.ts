@@ -50,13 +50,15 @@ export function a2aTaskStore(db: Queryable) {
 
   return {
     async insert(task: StoredTask, createdAt: Date): Promise<void> {
-      await db.query('INSERT INTO a2a_tasks (id, context_id, state, created_at, updated_at, task) VALUES ($1, $2, $3, $4, $5, $6)', [
+      const json = JSON.stringify(task);
+      await db.query('INSERT INTO a2a_tasks (id, context_id, state, created_at, updated_at, task, bytes) VALUES ($1, $2, $3, $4, $5, $6, $7)', [
         task.id,
         task.contextId,
         task.status.state,
         createdAt,
         new Date(task.status.timestamp),
-        JSON.stringify(task),
+        json,
+        Buffer.byteLength(json),
       ]);
     },
 
@@ -77,25 +79,42 @@ export function a2aTaskStore(db: Queryable) {
      * call did.
      */
     async replaceIfState(task: StoredTask, expectedState: string): Promise<boolean> {
+      const json = JSON.stringify(task);
       const rows = await db.query<{ id: string }>(
-        'UPDATE a2a_tasks SET state = $3, updated_at = $4, task = $5 WHERE id = $1 AND state = $2 RETURNING id',
-        [task.id, expectedState, task.status.state, new Date(task.status.timestamp), JSON.stringify(task)],
+        'UPDATE a2a_tasks SET state = $3, updated_at = $4, task = $5, bytes = $6 WHERE id = $1 AND state = $2 RETURNING id',
+        [task.id, expectedState, task.status.state, new Date(task.status.timestamp), json, Buffer.byteLength(json)],
       );
       return rows.length === 1;
     },
 
-    /** One page of a context's tasks, newest status first, starting after `after`. */
-    async list(filter: TaskListFilter, after: TaskCursor | null, limit: number): Promise<{ task: StoredTask; updatedAt: Date }[]> {
+    /**
+     * One page of a context's tasks, newest status first, starting after `after`: at most `limit`
+     * tasks, and only as many as fit in `maxBytes` of stored JSON (the first always; a task is
+     * read only when the tasks before it leave room for it). `more` tells whether tasks follow
+     * the page (beyond `limit`, or beyond what fitted).
+     */
+    async list(filter: TaskListFilter, after: TaskCursor | null, limit: number, maxBytes: number): Promise<{ tasks: { task: StoredTask; updatedAt: Date }[]; more: boolean }> {
       const params: unknown[] = [];
-      let sql = `SELECT task, updated_at FROM a2a_tasks WHERE ${where(filter, params)}`;
+      let sql = `SELECT id, updated_at, bytes, task, sum(bytes) OVER (ORDER BY updated_at DESC, id DESC) AS running FROM a2a_tasks WHERE ${where(filter, params)}`;
       if (after) {
         params.push(after.updatedAt, after.id);
         sql += ` AND (updated_at, id) < ($${params.length - 1}::timestamptz, $${params.length})`;
       }
-      params.push(limit);
+      params.push(limit + 1);
       sql += ` ORDER BY updated_at DESC, id DESC LIMIT $${params.length}`;
-      const rows = await db.query<{ task: StoredTask; updated_at: Date }>(sql, params);
-      return rows.map((r) => ({ task: r.task, updatedAt: r.updated_at }));
+      // The task document is read only for the rows that fit (the window's running sum of sizes
+      // before the row); the others only say that the page is not the last.
+      params.push(maxBytes);
+      const rows = await db.query<{ task: StoredTask | null; updated_at: Date }>(
+        `SELECT updated_at, CASE WHEN running - bytes = 0 OR running <= $${params.length} THEN task END AS task FROM (${sql}) page ORDER BY updated_at DESC, id DESC`,
+        params,
+      );
+      const tasks: { task: StoredTask; updatedAt: Date }[] = [];
+      for (const r of rows.slice(0, limit)) {
+        if (r.task === null) break;
+        tasks.push({ task: r.task, updatedAt: r.updated_at });
+      }
+      return { tasks, more: rows.length > tasks.length };
     },
 
     async count(filter: TaskListFilter): Promise<number> {
