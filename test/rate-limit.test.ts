@@ -9,6 +9,7 @@ import { SendMessageRequest } from '@a2a-js/sdk';
 import { ClientFactory } from '@a2a-js/sdk/client';
 import { ClientFactory as V03ClientFactory } from '@a2a-js/sdk-v03/client';
 import { TrustService } from '../gen/observatory/v1/trust_pb.js';
+import { ReceiptService } from '../gen/observatory/v1/receipt_pb.js';
 import { Authorization } from '../gen/envoy/service/auth/v3/external_auth_pb.js';
 import { StatusCode } from '../gen/envoy/type/v3/http_status_pb.js';
 import { createTokenBuckets } from '../src/services/rate-limits.js';
@@ -222,6 +223,8 @@ describe(`one bucket per route, however the URL is spelled (${backend})`, () => 
     '/api/compliance': { path: '/api/compliance', query: '?server_url=https://rl.example.com/mcp' },
     '/v1/compliance': { path: '/v1/compliance', query: '?server=http://127.0.0.1:9/mcp' },
     '/v1/preflight': { path: '/v1/preflight', query: '?target=https://rl.example.com/mcp' },
+    '/v1/erc8004-attestation': { path: '/v1/erc8004-attestation', query: '?url=https://rl.example.com/mcp' },
+    '/v1/behavioral-evidence': { path: '/v1/behavioral-evidence', query: '?url=https://rl.example.com/mcp' },
     '/v1/gate': { path: '/v1/gate', headers: { 'x-mcp-server': 'https://rl.example.com/mcp' } },
     '/v1/gate/*': { path: '/v1/gate/weather/mcp', headers: { 'x-mcp-server': 'https://rl.example.com/mcp' }, method: 'POST' },
     '/v1/bundle': { path: '/v1/bundle' },
@@ -281,6 +284,28 @@ describe(`one bucket per route, however the URL is spelled (${backend})`, () => 
     expect(err?.code).toBe(Code.ResourceExhausted);
     expect(err?.rawMessage).toMatch(/at most 3 pre-flight requests per minute/);
     expect(Number(err?.metadata.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    // Signed answers share the pre-flight bucket, on both doors: the ERC-8004 attestation signs
+    // and stores a receipt for any url= (it was limited by nothing: a row per call), the
+    // behavioral evidence signs one (0.4 ms of CPU a request measured, ten trust reads' worth).
+    const ip3 = '198.51.100.72';
+    const receipts = createClient(ReceiptService, createConnectTransport({ baseUrl: t.base, httpVersion: '1.1', interceptors: [forwardedFor(ip3)] }));
+    const pre = await fetch(`${t.base}/v1/preflight?target=https://rl.example.com/mcp`, { headers: from(ip3) });
+    expect(remaining(pre.headers.get('ratelimit'))).toBe(2);
+    const erc = await fetch(`${t.base}/v1/erc8004-attestation?url=https://made-up-1.example.com/mcp`, { headers: from(ip3) });
+    expect(erc.status).toBe(200);
+    expect(erc.headers.get('ratelimit-policy')).toBe('"preflight";q=3;w=60');
+    expect(remaining(erc.headers.get('ratelimit'))).toBe(1);
+    let evidenceHeader: Headers | undefined;
+    await receipts.getBehavioralEvidence({ url: 'https://made-up-2.example.com/mcp' }, { onHeader: (h) => (evidenceHeader = h) });
+    expect(remaining(evidenceHeader?.get('ratelimit'))).toBe(0);
+    await expectProblem(await fetch(`${t.base}/v1/behavioral-evidence?url=https://made-up-3.example.com/mcp`, { headers: from(ip3) }), 429, 'rate_limited');
+    await expectProblem(await fetch(`${t.base}/v1/erc8004-attestation?url=https://made-up-4.example.com/mcp`, { headers: from(ip3) }), 429, 'rate_limited');
+    const ercErr = await receipts.getErc8004Attestation({ url: 'https://made-up-5.example.com/mcp' }).then(
+      () => null,
+      (e: unknown) => ConnectError.from(e),
+    );
+    expect(ercErr?.code).toBe(Code.ResourceExhausted);
+    expect(Number(ercErr?.metadata.get('retry-after'))).toBeGreaterThanOrEqual(1);
     // Probes too: GetDrift spelled differently shares /api/drift's bucket.
     const ip2 = '198.51.100.71';
     await fetch(`${t.base}/api/drift?server=http://127.0.0.1:9/mcp`, { headers: from(ip2) });

@@ -4,6 +4,7 @@ import type { Interceptor } from '@connectrpc/connect';
 import { ConnectError } from '@connectrpc/connect';
 import { TrustService } from '../../gen/observatory/v1/trust_pb.js';
 import { ComplianceService } from '../../gen/observatory/v1/compliance_pb.js';
+import { ReceiptService } from '../../gen/observatory/v1/receipt_pb.js';
 import { ObservatoryError } from '../errors.js';
 import { clientAddressKey } from '../services/context.js';
 import { rateLimitHeaders, rateLimitMessage, type RateLimiter, type RateLimitName } from '../services/rate-limits.js';
@@ -27,6 +28,13 @@ export const REST_RATE_LIMITS: ReadonlyMap<string, RateLimitName> = new Map<stri
   ['/api/compliance', 'probes'],
   ['/v1/compliance', 'probes'],
   ['/v1/preflight', 'preflight'],
+  // Signs and stores a receipt (kept RECEIPT_RETENTION_DAYS) for any url=, tracked or not: the
+  // same kind of call as a pre-flight, in the same bucket. test/receipt-writers.test.ts finds
+  // every route and method that stores a receipt and requires each to be limited.
+  ['/v1/erc8004-attestation', 'preflight'],
+  // Signs without storing, but a signed evidence document costs about 0.4 ms of CPU (its trust
+  // and benchmark reads, an Ed25519 signature): ten cached trust reads' worth, a page's worth.
+  ['/v1/behavioral-evidence', 'preflight'],
   ['/v1/gate', 'gate'],
   ['/v1/gate/*', 'gate'],
   // Each may filter, sign and compress the whole catalogue (tens of MB at 100,000 servers).
@@ -82,6 +90,8 @@ export const CONNECT_RATE_LIMITS: ReadonlyMap<DescMethod, RateLimitName> = new M
   [ComplianceService.method.getAgencyChecklist, 'probes'],
   [ComplianceService.method.getComplianceAttestation, 'probes'],
   [TrustService.method.preflight, 'preflight'],
+  [ReceiptService.method.getErc8004Attestation, 'preflight'],
+  [ReceiptService.method.getBehavioralEvidence, 'preflight'],
 ]);
 
 /**
