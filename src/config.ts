@@ -119,6 +119,8 @@ export interface Config {
   rateLimitSearchPerMinute: number;
   /** HTML page requests (/monitor, /monitor/server/{slug}, /drift, /atlas/report) per client network per minute, when no stricter limit applies; 0 = unlimited. */
   rateLimitPagesPerMinute: number;
+  /** Skill trust requests (/v1/trust, Connect GetSkillTrust: each may ask the ClawHub registry) per client network per minute; 0 = unlimited. */
+  rateLimitSkillTrustPerMinute: number;
   /**
    * Raw telemetry older than this many days is deleted (whole monthly partitions); 0 keeps it
    * forever. Scores never read raw telemetry; compliance exports (event logs) do.
@@ -556,6 +558,7 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitBundlePerMinute: int(env, 'RATE_LIMIT_BUNDLE_PER_MINUTE', 60, 0, 1_000_000),
     rateLimitSearchPerMinute: int(env, 'RATE_LIMIT_SEARCH_PER_MINUTE', 120, 0, 1_000_000),
     rateLimitPagesPerMinute: int(env, 'RATE_LIMIT_PAGES_PER_MINUTE', 300, 0, 1_000_000),
+    rateLimitSkillTrustPerMinute: int(env, 'RATE_LIMIT_SKILL_TRUST_PER_MINUTE', 120, 0, 1_000_000),
     telemetryRetentionDays: retentionDays(env, 'TELEMETRY_RETENTION_DAYS', 'compliance exports read raw telemetry'),
     receiptRetentionDays: retentionDays(env, 'RECEIPT_RETENTION_DAYS', 'compliance exports cite receipts'),
     demandRetentionDays: demandRetentionDays(env),

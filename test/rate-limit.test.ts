@@ -66,7 +66,8 @@ describe('rate limit configuration', () => {
       bundle: c.rateLimitBundlePerMinute,
       search: c.rateLimitSearchPerMinute,
       pages: c.rateLimitPagesPerMinute,
-    }).toEqual({ probes: 30, preflight: 600, gate: 6000, mcp: 300, a2a: 300, bundle: 60, search: 120, pages: 300 });
+      skillTrust: c.rateLimitSkillTrustPerMinute,
+    }).toEqual({ probes: 30, preflight: 600, gate: 6000, mcp: 300, a2a: 300, bundle: 60, search: 120, pages: 300, skillTrust: 120 });
   });
   it.each([
     ['RATE_LIMIT_GATE_PER_MINUTE', '-1'],
@@ -76,6 +77,7 @@ describe('rate limit configuration', () => {
     ['RATE_LIMIT_BUNDLE_PER_MINUTE', 'x'],
     ['RATE_LIMIT_SEARCH_PER_MINUTE', '-1'],
     ['RATE_LIMIT_PAGES_PER_MINUTE', '2.5'],
+    ['RATE_LIMIT_SKILL_TRUST_PER_MINUTE', '-2'],
   ])('refuses %s=%s with an error naming the variable', (name, value) => {
     expectConfigRefusal(name, value);
   });
@@ -140,6 +142,9 @@ beforeAll(async () => {
     RATE_LIMIT_BUNDLE_PER_MINUTE: '3',
     RATE_LIMIT_SEARCH_PER_MINUTE: '3',
     RATE_LIMIT_PAGES_PER_MINUTE: '3',
+    RATE_LIMIT_SKILL_TRUST_PER_MINUTE: '3',
+    // Nothing listens there: a skill trust read is a quick 502, never a request off this host.
+    CLAWHUB_API_URL: 'http://127.0.0.1:9/api/v1',
   });
   await postJson(`${t.base}/api/report`, { server_url: 'https://rl.example.com/mcp', success: true, latency_ms: 40 });
 }, 120_000);
@@ -228,6 +233,7 @@ describe(`one bucket per route, however the URL is spelled (${backend})`, () => 
     '/v1/gate': { path: '/v1/gate', headers: { 'x-mcp-server': 'https://rl.example.com/mcp' } },
     '/v1/gate/*': { path: '/v1/gate/weather/mcp', headers: { 'x-mcp-server': 'https://rl.example.com/mcp' }, method: 'POST' },
     '/v1/bundle': { path: '/v1/bundle' },
+    '/v1/trust': { path: '/v1/trust', query: '?registry=clawhub&skill=gog' },
   };
 
   it('covers every limited route', () => {

@@ -39,6 +39,8 @@ export const REST_RATE_LIMITS: ReadonlyMap<string, RateLimitName> = new Map<stri
   ['/v1/gate/*', 'gate'],
   // Each may filter, sign and compress the whole catalogue (tens of MB at 100,000 servers).
   ['/v1/bundle', 'bundle'],
+  // ClawHub skill trust: a slug not cached is a request to the registry (src/registry/clawhub.ts).
+  ['/v1/trust', 'skill_trust'],
 ]);
 
 /**
@@ -92,6 +94,7 @@ export const CONNECT_RATE_LIMITS: ReadonlyMap<DescMethod, RateLimitName> = new M
   [TrustService.method.preflight, 'preflight'],
   [ReceiptService.method.getErc8004Attestation, 'preflight'],
   [ReceiptService.method.getBehavioralEvidence, 'preflight'],
+  [TrustService.method.getSkillTrust, 'skill_trust'],
 ]);
 
 /**

@@ -1,10 +1,17 @@
 import type { ClawHubSkillAnswer } from '../domain/skill-trust.js';
-import { BoundedMap } from '../store/cache-limits.js';
+import { BoundedMap, cacheLimits } from '../store/cache-limits.js';
 
 // ClawHub reader (DECISIONS.md "Skill registry"): GET {CLAWHUB_API_URL}/skills/{slug}, with a
 // short in-memory cache. The fetch function is injectable; by default it is the global fetch with
 // a timeout and a response size cap. TODO(integrator): switch the default to the safe outbound
 // client (src/probes/safe-fetch.ts) once it lands.
+//
+// Bounds (docs/reliability.md "ClawHub skill trust"): at most REGISTRY_MAX_IN_FLIGHT requests to
+// the registry at once per process (the same slug asked again meanwhile shares its request);
+// beyond, RegistryBusy before anything is sent. Before, every distinct slug not cached was a
+// request and a socket of its own: 500 concurrent made-up slugs were 500 sockets to the registry.
+// Answers and misses (404) are cached apart, the misses in a cache an eighth the size, so made-up
+// slugs only ever evict other made-up slugs.
 
 export type FetchFn = (url: string, init: { signal: AbortSignal; headers: Record<string, string> }) => Promise<Response>;
 
@@ -14,7 +21,16 @@ const MAX_BYTES = 1024 * 1024;
 
 export type RegistryLookup = { found: true; answer: ClawHubSkillAnswer; fetchedAt: Date } | { found: false; fetchedAt: Date };
 
+/** Requests to the registry in flight at once, per process (each holds a socket to it). */
+export const REGISTRY_MAX_IN_FLIGHT = 8;
+
 export class RegistryUnavailable extends Error {}
+
+/** REGISTRY_MAX_IN_FLIGHT requests are in flight already: nothing was sent. */
+export class RegistryBusy extends Error {}
+
+/** How many misses (404s) are kept: an eighth of CACHE_MAX_ENTRIES, at least 1. */
+export const missCacheEntries = (): number => Math.max(1, Math.floor(cacheLimits().maxEntries / 8));
 
 async function readCapped(res: Response): Promise<string> {
   const len = Number(res.headers.get('content-length') ?? '0');
@@ -42,14 +58,28 @@ function isAnswer(x: unknown): x is ClawHubSkillAnswer {
   return !!s && typeof s === 'object' && typeof (s as { slug?: unknown }).slug === 'string';
 }
 
-export function createClawHubClient(opts: { baseUrl: string; now: () => Date; fetch?: FetchFn; ttlMs?: number }) {
+export function createClawHubClient(opts: { baseUrl: string; now: () => Date; fetch?: FetchFn; ttlMs?: number; maxInFlight?: number }) {
   const doFetch: FetchFn = opts.fetch ?? ((url, init) => fetch(url, { ...init, redirect: 'error' }));
   const ttl = opts.ttlMs ?? SKILL_CACHE_TTL_MS;
+  const maxInFlight = opts.maxInFlight ?? REGISTRY_MAX_IN_FLIGHT;
   // Bounded by CACHE_MAX_ENTRIES (src/store/cache-limits.ts): the oldest answers go first.
-  const cache = new BoundedMap<string, { at: number; value: RegistryLookup }>();
+  const found = new BoundedMap<string, { at: number; value: RegistryLookup }>();
+  // Misses apart, an eighth the size: a flood of made-up slugs cannot push a real answer out.
+  const missing = new BoundedMap<string, { at: number; value: RegistryLookup }>(missCacheEntries);
   const inflight = new Map<string, Promise<RegistryLookup>>();
+  let running = 0;
 
   async function load(slug: string): Promise<RegistryLookup> {
+    if (running >= maxInFlight) throw new RegistryBusy(`${maxInFlight} requests to the registry are in flight already`);
+    running++;
+    try {
+      return await ask(slug);
+    } finally {
+      running--;
+    }
+  }
+
+  async function ask(slug: string): Promise<RegistryLookup> {
     const url = `${opts.baseUrl}/skills/${encodeURIComponent(slug)}`;
     let res: Response;
     try {
@@ -77,10 +107,14 @@ export function createClawHubClient(opts: { baseUrl: string; now: () => Date; fe
   }
 
   return {
-    /** The skill as the registry describes it; cached for a short while (errors are not cached). */
+    /**
+     * The skill as the registry describes it; cached for a short while (errors are not cached).
+     * Throws RegistryBusy when it would be one request too many in flight, RegistryUnavailable
+     * when the registry failed.
+     */
     async skill(slug: string): Promise<RegistryLookup> {
       const t = opts.now().getTime();
-      const hit = cache.get(slug);
+      const hit = found.get(slug) ?? missing.get(slug);
       if (hit && t - hit.at < ttl) return hit.value;
       let p = inflight.get(slug);
       if (!p) {
@@ -88,7 +122,14 @@ export function createClawHubClient(opts: { baseUrl: string; now: () => Date; fe
         inflight.set(slug, p);
       }
       const value = await p;
-      cache.set(slug, { at: t, value });
+      // A slug is in one cache at a time: the one of its latest answer.
+      if (value.found) {
+        missing.delete(slug);
+        found.set(slug, { at: t, value });
+      } else {
+        found.delete(slug);
+        missing.set(slug, { at: t, value });
+      }
       return value;
     },
   };

@@ -13,7 +13,7 @@ import { createTokenBuckets } from '../domain/token-bucket.js';
  * The limits; each has its own buckets and its own setting (RATE_LIMIT_*_PER_MINUTE; the A2A
  * task storage allowance A2A_TASK_BYTES_PER_CLIENT_PER_DAY).
  */
-export type RateLimitName = 'probes' | 'preflight' | 'gate' | 'mcp_preflight' | 'a2a_skills' | 'a2a_task_bytes' | 'bundle' | 'search' | 'pages';
+export type RateLimitName = 'probes' | 'preflight' | 'gate' | 'mcp_preflight' | 'a2a_skills' | 'a2a_task_bytes' | 'bundle' | 'search' | 'pages' | 'skill_trust';
 
 /** What one limit allows: `quota` tokens per client per `windowSeconds`, refilled continuously; 0 = off. */
 export interface RateLimitPolicy {
@@ -36,6 +36,7 @@ export type RateLimitConfig = Pick<
   | 'rateLimitBundlePerMinute'
   | 'rateLimitSearchPerMinute'
   | 'rateLimitPagesPerMinute'
+  | 'rateLimitSkillTrustPerMinute'
 >;
 
 export function rateLimitPolicies(config: RateLimitConfig): Record<RateLimitName, RateLimitPolicy> {
@@ -49,6 +50,7 @@ export function rateLimitPolicies(config: RateLimitConfig): Record<RateLimitName
     bundle: { name: 'bundle', quota: config.rateLimitBundlePerMinute, windowSeconds: 60, what: 'bundle requests' },
     search: { name: 'search', quota: config.rateLimitSearchPerMinute, windowSeconds: 60, what: 'searched list requests' },
     pages: { name: 'pages', quota: config.rateLimitPagesPerMinute, windowSeconds: 60, what: 'page requests' },
+    skill_trust: { name: 'skill_trust', quota: config.rateLimitSkillTrustPerMinute, windowSeconds: 60, what: 'skill trust requests' },
   };
 }
 

@@ -2,7 +2,7 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { GetSkillTrustRequest, GetSkillTrustResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
 import { computeSkillTrust } from '../domain/skill-trust.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
-import { createClawHubClient, RegistryUnavailable, type FetchFn } from '../registry/clawhub.js';
+import { createClawHubClient, RegistryBusy, RegistryUnavailable, type FetchFn } from '../registry/clawhub.js';
 import type { CallContext, ServiceDeps } from './context.js';
 
 export const SUPPORTED_REGISTRY = 'clawhub';
@@ -30,6 +30,9 @@ export function createSkillTrustService({ config, now }: ServiceDeps, opts: { fe
         found = await registry.skill(skill);
       } catch (err) {
         if (err instanceof RegistryUnavailable) throw new ObservatoryError('upstream_error', `the ClawHub registry could not be read: ${err.message}`, { headers: { 'retry-after': '30' } });
+        // The bound on requests to the registry (REGISTRY_MAX_IN_FLIGHT): refused before anything
+        // is sent, like a probe beyond PROBE_CONCURRENCY; a registry answer takes at most 5 s.
+        if (err instanceof RegistryBusy) throw new ObservatoryError('unavailable', `this instance is asking the ClawHub registry as much as it may at once (${err.message}); retry shortly`, { headers: { 'retry-after': '5' } });
         throw err;
       }
       if (!found.found) throw new ObservatoryError('not_found', `skill "${skill}" is not in the ClawHub registry`);
