@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { classifyAddress, isIpLiteral, redirectMethod, redirectTarget, RedirectRefused } from '../src/probes/address-policy.js';
+import { classifyAddress, isIpLiteral, redirectMethod, redirectTarget, RedirectRefused, withinOrigin } from '../src/probes/address-policy.js';
 
 const strict = { allowPrivate: false };
 const dev = { allowPrivate: true };
@@ -150,6 +150,15 @@ describe('redirect rules (pure)', () => {
     expect(() => redirectTarget(from, 'https://u:p@b.example.com/')).toThrow(/credentials/);
     expect(() => redirectTarget(from, undefined)).toThrow(/no Location/);
     expect(() => redirectTarget(from, 'http://[::1')).toThrow(RedirectRefused);
+  });
+  it('tells a redirect within the origin (or its upgrade to https) from one to another origin', () => {
+    const u = (x: string) => new URL(x);
+    expect(withinOrigin(u('https://a.example.com/mcp'), u('https://a.example.com/v2/mcp'))).toBe(true);
+    expect(withinOrigin(u('http://a.example.com/mcp'), u('https://a.example.com/mcp'))).toBe(true);
+    expect(withinOrigin(u('https://a.example.com/mcp'), u('https://b.example.com/mcp'))).toBe(false);
+    expect(withinOrigin(u('https://a.example.com/mcp'), u('https://a.example.com:8443/mcp'))).toBe(false);
+    expect(withinOrigin(u('http://a.example.com:8080/mcp'), u('https://a.example.com:8080/mcp'))).toBe(false);
+    expect(withinOrigin(u('http://127.0.0.1:1/'), u('http://127.0.0.1:2/'))).toBe(false);
   });
   it('turns 303, and 301/302 after POST, into GET without a body', () => {
     expect(redirectMethod(303, 'POST')).toEqual({ method: 'GET', keepBody: false });

@@ -34,15 +34,42 @@ beforeAll(async () => {
       // never ends: the total timeout must cut it
     } else if (u.pathname === '/post-then-303') {
       res.writeHead(303, { location: '/ok' }).end();
+    } else if (u.pathname === '/echo') {
+      let body = '';
+      req.setEncoding('utf8');
+      req.on('data', (c: string) => (body += c));
+      req.on('end', () => res.end(`${req.method} ${body}`));
+    } else if (u.pathname === '/to') {
+      // Redirects with the status and Location the query names (another origin: the other server).
+      res.writeHead(Number(u.searchParams.get('status')), { location: u.searchParams.get('location')! }).end();
     } else res.writeHead(404).end();
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   port = (server.address() as AddressInfo).port;
   base = `http://127.0.0.1:${port}`;
 });
+// Another origin (another port on loopback) that records whatever reaches it.
+let other: http.Server;
+let otherBase: string;
+const reachedOther: { method: string; body: string }[] = [];
+beforeAll(async () => {
+  other = http.createServer((req, res) => {
+    let body = '';
+    req.setEncoding('utf8');
+    req.on('data', (c: string) => (body += c));
+    req.on('end', () => {
+      reachedOther.push({ method: req.method ?? '', body });
+      res.end('other');
+    });
+  });
+  await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+  otherBase = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+});
 afterAll(async () => {
   server.closeAllConnections();
   await new Promise((r) => server.close(r));
+  other.closeAllConnections();
+  await new Promise((r) => other.close(r));
 });
 
 const strict = createSafeFetcher({ allowPrivate: false });
@@ -115,6 +142,40 @@ describe('safe client over loopback', () => {
     const after303 = await dev.request(`${base}/post-then-303`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
     expect(after303.status).toBe(200);
     expect(seen.at(-1)!.headers['content-length']).toBeUndefined();
+  });
+
+  it('never re-sends a request body to another origin: a 307/308 of a POST there is refused', async () => {
+    const to = (status: number, location: string) => `${base}/to?status=${status}&location=${encodeURIComponent(location)}`;
+    for (const status of [307, 308]) {
+      const err = await dev.request(to(status, `${otherBase}/steal`), { method: 'POST', body: '{"secret":1}', headers: { 'content-type': 'application/json' } }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ProbeFailed);
+      expect((err as ProbeFailed).kind).toBe('redirect');
+      expect((err as ProbeFailed).message).toMatch(/another origin/);
+      const viaFetch = await dev.fetch(to(status, `${otherBase}/steal`), { method: 'POST', body: '{"secret":1}' }).catch((e: unknown) => e);
+      expect((viaFetch as ProbeFailed).kind).toBe('redirect');
+    }
+    expect(reachedOther).toEqual([]);
+    // Within the origin the body follows the 307; a 303 elsewhere drops it and is followed as a GET.
+    expect((await dev.request(to(307, '/echo'), { method: 'POST', body: 'kept' })).text()).toBe('POST kept');
+    expect((await dev.request(to(303, `${otherBase}/x`), { method: 'POST', body: 'dropped' })).text()).toBe('other');
+    expect(reachedOther).toEqual([{ method: 'GET', body: '' }]);
+    reachedOther.length = 0;
+  });
+
+  it("with redirects 'same-origin', no redirect to another origin is followed, whatever the method", async () => {
+    const to = (status: number, location: string) => `${base}/to?status=${status}&location=${encodeURIComponent(location)}`;
+    for (const [status, method] of [
+      [302, 'GET'],
+      [303, 'POST'],
+      [301, 'DELETE'],
+    ] as const) {
+      const err = await dev.request(to(status, `${otherBase}/x`), { method, redirects: 'same-origin' }).catch((e: unknown) => e);
+      expect((err as ProbeFailed).kind, `${status} ${method}`).toBe('redirect');
+      const viaFetch = await dev.fetch(to(status, `${otherBase}/x`), { method }, { redirects: 'same-origin' }).catch((e: unknown) => e);
+      expect((viaFetch as ProbeFailed).kind).toBe('redirect');
+    }
+    expect(reachedOther).toEqual([]);
+    expect((await dev.request(to(308, '/echo'), { method: 'POST', body: 'same', redirects: 'same-origin' })).text()).toBe('POST same');
   });
 
   it('caps the response size and enforces the total timeout', async () => {

@@ -159,6 +159,16 @@ export function redirectTarget(from: URL, location: string | undefined): URL {
   return next;
 }
 
+/**
+ * Whether a redirect from `from` to `to` stays with the same server: the same origin, or the
+ * upgrade of the same host from http to https on the default ports (the rule of the MCP SDK's own
+ * same-origin redirect policy).
+ */
+export function withinOrigin(from: URL, to: URL): boolean {
+  if (from.protocol === to.protocol && from.host === to.host) return true;
+  return from.protocol === 'http:' && to.protocol === 'https:' && from.hostname === to.hostname && !from.port && !to.port;
+}
+
 /** Method and body after a redirect, as fetch does it: 303 (and 301/302 after POST) become GET. */
 export function redirectMethod(status: number, method: string): { method: string; keepBody: boolean } {
   if (status === 303 && method !== 'HEAD') return { method: 'GET', keepBody: false };

@@ -25,6 +25,17 @@ import { ProbeFailed, responseTls, TargetRefused, type SafeFetcher, type TlsInfo
 export const MANIFEST_LIMITS = { maxPages: 50, maxTools: 2000, maxBytes: 4 * 1024 * 1024, maxNameLength: 512, totalTimeoutMs: 20_000 } as const;
 
 /**
+ * The HTTP requests one probe may make, whatever the server does (docs/probes.md "The MCP probe"):
+ * in all (a read of 50 pages takes about 56 with the handshake), at once (each is its own socket),
+ * and the answers to the server's own requests (ping, sampling, roots: the SDK client answers each
+ * with a POST, unawaited). A server that answered initialize with 5,000 pings in one SSE body made
+ * one probe open 3,000-5,000 sockets and grow by hundreds of MiB; beyond these the probe fails.
+ */
+export const MCP_REQUEST_LIMITS = { total: 64, inFlight: 4, serverRequests: 8 } as const;
+
+export type McpRequestLimits = { -readonly [K in keyof typeof MCP_REQUEST_LIMITS]: number };
+
+/**
  * What the probe keeps of what a server says about itself (its name, version and title, the
  * revisions it offers): stored per server and shown on its trust record and pages, so cut to
  * these lengths and counts, whatever the server sent.
@@ -72,6 +83,8 @@ export interface ManifestReadOptions {
   signal?: AbortSignal;
   /** Called with every HTTP response the probe receives, in order. */
   onExchange?: (e: McpExchange) => void;
+  /** Tighter request limits than MCP_REQUEST_LIMITS (never looser). */
+  requestLimits?: Partial<McpRequestLimits>;
 }
 
 /** The server answered an MCP request with this HTTP status instead of MCP (401, 500, ...). */
@@ -103,7 +116,9 @@ async function probe(fetcher: SafeFetcher, url: string, version: string, opts: M
   const onAbort = () => controller.abort();
   opts.signal?.addEventListener('abort', onAbort, { once: true });
   if (opts.signal?.aborted) controller.abort();
-  const run = new ProbeRun(fetcher, controller, opts.onExchange);
+  const limits: McpRequestLimits = { ...MCP_REQUEST_LIMITS };
+  for (const k of Object.keys(limits) as (keyof McpRequestLimits)[]) limits[k] = Math.min(limits[k], opts.requestLimits?.[k] ?? Infinity);
+  const run = new ProbeRun(fetcher, controller, url, limits, opts.onExchange);
   try {
     const first: McpTransportKind = opts.transport ?? 'streamable-http';
     try {
@@ -146,6 +161,7 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
           redirectPolicy: 'follow',
           reconnectionOptions: { maxRetries: 0, initialReconnectionDelay: 1000, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1 },
         });
+  run.watchMessages(transport);
   try {
     await run.guard(client.connect(transport, kind === 'sse' ? { signal, timeout: timeoutMs, prior: { kind: 'legacy' } } : { signal, timeout: timeoutMs }));
     const era = client.getProtocolEra() ?? 'legacy';
@@ -214,11 +230,59 @@ class ProbeRun {
    */
   getStreamEssential = false;
 
+  /** Requests made so far, and answers to the server's requests sent. */
+  private requests = 0;
+  private answers = 0;
+  private readonly slots: Slots;
+
   constructor(
     private readonly fetcher: SafeFetcher,
     readonly controller: AbortController,
+    private readonly url: string,
+    private readonly limits: McpRequestLimits,
     private readonly onExchange?: (e: McpExchange) => void,
-  ) {}
+  ) {
+    this.slots = new Slots(limits.inFlight);
+  }
+
+  /** Server-to-client requests delivered to the SDK client so far (each is answered with a POST). */
+  private serverRequests = 0;
+  private readonly delivered = new WeakSet<object>();
+
+  /**
+   * Hands the client at most limits.serverRequests of the server's own requests: the next one
+   * ends the probe, and from then on nothing the server sends reaches the client. (The client
+   * answers every request with a POST, unawaited, and handles each in its own promise chain: a
+   * body of 19,000 pings took 100 MiB and 270 ms of the event loop even with the POSTs refused.)
+   * The SDK reads and wraps `onmessage` (version negotiation swaps it), so the handler it set is
+   * kept and every message counted once.
+   */
+  watchMessages(transport: Transport): void {
+    let handler: Transport['onmessage'];
+    const watched: NonNullable<Transport['onmessage']> = (message, ...rest) => {
+      if (this.failure || this.controller.signal.aborted) return;
+      if (!this.delivered.has(message)) {
+        this.delivered.add(message);
+        if ('method' in message && 'id' in message && ++this.serverRequests > this.limits.serverRequests) {
+          this.overLimit(`${this.url} sent the client more than ${this.limits.serverRequests} requests of its own (ping, sampling, ...); the probe answers at most ${this.limits.serverRequests}`);
+          return;
+        }
+      }
+      handler?.(message, ...rest);
+    };
+    Object.defineProperty(transport, 'onmessage', {
+      configurable: true,
+      enumerable: true,
+      get: () => (handler ? watched : undefined),
+      set: (h: Transport['onmessage']) => void (handler = h),
+    });
+  }
+
+  /** Ends the probe with a limit's failure (whatever request asked) and returns what to throw. */
+  private overLimit(message: string): ProbeFailed | TargetRefused {
+    this.note(new ProbeFailed('too_large', message));
+    return this.failure!;
+  }
 
   /** Failures of non-essential requests, which the SDK may still report through onerror. */
   private readonly ignored = new WeakSet<object>();
@@ -254,34 +318,63 @@ class ProbeRun {
   }
 
   readonly fetch = async (input: string | URL, init?: RequestInit): Promise<Response> => {
+    // A probe that failed (a limit, a refusal) or ran out of time sends nothing more.
+    if (this.failure) throw this.failure;
     const signal = init?.signal ? AbortSignal.any([init.signal, this.controller.signal]) : this.controller.signal;
     const method = (init?.method ?? 'GET').toUpperCase();
     const essential = method !== 'GET' || this.getStreamEssential;
+    // Counted before anything waits or leaves, so a flood is refused at once, not queued.
+    if (++this.requests > this.limits.total) throw this.overLimit(`the probe of ${this.url} would make more than ${this.limits.total} requests`);
+    const answers = answersIn(init?.body);
+    if (answers > 0 && (this.answers += answers) > this.limits.serverRequests) {
+      throw this.overLimit(`${this.url} sent the client more than ${this.limits.serverRequests} requests of its own (ping, sampling, ...); the probe answers at most ${this.limits.serverRequests}`);
+    }
+    const release = await this.slots.acquire(signal);
+    signal.addEventListener('abort', release, { once: true });
     let res: Response;
     try {
-      res = await this.fetcher.fetch(input, { ...init, signal });
+      // The MCP POSTs stay on the server's origin (a redirect elsewhere is refused, 502); the GET
+      // stream may move, every hop re-checked.
+      res = await this.fetcher.fetch(input, { ...init, signal }, { redirects: method === 'GET' ? 'follow' : 'same-origin' });
     } catch (err) {
+      release();
       this.settle(err, essential);
       throw err;
     }
     const target = typeof input === 'string' ? input : input.href;
     this.onExchange?.({ url: res.url || target, method, status: res.status, headers: res.headers, tls: responseTls(res) });
-    if (res.body === null) return res;
+    if (res.body === null) {
+      release();
+      return res;
+    }
     // The body is read by the SDK, which may only log a failure (an SSE stream going over the
-    // cap, a reset): watch it here so such a failure ends the probe with its own kind.
+    // cap, a reset): watch it here so such a failure ends the probe with its own kind. The
+    // request holds its slot (its socket) until its body is done.
     const reader = res.body.getReader();
     const body = new ReadableStream<Uint8Array>({
       pull: async (c) => {
+        // Once the probe has failed, nothing more of what the server sends is handed on.
+        if (this.failure) {
+          release();
+          c.error(this.failure);
+          return void reader.cancel(this.failure).catch(() => {});
+        }
         try {
           const { done, value } = await reader.read();
-          if (done) c.close();
-          else c.enqueue(value);
+          if (done) {
+            release();
+            c.close();
+          } else c.enqueue(value);
         } catch (err) {
+          release();
           this.settle(err, essential);
           c.error(err);
         }
       },
-      cancel: (reason) => reader.cancel(reason),
+      cancel: (reason) => {
+        release();
+        return reader.cancel(reason);
+      },
     });
     const monitored = new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
     Object.defineProperty(monitored, 'url', { value: res.url });
@@ -303,6 +396,59 @@ class ProbeRun {
     const status = httpStatusOf(err);
     if (status !== null) return new McpHttpStatus(status, `${url} answered HTTP ${status} instead of MCP`);
     return new ProbeFailed('network', `could not read the MCP tool manifest of ${url}: ${(err as Error)?.message ?? String(err)}`.slice(0, 500));
+  }
+}
+
+/** How many JSON-RPC responses (answers to the server's requests) a request body carries. */
+function answersIn(body: RequestInit['body']): number {
+  if (typeof body !== 'string') return 0;
+  let msg: unknown;
+  try {
+    msg = JSON.parse(body);
+  } catch {
+    return 0;
+  }
+  const isAnswer = (m: unknown) => typeof m === 'object' && m !== null && !('method' in m) && 'id' in m;
+  return Array.isArray(msg) ? msg.filter(isAnswer).length : isAnswer(msg) ? 1 : 0;
+}
+
+/** A probe's requests in flight: at most `size`, the rest wait (until their signal aborts). */
+class Slots {
+  private used = 0;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(private readonly size: number) {}
+
+  /** Resolves with the slot's release (idempotent) once one is free; rejects when `signal` aborts first. */
+  acquire(signal: AbortSignal): Promise<() => void> {
+    const slot = () => {
+      let held = true;
+      return () => {
+        if (!held) return;
+        held = false;
+        const next = this.waiting.shift();
+        if (next) next();
+        else this.used--;
+      };
+    };
+    if (signal.aborted) return Promise.reject(signal.reason);
+    if (this.used < this.size) {
+      this.used++;
+      return Promise.resolve(slot());
+    }
+    return new Promise((resolve, reject) => {
+      const grant = () => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(slot());
+      };
+      const onAbort = () => {
+        const i = this.waiting.indexOf(grant);
+        if (i >= 0) this.waiting.splice(i, 1);
+        reject(signal.reason);
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.waiting.push(grant);
+    });
   }
 }
 

@@ -5,7 +5,7 @@ import https from 'node:https';
 import type { LookupFunction, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { Readable } from 'node:stream';
-import { classifyAddress, isIpLiteral, redirectMethod, redirectTarget, RedirectRefused, type AddressPolicy } from './address-policy.js';
+import { classifyAddress, isIpLiteral, redirectMethod, redirectTarget, RedirectRefused, withinOrigin, type AddressPolicy } from './address-policy.js';
 
 // The one outbound HTTP client every probe uses (docs/probes.md, "The safe client"). It
 // resolves the host itself, checks every DNS answer against the address policy, and connects
@@ -34,7 +34,7 @@ export class TargetRefused extends Error {
   }
 }
 
-export type ProbeFailureKind = 'dns' | 'connect' | 'timeout' | 'too_large' | 'too_many_redirects' | 'network' | 'tls';
+export type ProbeFailureKind = 'dns' | 'connect' | 'timeout' | 'too_large' | 'too_many_redirects' | 'redirect' | 'network' | 'tls';
 
 /** The request was allowed but did not complete. */
 export class ProbeFailed extends Error {
@@ -63,6 +63,17 @@ export interface SafeRequestOptions {
   totalTimeoutMs?: number;
   maxBytes?: number;
   signal?: AbortSignal;
+  /**
+   * 'same-origin': a redirect to another origin is not followed (ProbeFailed 'redirect'); the
+   * http-to-https upgrade of the same host is. 'follow' (default): followed, each hop re-checked,
+   * except a redirect that would re-send a request body to another origin, which is never followed.
+   */
+  redirects?: 'follow' | 'same-origin';
+}
+
+/** What the fetch-compatible function takes besides RequestInit. */
+export interface SafeFetchExtra {
+  redirects?: SafeRequestOptions['redirects'];
 }
 
 export interface TlsInfo {
@@ -109,7 +120,7 @@ export interface SafeFetcher {
   /** One request, body buffered up to maxBytes. */
   request(url: string | URL, opts?: SafeRequestOptions): Promise<SafeResponse>;
   /** A fetch-compatible function over the same rules (for the MCP SDK client); bodies stream. */
-  fetch: (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
+  fetch: (input: string | URL | Request, init?: RequestInit, extra?: SafeFetchExtra) => Promise<Response>;
 }
 
 function headersOf(res: http.IncomingMessage): Headers {
@@ -254,6 +265,12 @@ export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = sy
           throw classifyError(err, current, totalTimeoutMs, opts.signal, signal);
         }
         const m = redirectMethod(status, method);
+        // Another origin never receives what was sent to this one: a 307/308 would re-send the
+        // body (a hostile server could reflect our requests at anyone), and a caller may ask to
+        // stay on the origin altogether (the MCP probe's POSTs).
+        if (!withinOrigin(current, next) && ((m.keepBody && body !== undefined) || opts.redirects === 'same-origin')) {
+          throw new ProbeFailed('redirect', `${current.origin} answered ${method} ${current.pathname} with a ${status} redirect to another origin (${next.origin}), which is not followed`);
+        }
         method = m.method;
         if (!m.keepBody) body = undefined;
         // Cross-origin hops lose every caller header except content negotiation.
@@ -315,7 +332,7 @@ export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = sy
     };
   }
 
-  async function safeFetchCompat(input: string | URL | Request, init: RequestInit = {}): Promise<Response> {
+  async function safeFetchCompat(input: string | URL | Request, init: RequestInit = {}, extra: SafeFetchExtra = {}): Promise<Response> {
     const url = input instanceof Request ? input.url : input;
     const method = init.method ?? (input instanceof Request ? input.method : 'GET');
     const headers: Record<string, string> = {};
@@ -327,7 +344,7 @@ export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = sy
       else if (init.body instanceof ArrayBuffer) body = new Uint8Array(init.body);
       else throw new TypeError('safe fetch accepts string or byte bodies only');
     }
-    const opts: SafeRequestOptions = { method, headers, body, signal: init.signal ?? undefined };
+    const opts: SafeRequestOptions = { method, headers, body, signal: init.signal ?? undefined, redirects: extra.redirects };
     const { signal, totalTimeoutMs } = deadline(opts);
     const maxBytes = SAFE_FETCH_DEFAULTS.maxBytes;
     const o = await open(url, opts, signal, totalTimeoutMs);
