@@ -1,7 +1,7 @@
 // Issue 17 finding 6: one IPv6 /64 must not turn a FAIL server into a PASS. Every per-address
 // limit counts the network of a client address as report sources do (IPv4 /32, IPv6 /64,
-// IPv4-mapped IPv6 as IPv4), and API keys registered from one network are one source family in
-// the score (docs/integrity.md). Clients are simulated with X-Forwarded-For behind TRUST_PROXY=1.
+// IPv4-mapped IPv6 as IPv4), and a key's reports are one source family with the network they come
+// from that day, whatever keys it holds and whenever it registered them (docs/integrity.md). Clients are simulated with X-Forwarded-For behind TRUST_PROXY=1.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createClient } from '@connectrpc/connect';
 import { createGrpcTransport } from '@connectrpc/connect-node';
@@ -63,7 +63,7 @@ describe(`per-network limits and key families (${backend})`, () => {
     await expectProblem(await from('::ffff:198.51.100.9'), 429, 'rate_limited');
   });
 
-  it('12 keys registered from one /64 are one source family: they cannot turn a FAIL server into a PASS', async () => {
+  it('12 keys registered from one /64 and flooding from it are one source family: they cannot turn a FAIL server into a PASS', async () => {
     const url = 'https://contested.example.com/mcp';
     // Five honest sources report failures.
     await Promise.all(Array.from({ length: 5 }, (_, s) => flood(url, 4, false, `10.77.0.${s + 1}`)));
@@ -79,8 +79,8 @@ describe(`per-network limits and key families (${backend})`, () => {
         keys.push((await json(res)).api_key as string);
       }
     }
-    // ...and floods successes through each key, from addresses all over the Internet.
-    await Promise.all(keys.map((k, i) => flood(url, 60, true, `2001:db8:${(i + 1).toString(16)}::1`, { authorization: `Bearer ${k}` })));
+    // ...and floods successes through each key, from addresses all over its /64.
+    await Promise.all(keys.map((k, i) => flood(url, 60, true, `2001:db8:cc:1::${(i + 100).toString(16)}`, { authorization: `Bearer ${k}` })));
     const after = await trust(url);
     expect(after.metrics.total_interactions).toBe(20 + 12 * 60);
     // Five honest sources plus one family.
@@ -90,6 +90,21 @@ describe(`per-network limits and key families (${backend})`, () => {
     // No better than one key against the five (docs/integrity.md table: 23.4 at saturation).
     expect(after.server.trust_score).toBeLessThan(40);
     clock = T0;
+  }, 120_000);
+
+  it('keys used from other networks count as those networks, as their addresses would: keys add no source', async () => {
+    const url = 'https://elsewhere.example.com/mcp';
+    const keys: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await register(`2001:db8:ee:1::${i + 1}`);
+      expect(res.status).toBe(200);
+      keys.push((await json(res)).api_key as string);
+    }
+    // Three keys of one /64, each used from its own network, plus those networks' own address reports.
+    await Promise.all(keys.map((k, i) => flood(url, 10, true, `198.51.100.${i + 1}`, { authorization: `Bearer ${k}` })));
+    await Promise.all(keys.map((_, i) => flood(url, 10, true, `198.51.100.${i + 1}`)));
+    const rec = await trust(url);
+    expect(rec.score_breakdown).toMatchObject({ independent_sources: 3, keyed_sources: 3 });
   }, 120_000);
 
   it('a family of keys alone stays within the one-source bound (keyed: 82.1, grade B)', async () => {
@@ -104,10 +119,36 @@ describe(`per-network limits and key families (${backend})`, () => {
         keys.push((await json(res)).api_key as string);
       }
     }
-    await Promise.all(keys.map((k, i) => flood(url, 40, true, `192.0.2.${100 + i}`, { authorization: `Bearer ${k}` })));
+    await Promise.all(keys.map((k, i) => flood(url, 40, true, `2001:db8:dd:7::${(100 + i).toString(16)}`, { authorization: `Bearer ${k}` })));
     const rec = await trust(url);
     expect(rec.score_breakdown).toMatchObject({ independent_sources: 1, keyed_sources: 1, evidence_weight: 18 });
     expect(rec.server.trust_score).toBeCloseTo(82.1, 1);
+    clock = T0;
+  }, 120_000);
+
+  it('keys registered on 14 different days from one address are one source with that address on the day they report', async () => {
+    // Before: a key's family was the network and day of its registration, for good, so one address
+    // registering a key a day had 14 families after two weeks, each at the keyed cap: 14 x 18
+    // against five honest sources (the audit of 2026-11-28: 30.0 -> 84.4, PASS, with 7 keys).
+    const url = 'https://patient.example.com/mcp';
+    const attacker = '198.51.100.77';
+    const start = new Date(T0.getTime() + 30 * 86_400_000);
+    const keys: string[] = [];
+    for (let day = 0; day < 14; day++) {
+      clock = new Date(start.getTime() + day * 86_400_000);
+      const res = await register(attacker);
+      expect(res.status).toBe(200);
+      keys.push((await json(res)).api_key as string);
+    }
+    clock = new Date(start.getTime() + 14 * 86_400_000);
+    await Promise.all(Array.from({ length: 5 }, (_, s) => flood(url, 4, false, `10.78.0.${s + 1}`)));
+    expect((await trust(url)).verdict).toBe('FAIL');
+    await Promise.all(keys.map((k) => flood(url, 60, true, attacker, { authorization: `Bearer ${k}` })));
+    const after = await trust(url);
+    expect(after.metrics.total_interactions).toBe(20 + 14 * 60);
+    expect(after.score_breakdown).toMatchObject({ independent_sources: 6, keyed_sources: 1 });
+    expect(after.verdict).toBe('FAIL');
+    expect(after.server.trust_score).toBeLessThan(40);
     clock = T0;
   }, 120_000);
 

@@ -95,13 +95,13 @@ describe(`query strings and server identity (${backend})`, () => {
   });
 
   it('observation probes catalogue servers and servers with evidence from 3 independent families, nothing else', async () => {
-    // Three independent networks report on /multi: observed. Two on /pair: not. Three keys registered
-    // from one /64 on /family: one family, not observed.
+    // Three independent networks report on /multi: observed. Two on /pair: not. Three keys of one
+    // /64 reporting from it on /family: one family, not observed.
     for (const a of ['198.51.100.1', '198.51.100.2', '2001:db8:5:1::1']) expect((await report(t, `${base}/multi`, a)).status).toBe(200);
     for (const a of ['198.51.100.1', '198.51.100.2']) expect((await report(t, `${base}/pair`, a)).status).toBe(200);
     for (let i = 1; i <= 3; i++) {
       const key = (await json(postJson(`${t.base}/agent/auth`, { type: 'anonymous', requested_credential_type: 'api_key' }, { 'x-forwarded-for': `2001:db8:6:1::${i}` }))).api_key as string;
-      expect((await report(t, `${base}/family`, `203.0.113.${i}`, { authorization: `Bearer ${key}` })).status).toBe(200);
+      expect((await report(t, `${base}/family`, `2001:db8:6:1::${i + 10}`, { authorization: `Bearer ${key}` })).status).toBe(200);
     }
     hits.length = 0;
     const round = await t.obs.services.observation.runRound();

@@ -101,19 +101,20 @@ export const sourceCap = (source: string) => (isKeyedSource(source) ? KEYED_SOUR
 
 /**
  * The source of a report through a registered API key: `key:` + the first 32 hex digits of the
- * key's SHA-256, then `@` + the key's family when it has one (the keyed hash of the network it
- * was registered from, which is the `addr:` source of that network on that day;
- * src/services/report-source.ts). Keys registered before families existed have none.
+ * key's SHA-256, then `@` + its family when it has one: the keyed hash of the network the report
+ * came from that day, which is that network's `addr:` source (src/services/report-source.ts).
+ * Reports stored before 2026-11-28 name the network the key was registered from instead; a
+ * report with no client address (an in-process caller) has none.
  */
 export function keySource(keyHash: string, family: string | null): string {
   return `key:${keyHash.slice(0, 32)}${family ? `@${family}` : ''}`;
 }
 
 /**
- * The family a source belongs to (docs/integrity.md): everything one network can speak through
- * on one day is one family, so the model counts it as one source. `addr:X` and every key
- * registered from that network that day (`key:...@X`) are the family `net:X`; a key without a
- * family is its own; the observatory's probes and in-process callers are their own.
+ * The family a source belongs to (docs/integrity.md): everything one network speaks through on
+ * one day is one family, so the model counts it as one source. `addr:X` and every key reporting
+ * from that network that day (`key:...@X`) are the family `net:X`; a key without a family is its
+ * own; the observatory's probes and in-process callers are their own.
  */
 export function sourceFamily(source: string): string {
   if (source.startsWith('addr:')) return `net:${source.slice(5)}`;

@@ -64,39 +64,35 @@ export interface ReportSource {
 
 /**
  * The source of a telemetry report (DECISIONS.md): `key:` + a hash of the Bearer API key when
- * the report carries a key registered through /agent/auth, followed by `@` + the key's family
- * (the hashed network it was registered from) when it has one; else `addr:` + the hashed network
- * of the client address (IPv4 address, IPv6 /64). A Bearer string that is not a registered key is
- * ignored (the report counts as its address), so made-up tokens cannot mint sources
+ * the report carries a key registered through /agent/auth, followed by `@` + the hashed network
+ * of the client address that day; else `addr:` + that hashed network (IPv4 address, IPv6 /64).
+ * Both are the family of that network on that day. A Bearer string that is not a registered key
+ * is ignored (the report counts as its address), so made-up tokens cannot mint sources
  * (docs/integrity.md). The address itself is never stored or logged.
  */
 export function reportSourceResolver(db: Queryable) {
   const keys = apiKeyStore(db);
   const hashNetwork = networkHasher(db);
-  // Registered keys are never deleted and their family never changes, so a positive lookup can be
-  // remembered (bounded).
-  const known = new BoundedMap<string, string | null>();
+  // Registered keys are never deleted, so a positive lookup can be remembered (bounded).
+  const known = new BoundedMap<string, true>();
 
   return async function sourceOf(ctx: CallContext | undefined, now: Date): Promise<ReportSource> {
     const token = bearerToken(requestHeaderValue(ctx, 'authorization'));
+    let keyHash: string | null = null;
     if (token !== null && token !== 'malformed') {
       const hash = hashApiKey(token);
-      let family = known.get(hash);
-      if (family === undefined) {
-        const row = await keys.byHash(hash);
-        if (row) {
-          family = row.network_family;
-          known.set(hash, family);
-        }
-      }
-      if (family !== undefined) {
-        const id = keySource(hash, family);
-        return { id, async limitKeys() { return [sourceFamily(id)]; } };
+      if (known.get(hash) === true || (await keys.byHash(hash)) !== null) {
+        known.set(hash, true);
+        keyHash = hash;
       }
     }
     const address = ctx?.values.get(clientAddressKey);
-    if (!address) return { id: LOCAL_SOURCE, async limitKeys() { return []; } };
-    const id = `addr:${await hashNetwork(address, secretDay(now))}`;
+    if (!address) return { id: keyHash !== null ? keySource(keyHash, null) : LOCAL_SOURCE, async limitKeys() { return []; } };
+    // A key's report belongs to the network it comes from on that day, as the address's own
+    // reports do (docs/integrity.md "Source families"): whatever keys a network holds, and
+    // whenever it registered them, it speaks as one source a day.
+    const network = await hashNetwork(address, secretDay(now));
+    const id = keyHash !== null ? keySource(keyHash, network) : `addr:${network}`;
     // Method shorthand, not an arrow function: tsx (esbuild keepNames) names a property's arrow
     // function with Object.defineProperty each time it is made (~1 us, once per report).
     return {
