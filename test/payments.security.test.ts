@@ -72,6 +72,10 @@ describe(`x402 v1 transaction hashes are bound to their payer and to a recent wi
     expect(await json(paid)).toMatchObject({ payment_method: 'x402', server_url: 'https://weather.example.com/mcp' });
     const again = await expectProblem(await query(t, { 'x-payment': await proof(payer, tx), 'x-forwarded-for': '203.0.113.5' }), 402, 'payment_required');
     expect(again.reason).toBe('payment_replayed');
+    // Anyone else learns nothing of its use from it: a proof by someone else is just invalid
+    // (it used to answer payment_replayed before checking the proof against the payer).
+    const probe = await expectProblem(await query(t, { 'x-payment': await proof(thief, tx), 'x-forwarded-for': '198.51.100.7' }), 402, 'payment_required');
+    expect(probe.reason).toBe('payment_proof_invalid');
     // The proof's base64 form works too.
     const tx2 = rpc.addTransaction({ transfers: [{ from: payer.address, to: WALLET, units: 1000n }] });
     expect((await query(t, { 'x-payment': Buffer.from(await proof(payer, tx2)).toString('base64'), 'x-forwarded-for': '203.0.113.5' })).status).toBe(200);
@@ -136,6 +140,13 @@ describe(`x402 v1 look-ups on the chain are throttled per client network (${back
 
     const other = await expectProblem(await query(t, { 'x-payment': await proof(someone, randomHash()), 'x-forwarded-for': '2001:db8:9:9::1' }), 402, 'payment_required');
     expect(other.reason).toBe('payment_not_found');
+    expect(lookups() - before).toBe(4);
+
+    // Well-formed signatures that recover to no signer cost the allowance too: recovering one
+    // costs about 1.5 ms of CPU (before, they were refused without taking a token, any number a second).
+    const garbled = JSON.stringify({ tx_hash: randomHash(), resource: RESOURCE, issued_at: Math.floor(clock.getTime() / 1000), signature: `0x${'00'.repeat(32)}${'ab'.repeat(32)}1b` });
+    const spent = await expectProblem(await query(t, { 'x-payment': garbled, 'x-forwarded-for': '2001:db8:1:2::5' }), 429, 'rate_limited');
+    expect(spent.detail).toMatch(/payment look-ups/);
     expect(lookups() - before).toBe(4);
 
     // Refused without a look-up, so they cost the allowance nothing: no proof at all.

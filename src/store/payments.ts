@@ -18,10 +18,6 @@ export interface PaymentRow {
  */
 export function paymentStore(db: Queryable) {
   return {
-    async exists(txHash: string): Promise<boolean> {
-      const rows = await db.query('SELECT 1 FROM payments WHERE tx_hash = $1', [txHash.toLowerCase()]);
-      return rows.length > 0;
-    },
     /** Claims the hash; false when another request (on any instance) claimed it first. */
     async claim(p: { txHash: string; payer: string | null; units: bigint; blockNumber: bigint | null; serverUrl: string; at: Date; method?: PaymentRow['method'] }): Promise<boolean> {
       const rows = await db.query(
