@@ -348,6 +348,24 @@ describe(`GET /api/payment-info and /v1/verify-receipt (${backend})`, () => {
     await t.tdb.db.query('UPDATE receipts SET jws = $2 WHERE receipt_id = $1', [v.receipt_id, `${h}.${p}.${'A'.repeat(86)}`]);
     expect(await json(fetch(`${t.base}/v1/verify-receipt?id=${v.receipt_id}`))).toMatchObject({ found: true, valid: false, reason: expect.any(String) });
   });
+
+  it('valid:true stands beside the signed claim, never beside a stored copy that differs from it', async () => {
+    // A second later: not the receipt the test before damaged (checks share a claim's receipt for a second).
+    const was = clock;
+    clock = new Date(clock.getTime() + 5000);
+    const key = await register();
+    const v = await json(query('weather-example-com-mcp', { authorization: `Bearer ${key}` }));
+    const signed = JSON.parse(Buffer.from((v.diligence_receipt as string).split('.')[1]!, 'base64url').toString());
+    // The stored copy of the claim is changed (the token itself is intact).
+    await t.tdb.db.query(`UPDATE receipts SET claim = claim || '{"verdict": "PASS", "trust_score": 99}'::jsonb WHERE receipt_id = $1`, [v.receipt_id]);
+    const check = await json(fetch(`${t.base}/v1/verify-receipt?id=${v.receipt_id}`));
+    expect(check).toMatchObject({ found: true, valid: true });
+    expect(check.claim).toEqual(signed);
+    const lookup = await json(fetch(`${t.base}/v1/receipt/${v.receipt_id}`));
+    expect(lookup.verification.valid).toBe(true);
+    expect(lookup.claim).toEqual(signed);
+    clock = was;
+  });
 });
 
 describe(`without PAYMENT_WALLET (${backend})`, () => {

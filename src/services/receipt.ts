@@ -60,7 +60,8 @@ export function createReceiptService(deps: ServiceDeps, trust: Pick<TrustService
     return {
       receiptId: row.receipt_id,
       issuedAt: row.issued_at.toISOString(),
-      claim: row.claim as JsonObject,
+      // What was signed, when it verifies: the stored copy is not what valid:true vouches for.
+      claim: (valid ? v.payload : row.claim) as JsonObject,
       jws: row.jws,
       verification: { valid, kid: row.kid, checkedAt: now().toISOString() },
       kind: row.kind,

@@ -23,7 +23,8 @@ export function createVerifyReceiptService({ receipts, now }: ServiceDeps) {
         kid: row.kid,
         kind: row.kind,
         issuedAt: row.issued_at.toISOString(),
-        claim: row.claim as never,
+        // What was signed, when it verifies: the stored copy is not what valid:true vouches for.
+        claim: (reason === undefined ? outcome.payload : row.claim) as never,
         jws: row.jws,
         reason,
       };
