@@ -5,7 +5,8 @@ import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
 import { Health, HealthCheckResponse_ServingStatus as Status, type HealthCheckRequest } from '../../gen/grpc/health/v1/health_pb.js';
 import * as reflectionV1 from '../../gen/grpc/reflection/v1/reflection_pb.js';
 import * as reflectionV1alpha from '../../gen/grpc/reflection/v1alpha/reflection_pb.js';
-import type { HealthMonitor } from '../services/health.js';
+import { WatchRefused, type HealthMonitor } from '../services/health.js';
+import { clientAddressKey } from '../services/context.js';
 
 // gRPC's standard introspection services on the same port as everything else (docs/grpc.md):
 // grpc.health.v1.Health for Kubernetes grpc probes, grpc-health-probe, Envoy and meshes, and
@@ -40,11 +41,27 @@ export function registerHealth(router: ConnectRouter, monitor: HealthMonitor): v
       return { statuses };
     },
     async *watch(req: HealthCheckRequest, ctx: HandlerContext) {
-      // Every service here shares the process's fate: one status for all of them.
+      // Every service here shares the process's fate: one status for all of them. Every stream,
+      // an unknown service's too, is one of the monitor's bounded Watch streams: admitted (or
+      // RESOURCE_EXHAUSTED) before anything is sent, and ended cleanly after its longest time.
       const unknown = !knows(req.service);
-      if (unknown) yield { status: Status.SERVICE_UNKNOWN };
-      for await (const s of monitor.watch(ctx.signal)) {
-        if (!unknown) yield { status: servingStatus(s) };
+      const statuses = monitor.watch(ctx.signal, { client: ctx.values.get(clientAddressKey) });
+      try {
+        let first: IteratorResult<'SERVING' | 'NOT_SERVING'>;
+        try {
+          first = await statuses.next();
+        } catch (err) {
+          if (err instanceof WatchRefused) throw new ConnectError(err.message, Code.ResourceExhausted, { 'retry-after': '5' });
+          throw err;
+        }
+        if (unknown) yield { status: Status.SERVICE_UNKNOWN };
+        else if (!first.done) yield { status: servingStatus(first.value) };
+        for await (const s of statuses) {
+          if (!unknown) yield { status: servingStatus(s) };
+        }
+      } finally {
+        // Also when the stream is closed while it waits to send: the monitor's count goes down.
+        await statuses.return(undefined);
       }
     },
   });
