@@ -24,7 +24,7 @@ export function createVerifyReceiptService({ receipts, now }: ServiceDeps) {
         kind: row.kind,
         issuedAt: row.issued_at.toISOString(),
         // What was signed, when it verifies: the stored copy is not what valid:true vouches for.
-        claim: (reason === undefined ? outcome.payload : row.claim) as never,
+        claim: (outcome.valid && reason === undefined ? outcome.payload : row.claim) as never,
         jws: row.jws,
         reason,
       };
