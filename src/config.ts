@@ -113,6 +113,8 @@ export interface Config {
   rateLimitMcpPreflightPerMinute: number;
   /** A2A skill invocations (message/send) per client address per minute, per instance; 0 = unlimited. */
   rateLimitA2aSkillsPerMinute: number;
+  /** A2A task reads (GetTask, ListTasks, CancelTask, SubscribeToTask and their 0.3 names, each call of a batch) per client network per minute; 0 = unlimited. */
+  rateLimitA2aReadsPerMinute: number;
   /** GET /v1/bundle per client network per minute (each may filter, sign and compress the whole catalogue). */
   rateLimitBundlePerMinute: number;
   /** Searched or paged list requests (a non-empty `q`: leaderboard, /monitor, /atlas/report; a `window`: /api/demand) per client network per minute; 0 = unlimited. */
@@ -555,6 +557,7 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitGatePerMinute: int(env, 'RATE_LIMIT_GATE_PER_MINUTE', 6000, 0, 10_000_000),
     rateLimitMcpPreflightPerMinute: int(env, 'RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE', 300, 0, 1_000_000),
     rateLimitA2aSkillsPerMinute: int(env, 'RATE_LIMIT_A2A_SKILLS_PER_MINUTE', 300, 0, 1_000_000),
+    rateLimitA2aReadsPerMinute: int(env, 'RATE_LIMIT_A2A_READS_PER_MINUTE', 600, 0, 1_000_000),
     rateLimitBundlePerMinute: int(env, 'RATE_LIMIT_BUNDLE_PER_MINUTE', 60, 0, 1_000_000),
     rateLimitSearchPerMinute: int(env, 'RATE_LIMIT_SEARCH_PER_MINUTE', 120, 0, 1_000_000),
     rateLimitPagesPerMinute: int(env, 'RATE_LIMIT_PAGES_PER_MINUTE', 300, 0, 1_000_000),

@@ -63,17 +63,19 @@ describe('rate limit configuration', () => {
       gate: c.rateLimitGatePerMinute,
       mcp: c.rateLimitMcpPreflightPerMinute,
       a2a: c.rateLimitA2aSkillsPerMinute,
+      a2aReads: c.rateLimitA2aReadsPerMinute,
       bundle: c.rateLimitBundlePerMinute,
       search: c.rateLimitSearchPerMinute,
       pages: c.rateLimitPagesPerMinute,
       skillTrust: c.rateLimitSkillTrustPerMinute,
-    }).toEqual({ probes: 30, preflight: 600, gate: 6000, mcp: 300, a2a: 300, bundle: 60, search: 120, pages: 300, skillTrust: 120 });
+    }).toEqual({ probes: 30, preflight: 600, gate: 6000, mcp: 300, a2a: 300, a2aReads: 600, bundle: 60, search: 120, pages: 300, skillTrust: 120 });
   });
   it.each([
     ['RATE_LIMIT_GATE_PER_MINUTE', '-1'],
     ['RATE_LIMIT_GATE_PER_MINUTE', 'lots'],
     ['RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE', '1.5'],
     ['RATE_LIMIT_A2A_SKILLS_PER_MINUTE', '-3'],
+    ['RATE_LIMIT_A2A_READS_PER_MINUTE', '1e3'],
     ['RATE_LIMIT_BUNDLE_PER_MINUTE', 'x'],
     ['RATE_LIMIT_SEARCH_PER_MINUTE', '-1'],
     ['RATE_LIMIT_PAGES_PER_MINUTE', '2.5'],
@@ -139,6 +141,7 @@ beforeAll(async () => {
     RATE_LIMIT_GATE_PER_MINUTE: '3',
     RATE_LIMIT_MCP_PREFLIGHT_PER_MINUTE: '2',
     RATE_LIMIT_A2A_SKILLS_PER_MINUTE: '2',
+    RATE_LIMIT_A2A_READS_PER_MINUTE: '3',
     RATE_LIMIT_BUNDLE_PER_MINUTE: '3',
     RATE_LIMIT_SEARCH_PER_MINUTE: '3',
     RATE_LIMIT_PAGES_PER_MINUTE: '3',
@@ -502,6 +505,30 @@ describe(`the gate, MCP preflight_check and A2A skills have limits of their own 
     expect(single.status).toBe(429);
     expect(Number(single.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     expect(JSON.parse(single.body)).toMatchObject({ jsonrpc: '2.0', id: 5, error: { code: JSONRPC_RATE_LIMITED, data: { policy: 'a2a_skills', limit: 2 } } });
+  });
+
+  it('A2A: each task read (GetTask, ListTasks, CancelTask, SubscribeToTask, their 0.3 names) takes a token of its own limit', async () => {
+    // Before, reads took no token: a client could send batch after batch of 50 reads of large tasks.
+    const ip = '198.51.100.101';
+    const V1 = { ...from(ip), 'A2A-Version': '1.0' };
+    const reads = [
+      { jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: 'no-such-task' } },
+      { jsonrpc: '2.0', id: 2, method: 'ListTasks', params: { contextId: 'ctx-reads' } },
+      { jsonrpc: '2.0', id: 3, method: 'CancelTask', params: { id: 'no-such-task' } },
+      { jsonrpc: '2.0', id: 4, method: 'GetTask', params: { id: 'no-such-task' } },
+    ];
+    const res = await postJson(`${t.base}/a2a`, reads, V1);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('ratelimit')).toMatch(/^"a2a_reads";r=0;/);
+    const answers = await json(res);
+    expect(answers.slice(0, 3).map((a: { error?: { code: number } }) => a.error?.code)).toEqual([-32001, undefined, -32001]);
+    expect(answers[3]).toMatchObject({ id: 4, error: { code: JSONRPC_RATE_LIMITED, data: { policy: 'a2a_reads', limit: 3 } } });
+    // Alone, a refused read is a 429; the 0.3 names take from the same bucket.
+    const single = await postJson(`${t.base}/a2a`, { jsonrpc: '2.0', id: 5, method: 'tasks/get', params: { id: 'no-such-task' } }, from(ip));
+    expect(single.status).toBe(429);
+    expect((await json(single)).error).toMatchObject({ code: JSONRPC_RATE_LIMITED, message: expect.stringMatching(/A2A task reads/) });
+    // Another network is not affected.
+    expect((await json(postJson(`${t.base}/a2a`, { jsonrpc: '2.0', id: 6, method: 'tasks/get', params: { id: 'no-such-task' } }, from('198.51.100.102')))).error.code).toBe(-32001);
   });
 
   it('A2A: the stock @a2a-js/sdk 0.3 client surfaces the refusal with its message', async () => {

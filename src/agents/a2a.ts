@@ -23,7 +23,9 @@ type RpcErrorObject = { code: number; message: string; data?: unknown };
 type RpcResponse = { jsonrpc: '2.0'; id: Id; result: unknown } | { jsonrpc: '2.0'; id: Id; error: RpcErrorObject };
 type Log = { error(o: object, m: string): void };
 /** Counts one skill invocation (and the bytes of its params) against the caller's limits; the error when refused (src/agents/rate-limit.ts). */
-type SkillLimit = { take(paramsBytes: number): RateLimitedRpcError | null };
+type SkillLimit = { take(paramsBytes: number): RateLimitedRpcError | null; read(): RateLimitedRpcError | null };
+/** Methods that read stored tasks: each call takes one token of the caller's `a2a_reads` limit. */
+const READ_METHODS: ReadonlySet<string> = new Set(['GetTask', 'ListTasks', 'CancelTask', 'SubscribeToTask', 'tasks/get', 'tasks/cancel', 'tasks/resubscribe']);
 /**
  * What a batch keeps free for each call it runs: a call starts only while this much of the HTTP
  * answer is left (a task without its history is a few KB), so no call does work whose answer
@@ -133,7 +135,13 @@ export function createA2aHandler(a2a: A2aService) {
       const unstorable = unstorableJson(req.params, 'params');
       if (unstorable) throw new RpcError(RPC.invalidParams, `${unstorable.path.slice(0, 200)} ${unstorable.why}`);
       // What the task will keep of this call is its params (the message, in its history): counted as their JSON.
-      const refused = SKILL_METHODS.has(req.method) && ctx.limit ? ctx.limit.take(Buffer.byteLength(JSON.stringify(req.params ?? null))) : null;
+      const refused = !ctx.limit
+        ? null
+        : SKILL_METHODS.has(req.method)
+          ? ctx.limit.take(Buffer.byteLength(JSON.stringify(req.params ?? null)))
+          : READ_METHODS.has(req.method)
+            ? ctx.limit.read()
+            : null;
       if (refused) throw new RpcError(refused.code, refused.message, refused.data);
       const params = req.params as Record<string, unknown> | undefined;
       if (!handler.stream) return done({ jsonrpc: '2.0', id, result: await handler.run(params, a2a, ctx) });

@@ -62,6 +62,8 @@ export const A2A_ANSWER_BYTES = 4096;
  * The A2A door's limits, per HTTP request: `take(paramsBytes)` counts one skill invocation of the
  * client against its `a2a_skills` bucket and what it will store (`paramsBytes` + A2A_ANSWER_BYTES)
  * against its `a2a_task_bytes` allowance, and returns the JSON-RPC error when either refuses;
+ * `read()` counts one task read against `a2a_reads` (each reads a stored task, up to
+ * A2A_LIMITS.maxAnswerBytes of it, or a page of them);
  * `finish()` sets the headers and the status of the answer (429 when the answer is that single
  * refusal).
  */
@@ -83,6 +85,13 @@ export function a2aSkillLimit(limits: RateLimiter, clientAddress: string | undef
       if (bytes && !bytes.allowed) return refuse(bytes);
       // The headers name the per-minute limit while the allowance lasts.
       last = calls ?? bytes ?? last;
+      return null;
+    },
+    /** Counts one task read (GetTask, ListTasks, CancelTask, SubscribeToTask) against `a2a_reads`. */
+    read(): RateLimitedRpcError | null {
+      const d = limits.take('a2a_reads', clientAddress);
+      if (d && !d.allowed) return refuse(d);
+      last = last ?? d;
       return null;
     },
     finish(reply: FastifyReply, answer: unknown): void {

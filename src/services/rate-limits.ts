@@ -13,7 +13,7 @@ import { createTokenBuckets } from '../domain/token-bucket.js';
  * The limits; each has its own buckets and its own setting (RATE_LIMIT_*_PER_MINUTE; the A2A
  * task storage allowance A2A_TASK_BYTES_PER_CLIENT_PER_DAY).
  */
-export type RateLimitName = 'probes' | 'preflight' | 'gate' | 'mcp_preflight' | 'a2a_skills' | 'a2a_task_bytes' | 'bundle' | 'search' | 'pages' | 'skill_trust';
+export type RateLimitName = 'probes' | 'preflight' | 'gate' | 'mcp_preflight' | 'a2a_skills' | 'a2a_reads' | 'a2a_task_bytes' | 'bundle' | 'search' | 'pages' | 'skill_trust';
 
 /** What one limit allows: `quota` tokens per client per `windowSeconds`, refilled continuously; 0 = off. */
 export interface RateLimitPolicy {
@@ -32,6 +32,7 @@ export type RateLimitConfig = Pick<
   | 'rateLimitGatePerMinute'
   | 'rateLimitMcpPreflightPerMinute'
   | 'rateLimitA2aSkillsPerMinute'
+  | 'rateLimitA2aReadsPerMinute'
   | 'a2aTaskBytesPerClientPerDay'
   | 'rateLimitBundlePerMinute'
   | 'rateLimitSearchPerMinute'
@@ -46,6 +47,7 @@ export function rateLimitPolicies(config: RateLimitConfig): Record<RateLimitName
     gate: { name: 'gate', quota: config.rateLimitGatePerMinute, windowSeconds: 60, what: 'gate decisions' },
     mcp_preflight: { name: 'mcp_preflight', quota: config.rateLimitMcpPreflightPerMinute, windowSeconds: 60, what: 'MCP preflight_check calls' },
     a2a_skills: { name: 'a2a_skills', quota: config.rateLimitA2aSkillsPerMinute, windowSeconds: 60, what: 'A2A skill invocations' },
+    a2a_reads: { name: 'a2a_reads', quota: config.rateLimitA2aReadsPerMinute, windowSeconds: 60, what: 'A2A task reads' },
     a2a_task_bytes: { name: 'a2a_task_bytes', quota: config.a2aTaskBytesPerClientPerDay, windowSeconds: 86_400, what: 'bytes of A2A tasks stored (A2A_TASK_BYTES_PER_CLIENT_PER_DAY)' },
     bundle: { name: 'bundle', quota: config.rateLimitBundlePerMinute, windowSeconds: 60, what: 'bundle requests' },
     search: { name: 'search', quota: config.rateLimitSearchPerMinute, windowSeconds: 60, what: 'searched list requests' },
