@@ -139,8 +139,8 @@ describe(`GET /v1/trust and GetSkillTrust are bounded (${backend})`, () => {
     expect(REGISTRY_MAX_IN_FLIGHT).toBeLessThanOrEqual(16);
     reg.hold = true;
     const hitsBefore = [...reg.hits.values()].reduce((a, b) => a + b, 0);
-    // 60 distinct made-up slugs at once, from 20 networks (3 each: within their limit).
-    const answers = Array.from({ length: 60 }, (_, i) => trust(`flood-${i}`, `198.51.100.${Math.floor(i / 3) + 1}`));
+    // 60 distinct made-up slugs at once, from 60 networks (one each: within their limit and share).
+    const answers = Array.from({ length: 60 }, (_, i) => trust(`flood-${i}`, `198.51.100.${i + 1}`));
     // The first ones reach the registry and wait there; the others are answered at once.
     const deadline = Date.now() + 10_000;
     while (reg.inFlight < REGISTRY_MAX_IN_FLIGHT && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
@@ -170,6 +170,25 @@ describe(`GET /v1/trust and GetSkillTrust are bounded (${backend})`, () => {
     expect(reg.maxSockets).toBeLessThanOrEqual(REGISTRY_MAX_IN_FLIGHT);
     // Once the registry has answered, the slots are free again.
     expect((await trust('weather', '198.51.100.201')).status).toBe(200);
+  });
+
+  it('one client network holds at most its share of the requests in flight (429); others still get theirs', async () => {
+    // Before, one network asking slow slugs held all 8 and every other client got 503 meanwhile.
+    reg.hold = true;
+    const ip = '203.0.113.77';
+    const mine = Array.from({ length: 3 }, (_, i) => trust(`share-${i}`, ip));
+    const deadline = Date.now() + 10_000;
+    while (reg.inFlight < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(reg.inFlight).toBe(2);
+    const other = trust('share-other', '203.0.113.78');
+    while (reg.inFlight < 3 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(reg.inFlight).toBe(3);
+    reg.hold = false;
+    reg.release();
+    const statuses = (await Promise.all(mine)).map((r) => r.status).sort();
+    expect(statuses).toEqual([404, 404, 429]);
+    expect((await other).status).toBe(404);
   });
 
   it('keep the misses (404s of made-up slugs) in their own smaller cache: they never evict a real answer', async () => {

@@ -1,5 +1,6 @@
 import type { ClawHubSkillAnswer } from '../domain/skill-trust.js';
 import { BoundedMap, cacheLimits } from '../store/cache-limits.js';
+import { addToNetwork, networkShare } from '../domain/client-network.js';
 
 // ClawHub reader (DECISIONS.md "Skill registry"): GET {CLAWHUB_API_URL}/skills/{slug}, with a
 // short in-memory cache. The fetch function is injectable; by default it is the global fetch with
@@ -26,8 +27,18 @@ export const REGISTRY_MAX_IN_FLIGHT = 8;
 
 export class RegistryUnavailable extends Error {}
 
-/** REGISTRY_MAX_IN_FLIGHT requests are in flight already: nothing was sent. */
-export class RegistryBusy extends Error {}
+/**
+ * REGISTRY_MAX_IN_FLIGHT requests are in flight already, or (`share`) the asking client network
+ * has its share of them in flight: nothing was sent.
+ */
+export class RegistryBusy extends Error {
+  constructor(
+    message: string,
+    readonly share = false,
+  ) {
+    super(message);
+  }
+}
 
 /** How many misses (404s) are kept: an eighth of CACHE_MAX_ENTRIES, at least 1. */
 export const missCacheEntries = (): number => Math.max(1, Math.floor(cacheLimits().maxEntries / 8));
@@ -68,14 +79,21 @@ export function createClawHubClient(opts: { baseUrl: string; now: () => Date; fe
   const missing = new BoundedMap<string, { at: number; value: RegistryLookup }>(missCacheEntries);
   const inflight = new Map<string, Promise<RegistryLookup>>();
   let running = 0;
+  // A client network's share of the requests in flight (an eighth, at least 2): a registry that
+  // answers slowly would otherwise let one client hold every request and refuse all others.
+  const perClient = networkShare(maxInFlight);
+  const byClient = new Map<string, number>();
 
-  async function load(slug: string): Promise<RegistryLookup> {
+  async function load(slug: string, client: string): Promise<RegistryLookup> {
+    if ((byClient.get(client) ?? 0) >= perClient) throw new RegistryBusy(`this client network has its share (${perClient}) of the requests to the registry in flight`, true);
     if (running >= maxInFlight) throw new RegistryBusy(`${maxInFlight} requests to the registry are in flight already`);
     running++;
+    addToNetwork(byClient, client, 1);
     try {
       return await ask(slug);
     } finally {
       running--;
+      addToNetwork(byClient, client, -1);
     }
   }
 
@@ -109,16 +127,16 @@ export function createClawHubClient(opts: { baseUrl: string; now: () => Date; fe
   return {
     /**
      * The skill as the registry describes it; cached for a short while (errors are not cached).
-     * Throws RegistryBusy when it would be one request too many in flight, RegistryUnavailable
-     * when the registry failed.
+     * Throws RegistryBusy when it would be one request too many in flight (for the process, or
+     * for `client`, the asking client network's key), RegistryUnavailable when the registry failed.
      */
-    async skill(slug: string): Promise<RegistryLookup> {
+    async skill(slug: string, client = 'unknown'): Promise<RegistryLookup> {
       const t = opts.now().getTime();
       const hit = found.get(slug) ?? missing.get(slug);
       if (hit && t - hit.at < ttl) return hit.value;
       let p = inflight.get(slug);
       if (!p) {
-        p = load(slug).finally(() => inflight.delete(slug));
+        p = load(slug, client).finally(() => inflight.delete(slug));
         inflight.set(slug, p);
       }
       const value = await p;

@@ -3,7 +3,8 @@ import type { GetSkillTrustRequest, GetSkillTrustResponseSchema } from '../../ge
 import { computeSkillTrust } from '../domain/skill-trust.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
 import { createClawHubClient, RegistryBusy, RegistryUnavailable, type FetchFn } from '../registry/clawhub.js';
-import type { CallContext, ServiceDeps } from './context.js';
+import { clientAddressKey, type CallContext, type ServiceDeps } from './context.js';
+import { rateLimitKey } from './rate-limits.js';
 
 export const SUPPORTED_REGISTRY = 'clawhub';
 const SLUG = /^[a-z0-9][a-z0-9._-]{0,127}$/;
@@ -17,7 +18,7 @@ export function createSkillTrustService({ config, now }: ServiceDeps, opts: { fe
   const registry = createClawHubClient({ baseUrl: config.clawhubApiUrl, now, fetch: opts.fetch });
 
   return {
-    async getSkillTrust(req: Partial<GetSkillTrustRequest>, _ctx?: CallContext): Promise<MessageInitShape<typeof GetSkillTrustResponseSchema>> {
+    async getSkillTrust(req: Partial<GetSkillTrustRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof GetSkillTrustResponseSchema>> {
       const reg = (req.registry ?? '').trim().toLowerCase();
       if (reg === '') throw invalidArgument(`registry is required; the supported registry is "${SUPPORTED_REGISTRY}"`);
       if (reg !== SUPPORTED_REGISTRY) throw invalidArgument(`unsupported registry "${req.registry}"; the supported registry is "${SUPPORTED_REGISTRY}"`);
@@ -27,11 +28,12 @@ export function createSkillTrustService({ config, now }: ServiceDeps, opts: { fe
 
       let found;
       try {
-        found = await registry.skill(skill);
+        found = await registry.skill(skill, rateLimitKey(ctx?.values.get(clientAddressKey)));
       } catch (err) {
         if (err instanceof RegistryUnavailable) throw new ObservatoryError('upstream_error', `the ClawHub registry could not be read: ${err.message}`, { headers: { 'retry-after': '30' } });
         // The bound on requests to the registry (REGISTRY_MAX_IN_FLIGHT): refused before anything
         // is sent, like a probe beyond PROBE_CONCURRENCY; a registry answer takes at most 5 s.
+        if (err instanceof RegistryBusy && err.share) throw new ObservatoryError('rate_limited', `${err.message}; retry once one has answered`, { headers: { 'retry-after': '5' } });
         if (err instanceof RegistryBusy) throw new ObservatoryError('unavailable', `this instance is asking the ClawHub registry as much as it may at once (${err.message}); retry shortly`, { headers: { 'retry-after': '5' } });
         throw err;
       }

@@ -51,6 +51,6 @@ export function accessRoutes(app: FastifyInstance, { services }: RouteDeps) {
   );
 
   app.get<{ Querystring: { registry?: string; skill?: string } }>('/v1/trust', { schema: { querystring: restQuerySchema(GetSkillTrustRequestSchema) } }, async (req) =>
-    restJson(GetSkillTrustResponseSchema, await services.skillTrust.getSkillTrust({ registry: req.query.registry, skill: req.query.skill })),
+    restJson(GetSkillTrustResponseSchema, await services.skillTrust.getSkillTrust({ registry: req.query.registry, skill: req.query.skill }, callContext(req.headers, req.ip))),
   );
 }
