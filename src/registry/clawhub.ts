@@ -4,8 +4,9 @@ import { addToNetwork, networkShare } from '../domain/client-network.js';
 
 // ClawHub reader (DECISIONS.md "Skill registry"): GET {CLAWHUB_API_URL}/skills/{slug}, with a
 // short in-memory cache. The fetch function is injectable; by default it is the global fetch with
-// a timeout and a response size cap. TODO(integrator): switch the default to the safe outbound
-// client (src/probes/safe-fetch.ts) once it lands.
+// a timeout, no redirects and a response size cap. Not the safe outbound client of the probes
+// (src/probes/safe-fetch.ts): the registry's address is the operator's setting, never a caller's,
+// and may be private (a mirror in the operator's network).
 //
 // Bounds (docs/reliability.md "ClawHub skill trust"): at most REGISTRY_MAX_IN_FLIGHT requests to
 // the registry at once per process (the same slug asked again meanwhile shares its request);
