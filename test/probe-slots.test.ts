@@ -1,5 +1,6 @@
+import dns from 'node:dns';
 import type http from 'node:http';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { Code, ConnectError, createClient, createContextValues } from '@connectrpc/connect';
 import { createConnectTransport } from '@connectrpc/connect-node';
 import { TrustService } from '../gen/observatory/v1/trust_pb.js';
@@ -10,6 +11,7 @@ import { eventually } from './support/connections.js';
 import { startHttpStub } from './support/mcp-target.js';
 import { clientAddressKey, type CallContext } from '../src/services/context.js';
 import { createProbeSlots, probesPerClient } from '../src/services/probe-slots.js';
+import { DNS_LIMITS } from '../src/probes/safe-fetch.js';
 
 // On-demand probes running at once (PROBE_CONCURRENCY). Before this bound, a target that never
 // answered held every probe any client started for its whole deadline (20 s): the per-minute
@@ -92,6 +94,33 @@ describe(`PROBE_CONCURRENCY: probes running at once (${backend})`, () => {
     for (const res of await Promise.all([...a, ...b])) await expectProblem(res, 502, 'upstream_error');
     expect(t.obs.services.probeSlots.running()).toBe(0);
     await expectProblem(await drift('192.0.2.77'), 502, 'upstream_error');
+  }, 60_000);
+});
+
+// A name whose name servers never answer (stubbed here: no query leaves the host). Before, the
+// agent-readiness probe resolved its target before it took a slot, with getaddrinfo and no
+// deadline: such lookups were bounded by nothing and held libuv's threadpool.
+describe(`a target whose name never resolves (${backend})`, () => {
+  it('is looked up inside the probe slot and fails at the lookup deadline (502), not holding anything for longer', async () => {
+    const never = () => new Promise<never>(() => {});
+    const spies = [
+      vi.spyOn(dns.promises, 'lookup').mockImplementation(never),
+      vi.spyOn(dns.promises.Resolver.prototype, 'resolve4').mockImplementation(never),
+      vi.spyOn(dns.promises.Resolver.prototype, 'resolve6').mockImplementation(never),
+    ];
+    try {
+      const readiness = () => fetch(`${t.base}/api/agent-readiness?url=${encodeURIComponent('https://stalled-dns.example.com/')}`, from('203.0.113.40'));
+      const started = performance.now();
+      const held = [readiness(), readiness()];
+      expect(await eventually(() => t.obs.services.probeSlots.running() === 2, 10_000)).toBe(true);
+      // Its share (2) holds the two lookups: a third is refused at once.
+      await expectProblem(await readiness(), 429, 'rate_limited');
+      for (const res of await Promise.all(held)) expect(String((await expectProblem(res, 502, 'upstream_error')).detail)).toMatch(new RegExp(`could not resolve stalled-dns\\.example\\.com within ${DNS_LIMITS.timeoutMs} ms`));
+      expect(performance.now() - started).toBeLessThan(DNS_LIMITS.timeoutMs + 3000);
+      expect(t.obs.services.probeSlots.running()).toBe(0);
+    } finally {
+      for (const s of spies) s.mockRestore();
+    }
   }, 60_000);
 });
 

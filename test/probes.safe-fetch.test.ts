@@ -1,7 +1,9 @@
+import dns from 'node:dns';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createSafeFetcher, ProbeFailed, TargetRefused, type Resolver } from '../src/probes/safe-fetch.js';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { readToolManifest } from '../src/probes/mcp-manifest.js';
+import { createSafeFetcher, DNS_LIMITS, dnsLookups, parseHosts, ProbeFailed, TargetRefused, type Resolver } from '../src/probes/safe-fetch.js';
 
 // Every packet here goes to 127.0.0.1. Names are resolved by an injected resolver, so DNS
 // behaviour (several answers, a private answer) is simulated without any query leaving the host.
@@ -201,5 +203,108 @@ describe('safe client over loopback', () => {
     const err = await dev.request(`http://127.0.0.1:${p}/`).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ProbeFailed);
     expect((err as ProbeFailed).kind).toBe('connect');
+  });
+});
+
+// DNS lookups (docs/probes.md "The safe client", rule 2): getaddrinfo ran on libuv's threadpool
+// (4 threads, shared with receipt signing) before any deadline applied; a zone whose name server
+// stalls made lookups hang past the request's deadline. The resolver is injected or stubbed here:
+// no packet leaves the host.
+describe('DNS lookups', () => {
+  afterEach(() => vi.restoreAllMocks());
+  /** Never answers, and records each lookup and whether its signal was aborted. */
+  function stalled() {
+    const calls: { host: string; signal: AbortSignal }[] = [];
+    const resolver: Resolver = (host, signal) => {
+      calls.push({ host, signal });
+      return new Promise<string[]>(() => {});
+    };
+    return { resolver, calls };
+  }
+  /** Rejects when `p` has not settled within `ms` (so an unbounded lookup fails the test instead of hanging it). */
+  const within = <T>(p: Promise<T>, ms: number) =>
+    Promise.race([p, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`still waiting after ${ms} ms`)), ms))]);
+
+  it("a lookup that never answers fails at the request's deadline, and its resolver is told to stop", async () => {
+    const { resolver, calls } = stalled();
+    const f = createSafeFetcher({ allowPrivate: true }, resolver);
+    const started = performance.now();
+    const err = await within(f.request(`http://stalled.test:${port}/ok`, { totalTimeoutMs: 300 }), 3000).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ProbeFailed);
+    expect((err as ProbeFailed).kind).toBe('timeout');
+    expect(performance.now() - started).toBeLessThan(2000);
+    expect(calls).toHaveLength(1);
+    expect(calls[0]!.signal.aborted).toBe(true);
+    // The fetch-compatible function the MCP SDK uses, and a check alone (its own deadline).
+    await expect(within(f.fetch(`http://stalled.test:${port}/ok`, { signal: AbortSignal.timeout(300) }), 3000)).rejects.toBeInstanceOf(ProbeFailed);
+    const alone = await within(f.check('http://stalled.test/', { lookupTimeoutMs: 200 }), 3000).catch((e: unknown) => e);
+    expect(alone).toMatchObject({ kind: 'dns' });
+    expect((alone as Error).message).toMatch(/within 200 ms/);
+    expect(dnsLookups.inUse()).toBe(0);
+  });
+
+  it('the MCP probe counts its lookup against its own deadline', async () => {
+    const { resolver } = stalled();
+    const err = await within(readToolManifest(createSafeFetcher({ allowPrivate: true }, resolver), 'http://stalled.test/mcp', '1.3.0', { timeoutMs: 300 }), 3000).catch((e: unknown) => e);
+    expect(err).toMatchObject({ kind: 'timeout' });
+  });
+
+  it(`at most ${DNS_LIMITS.inFlight} lookups run at once in the process; the rest wait within their deadline`, async () => {
+    const { resolver, calls } = stalled();
+    const f = createSafeFetcher({ allowPrivate: true }, resolver);
+    const n = DNS_LIMITS.inFlight + 10;
+    const all = Array.from({ length: n }, (_, i) => f.check(`http://n${i}.stalled.test/`, { lookupTimeoutMs: 400 }).catch((e: unknown) => e));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(calls).toHaveLength(DNS_LIMITS.inFlight);
+    expect(dnsLookups.inUse()).toBe(DNS_LIMITS.inFlight);
+    const errs = await within(Promise.all(all), 3000);
+    for (const e of errs) expect(e).toMatchObject({ kind: 'dns' });
+    expect(dnsLookups.inUse()).toBe(0);
+  });
+
+  it("never uses getaddrinfo (the threadpool): the system resolver asks c-ares, and cancels a query that stalls", async () => {
+    // Stubs, so no query leaves: getaddrinfo would answer, c-ares answers A with loopback.
+    const gai = vi.spyOn(dns.promises, 'lookup').mockResolvedValue([{ address: '127.0.0.1', family: 4 }] as never);
+    const gaiCb = vi.spyOn(dns, 'lookup').mockImplementation(((_h: string, _o: unknown, cb: (e: Error) => void) => cb(new Error('stubbed'))) as never);
+    const a = vi.spyOn(dns.promises.Resolver.prototype, 'resolve4').mockResolvedValue(['127.0.0.1']);
+    const aaaa = vi.spyOn(dns.promises.Resolver.prototype, 'resolve6').mockRejectedValue(Object.assign(new Error('queryAaaa ENODATA'), { code: 'ENODATA' }));
+    const res = await dev.request(`http://named.test:${port}/ok`);
+    expect(res.status).toBe(200);
+    expect(res.address).toBe('127.0.0.1');
+    expect(seen.at(-1)!.headers.host).toBe(`named.test:${port}`);
+    expect(a).toHaveBeenCalledWith('named.test');
+    expect(aaaa).toHaveBeenCalledWith('named.test');
+    expect(gai).not.toHaveBeenCalled();
+    expect(gaiCb).not.toHaveBeenCalled();
+
+    // A name server that never answers: the request ends at its deadline, the queries are cancelled.
+    a.mockImplementation(() => new Promise(() => {}));
+    aaaa.mockImplementation(() => new Promise(() => {}));
+    const cancel = vi.spyOn(dns.promises.Resolver.prototype, 'cancel');
+    const err = await within(dev.request(`http://stalled.test:${port}/ok`, { totalTimeoutMs: 300 }), 3000).catch((e: unknown) => e);
+    expect(err).toMatchObject({ kind: 'timeout' });
+    expect(cancel).toHaveBeenCalled();
+    expect(gai).not.toHaveBeenCalled();
+  });
+
+  it('localhost is loopback without any query, names in the hosts file are read from it, IP literals are never looked up', async () => {
+    const a = vi.spyOn(dns.promises.Resolver.prototype, 'resolve4').mockRejectedValue(Object.assign(new Error('stubbed'), { code: 'ESERVFAIL' }));
+    const aaaa = vi.spyOn(dns.promises.Resolver.prototype, 'resolve6').mockRejectedValue(Object.assign(new Error('stubbed'), { code: 'ESERVFAIL' }));
+    const gai = vi.spyOn(dns.promises, 'lookup').mockRejectedValue(Object.assign(new Error('stubbed'), { code: 'ENOTFOUND' }));
+    expect((await dev.request(`http://localhost:${port}/ok`)).address).toBe('127.0.0.1');
+    expect((await dev.request(`http://api.localhost:${port}/ok`)).status).toBe(200);
+    await expect(strict.request(`http://localhost:${port}/ok`)).rejects.toThrow(/localhost resolves to 127\.0\.0\.1.*loopback/);
+    for (const literal of [`http://127.0.0.1:${port}/ok`, `http://[::1]:${port}/ok`]) await dev.check(literal);
+    expect(a).not.toHaveBeenCalled();
+    expect(aaaa).not.toHaveBeenCalled();
+    expect(gai).not.toHaveBeenCalled();
+    // A name the name servers fail for says why.
+    await expect(dev.check('http://servfail.test/')).rejects.toThrow(/could not resolve servfail\.test: ESERVFAIL/);
+
+    const hosts = parseHosts('# comment\n127.0.0.1 localhost\n10.0.0.5  db.internal DB2 # primary\n::1 ip6-localhost\nnot-an-ip name\n10.0.0.6 db.internal\n');
+    expect(hosts.get('db.internal')).toEqual(['10.0.0.5', '10.0.0.6']);
+    expect(hosts.get('db2')).toEqual(['10.0.0.5']);
+    expect(hosts.get('ip6-localhost')).toEqual(['::1']);
+    expect(hosts.has('name')).toBe(false);
   });
 });

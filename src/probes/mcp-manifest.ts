@@ -3,7 +3,7 @@ import { manifestToolOf, type ManifestTool } from '../domain/drift.js';
 import { cutAt } from '../domain/text-diff.js';
 import { storableCopy } from '../domain/storable-text.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../domain/json-depth.js';
-import { ProbeFailed, responseTls, TargetRefused, type SafeFetcher, type TlsInfo } from './safe-fetch.js';
+import { ProbeFailed, responseTls, Slots, TargetRefused, type SafeFetcher, type TlsInfo } from './safe-fetch.js';
 
 // The one MCP probe (docs/probes.md "The MCP probe"): the official v2 SDK client
 // (@modelcontextprotocol/client) reads a live server through the safe outbound client, whatever
@@ -108,8 +108,6 @@ export function connectMcp(fetcher: SafeFetcher, url: string, version: string, o
 }
 
 async function probe(fetcher: SafeFetcher, url: string, version: string, opts: ManifestReadOptions, listTools: boolean): Promise<McpConnection | LiveManifest> {
-  // Refusal is decided before the SDK is involved, so a refused target never looks like an MCP error.
-  await fetcher.check(url);
   const timeoutMs = opts.timeoutMs ?? MANIFEST_LIMITS.totalTimeoutMs;
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), timeoutMs);
@@ -120,6 +118,9 @@ async function probe(fetcher: SafeFetcher, url: string, version: string, opts: M
   for (const k of Object.keys(limits) as (keyof McpRequestLimits)[]) limits[k] = Math.min(limits[k], opts.requestLimits?.[k] ?? Infinity);
   const run = new ProbeRun(fetcher, controller, url, limits, opts.onExchange);
   try {
+    // Refusal is decided before the SDK is involved, so a refused target never looks like an MCP
+    // error; the lookup counts against the probe's deadline like everything else.
+    await fetcher.check(url, { signal: controller.signal });
     const first: McpTransportKind = opts.transport ?? 'streamable-http';
     try {
       return await attempt(run, url, version, first, opts, timeoutMs, listTools);
@@ -410,46 +411,6 @@ function answersIn(body: RequestInit['body']): number {
   }
   const isAnswer = (m: unknown) => typeof m === 'object' && m !== null && !('method' in m) && 'id' in m;
   return Array.isArray(msg) ? msg.filter(isAnswer).length : isAnswer(msg) ? 1 : 0;
-}
-
-/** A probe's requests in flight: at most `size`, the rest wait (until their signal aborts). */
-class Slots {
-  private used = 0;
-  private readonly waiting: (() => void)[] = [];
-
-  constructor(private readonly size: number) {}
-
-  /** Resolves with the slot's release (idempotent) once one is free; rejects when `signal` aborts first. */
-  acquire(signal: AbortSignal): Promise<() => void> {
-    const slot = () => {
-      let held = true;
-      return () => {
-        if (!held) return;
-        held = false;
-        const next = this.waiting.shift();
-        if (next) next();
-        else this.used--;
-      };
-    };
-    if (signal.aborted) return Promise.reject(signal.reason);
-    if (this.used < this.size) {
-      this.used++;
-      return Promise.resolve(slot());
-    }
-    return new Promise((resolve, reject) => {
-      const grant = () => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(slot());
-      };
-      const onAbort = () => {
-        const i = this.waiting.indexOf(grant);
-        if (i >= 0) this.waiting.splice(i, 1);
-        reject(signal.reason);
-      };
-      signal.addEventListener('abort', onAbort, { once: true });
-      this.waiting.push(grant);
-    });
-  }
 }
 
 /** A TargetRefused or ProbeFailed thrown by the safe client, possibly wrapped by the SDK (cause chain). */

@@ -1,5 +1,6 @@
 import { parsePeerJson } from '../domain/json-depth.js';
 import dns from 'node:dns';
+import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import type { LookupFunction, Socket } from 'node:net';
@@ -46,13 +47,146 @@ export class ProbeFailed extends Error {
   }
 }
 
-/** Resolves a host name to its addresses (injectable so tests can simulate DNS without packets). */
-export type Resolver = (host: string) => Promise<string[]>;
+/**
+ * How names are resolved (docs/probes.md "The safe client", rule 2). Each lookup has its own
+ * deadline (`timeoutMs`, within the request's), and at most `inFlight` run at once in the process;
+ * more wait for a place within their deadline. The system resolver asks the name servers with
+ * c-ares (`attemptTimeoutMs` per attempt, `tries` attempts), which runs on the event loop: not
+ * getaddrinfo, which runs on libuv's threadpool (4 threads by default, shared with receipt
+ * signing, gzip and files) and cannot be stopped, so a zone whose name server stalls held those
+ * threads past every deadline.
+ */
+export const DNS_LIMITS = { timeoutMs: 5_000, inFlight: 32, attemptTimeoutMs: 2_000, tries: 2, otherFamilyGraceMs: 1_000 } as const;
 
-export const systemResolver: Resolver = async (host) => {
-  const answers = await dns.promises.lookup(host, { all: true, verbatim: true });
-  return answers.map((a) => a.address);
+/**
+ * Resolves a host name to its addresses; `signal` aborts when the caller stops waiting (the
+ * lookup should then stop too). Injectable so tests can simulate DNS without packets.
+ */
+export type Resolver = (host: string, signal: AbortSignal) => Promise<string[]>;
+
+/** Names the hosts file maps, read at most once a minute (synchronously: a few hundred bytes, no threadpool). */
+let hosts: { at: number; map: Map<string, string[]> } | null = null;
+const HOSTS_FILE = '/etc/hosts';
+
+/** The name-to-addresses map of a hosts file's text (only well-formed IP literals; names lower-cased). */
+export function parseHosts(text: string): Map<string, string[]> {
+  const map = new Map<string, string[]>();
+  for (const line of text.split('\n')) {
+    const [address, ...names] = line.replace(/#.*/, '').trim().split(/\s+/);
+    if (!address || names.length === 0 || !isIpLiteral(address)) continue;
+    for (const n of names) {
+      const name = n.toLowerCase();
+      const list = map.get(name) ?? [];
+      if (!list.includes(address)) list.push(address);
+      map.set(name, list);
+    }
+  }
+  return map;
+}
+
+function hostsEntries(): Map<string, string[]> {
+  const now = performance.now();
+  if (hosts && now - hosts.at < 60_000) return hosts.map;
+  let map: Map<string, string[]>;
+  try {
+    map = parseHosts(fs.readFileSync(HOSTS_FILE, 'utf8'));
+  } catch {
+    map = new Map();
+  }
+  hosts = { at: now, map };
+  return map;
+}
+
+const NO_ADDRESS = new Set(['ENODATA', 'ENOTFOUND', 'NODATA', 'NOTFOUND']);
+
+/**
+ * The system resolver, without getaddrinfo: `localhost` and its subdomains are loopback (RFC 6761,
+ * never asked), names in /etc/hosts get its addresses (as getaddrinfo would, files before DNS),
+ * others are asked of the system's name servers for A and AAAA records with c-ares. c-ares does not
+ * apply the resolv.conf search list: probe targets are fully qualified names.
+ */
+export const systemResolver: Resolver = async (host, signal) => {
+  const name = host.toLowerCase().replace(/\.$/, '');
+  if (name === 'localhost' || name.endsWith('.localhost')) return ['127.0.0.1', '::1'];
+  const listed = hostsEntries().get(name);
+  if (listed) return [...listed];
+  const resolver = new dns.promises.Resolver({ timeout: DNS_LIMITS.attemptTimeoutMs, tries: DNS_LIMITS.tries });
+  const cancel = () => resolver.cancel();
+  signal.addEventListener('abort', cancel, { once: true });
+  let grace: NodeJS.Timeout | undefined;
+  try {
+    const v4 = resolver.resolve4(name);
+    const v6 = resolver.resolve6(name);
+    // Once one family has answered, the other gets a moment more (some name servers never answer
+    // AAAA queries); then its query is cancelled and the answers at hand are used. Either way only
+    // addresses that were checked are ever connected to.
+    const first = await Promise.race([v4.then((a) => a.length > 0, () => false), v6.then((a) => a.length > 0, () => false)]);
+    if (first) grace = setTimeout(cancel, DNS_LIMITS.otherFamilyGraceMs);
+    const [a, aaaa] = await Promise.allSettled([v4, v6]);
+    const answers = [...(a.status === 'fulfilled' ? a.value : []), ...(aaaa.status === 'fulfilled' ? aaaa.value : [])];
+    if (answers.length > 0) return answers;
+    // Neither family answered: say why (a failure before "no such name").
+    const failures = [a, aaaa].filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as NodeJS.ErrnoException);
+    throw failures.find((e) => !NO_ADDRESS.has(String(e.code))) ?? failures[0] ?? Object.assign(new Error(`${host} has no addresses`), { code: 'ENODATA' });
+  } finally {
+    clearTimeout(grace);
+    signal.removeEventListener('abort', cancel);
+  }
 };
+
+/** A bounded number of places: `acquire` waits for one (until `signal` aborts) and resolves with its release (idempotent). */
+export class Slots {
+  private used = 0;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(readonly size: number) {}
+
+  /** Places taken now. */
+  inUse(): number {
+    return this.used;
+  }
+
+  acquire(signal: AbortSignal): Promise<() => void> {
+    const slot = () => {
+      let held = true;
+      return () => {
+        if (!held) return;
+        held = false;
+        const next = this.waiting.shift();
+        if (next) next();
+        else this.used--;
+      };
+    };
+    if (signal.aborted) return Promise.reject(signal.reason);
+    if (this.used < this.size) {
+      this.used++;
+      return Promise.resolve(slot());
+    }
+    return new Promise((resolve, reject) => {
+      const grant = () => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(slot());
+      };
+      const onAbort = () => {
+        const i = this.waiting.indexOf(grant);
+        if (i >= 0) this.waiting.splice(i, 1);
+        reject(signal.reason);
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.waiting.push(grant);
+    });
+  }
+}
+
+/** The lookups of every safe client of the process (DNS_LIMITS.inFlight). */
+export const dnsLookups = new Slots(DNS_LIMITS.inFlight);
+
+/** Options of one check: the caller's signal (its deadline) and the lookup's own deadline. */
+export interface CheckOptions {
+  signal?: AbortSignal;
+  /** Default DNS_LIMITS.timeoutMs. */
+  lookupTimeoutMs?: number;
+}
 
 export interface SafeRequestOptions {
   method?: string;
@@ -115,8 +249,11 @@ export function responseTls(res: Response): TlsInfo | null {
 
 export interface SafeFetcher {
   readonly policy: AddressPolicy;
-  /** Resolves the URL's host and checks every answer; throws TargetRefused or ProbeFailed('dns'). */
-  check(url: string | URL): Promise<{ url: URL; address: string }>;
+  /**
+   * Resolves the URL's host and checks every answer; throws TargetRefused, ProbeFailed('dns') (no
+   * answer, or none within the lookup's deadline) or ProbeFailed('timeout') (the caller's signal).
+   */
+  check(url: string | URL, opts?: CheckOptions): Promise<{ url: URL; address: string }>;
   /** One request, body buffered up to maxBytes. */
   request(url: string | URL, opts?: SafeRequestOptions): Promise<SafeResponse>;
   /** A fetch-compatible function over the same rules (for the MCP SDK client); bodies stream. */
@@ -150,19 +287,55 @@ function parseUrl(input: string | URL): URL {
 }
 
 export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = systemResolver): SafeFetcher {
-  async function check(input: string | URL): Promise<{ url: URL; address: string }> {
+  /**
+   * One lookup, within its own deadline and the caller's signal, in a place of the process's
+   * bound: whatever the resolver does, the caller is answered by then (and the resolver's signal
+   * aborts, so the system resolver cancels its queries).
+   */
+  async function lookup(host: string, opts: CheckOptions): Promise<string[]> {
+    const lookupTimeoutMs = opts.lookupTimeoutMs ?? DNS_LIMITS.timeoutMs;
+    const timer = AbortSignal.timeout(lookupTimeoutMs);
+    const signal = opts.signal ? AbortSignal.any([opts.signal, timer]) : timer;
+    const failure = () =>
+      opts.signal?.aborted
+        ? new ProbeFailed('timeout', `resolving ${host} did not finish before the request's deadline`)
+        : new ProbeFailed('dns', `could not resolve ${host} within ${lookupTimeoutMs} ms`);
+    let release: () => void;
+    try {
+      release = await dnsLookups.acquire(signal);
+    } catch {
+      throw failure();
+    }
+    try {
+      const answer = resolver(host, signal);
+      answer.catch(() => {}); // settles after we stopped waiting: nobody listens any more
+      const answers = await new Promise<string[]>((resolve, reject) => {
+        const onAbort = () => reject(failure());
+        if (signal.aborted) return onAbort();
+        signal.addEventListener('abort', onAbort, { once: true });
+        answer.then(
+          (a) => {
+            signal.removeEventListener('abort', onAbort);
+            resolve(a);
+          },
+          (err: unknown) => {
+            signal.removeEventListener('abort', onAbort);
+            reject(err instanceof ProbeFailed ? err : new ProbeFailed('dns', `could not resolve ${host}: ${(err as NodeJS.ErrnoException)?.code ?? (err as Error)?.message}`));
+          },
+        );
+      });
+      if (answers.length === 0) throw new ProbeFailed('dns', `${host} has no addresses`);
+      return answers;
+    } finally {
+      release();
+    }
+  }
+
+  async function check(input: string | URL, opts: CheckOptions = {}): Promise<{ url: URL; address: string }> {
     const url = parseUrl(input);
     const host = url.hostname;
-    let answers: string[];
-    if (isIpLiteral(host)) answers = [host];
-    else {
-      try {
-        answers = await resolver(host);
-      } catch (err) {
-        throw new ProbeFailed('dns', `could not resolve ${host}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
-      }
-      if (answers.length === 0) throw new ProbeFailed('dns', `${host} has no addresses`);
-    }
+    // IP literals are never looked up.
+    const answers = isIpLiteral(host) ? [host] : await lookup(host, opts);
     // Every answer must pass: a name that also points somewhere private is refused outright.
     let pinned: string | null = null;
     for (const a of answers) {
@@ -243,7 +416,7 @@ export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = sy
       let res: http.IncomingMessage;
       let address: string;
       try {
-        const checked = await check(current);
+        const checked = await check(current, { signal });
         address = checked.address;
         const hopHeaders = { ...headers };
         if (body === undefined) {

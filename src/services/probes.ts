@@ -16,12 +16,14 @@ export function createProbeService({ config, now }: ServiceDeps, { probeSlots = 
   return {
     async getAgentReadiness(req: Partial<GetAgentReadinessRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof GetAgentReadinessResponseSchema>> {
       const origin = new URL(requireServerUrl(req.url, 'url')).origin;
-      try {
-        await fetcher.check(origin);
-      } catch (err) {
-        throw probeError(err);
-      }
       const { observation, probes, mcpProbe } = await probeSlots.run(ctx, async () => {
+        // The lookup runs in the probe's slot: a name whose servers stall holds a slot (until the
+        // lookup's deadline), never anything unbounded.
+        try {
+          await fetcher.check(origin);
+        } catch (err) {
+          throw probeError(err);
+        }
         const found = await probeReadiness(fetcher, origin);
         if (found.probes.every((p) => p.http_status === null && !p.note.startsWith('redirect refused'))) {
           throw new ObservatoryError('upstream_error', `${origin} could not be reached: ${found.probes[0]?.note ?? 'no answer'}`);
