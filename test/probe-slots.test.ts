@@ -101,7 +101,13 @@ describe(`PROBE_CONCURRENCY: probes running at once (${backend})`, () => {
 // agent-readiness probe resolved its target before it took a slot, with getaddrinfo and no
 // deadline: such lookups were bounded by nothing and held libuv's threadpool.
 describe(`a target whose name never resolves (${backend})`, () => {
-  it('is looked up inside the probe slot and fails at the lookup deadline (502), not holding anything for longer', async () => {
+  // The agency checklist and the compliance attestation checked their target before they took a
+  // slot, the same way (found after the readiness probe was mended).
+  it.each([
+    ['/api/agent-readiness?url=', '203.0.113.40'],
+    ['/api/agency-checklist?url=', '203.0.113.41'],
+    ['/v1/compliance?server=', '203.0.113.42'],
+  ])('%s is looked up inside the probe slot and fails at the lookup deadline (502), not holding anything for longer', async (route, client) => {
     const never = () => new Promise<never>(() => {});
     const spies = [
       vi.spyOn(dns.promises, 'lookup').mockImplementation(never),
@@ -109,7 +115,7 @@ describe(`a target whose name never resolves (${backend})`, () => {
       vi.spyOn(dns.promises.Resolver.prototype, 'resolve6').mockImplementation(never),
     ];
     try {
-      const readiness = () => fetch(`${t.base}/api/agent-readiness?url=${encodeURIComponent('https://stalled-dns.example.com/')}`, from('203.0.113.40'));
+      const readiness = () => fetch(`${t.base}${route}${encodeURIComponent('https://stalled-dns.example.com/')}`, from(client));
       const started = performance.now();
       const held = [readiness(), readiness()];
       expect(await eventually(() => t.obs.services.probeSlots.running() === 2, 10_000)).toBe(true);

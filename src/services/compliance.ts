@@ -53,8 +53,11 @@ export function createComplianceService({ db, config, now, receipts }: ServiceDe
   async function controlsFor(url: string, ctx: CallContext | undefined): Promise<{ controls: Control[]; checkedAt: Date }> {
     let live;
     try {
-      await fetcher.check(url);
-      live = await probeSlots.run(ctx, () => probeAgency(fetcher, url));
+      // The target's name is looked up inside the slot: a lookup can take its whole deadline.
+      live = await probeSlots.run(ctx, async () => {
+        await fetcher.check(url);
+        return probeAgency(fetcher, url);
+      });
     } catch (err) {
       throw probeError(err);
     }
