@@ -3,7 +3,7 @@ import { manifestToolOf, type ManifestTool } from '../domain/drift.js';
 import { cutAt } from '../domain/text-diff.js';
 import { storableCopy } from '../domain/storable-text.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../domain/json-depth.js';
-import { ProbeFailed, responseTls, Slots, TargetRefused, type SafeFetcher, type TlsInfo } from './safe-fetch.js';
+import { ProbeFailed, responseTls, Slots, TargetRefused, untilAborted, type SafeFetcher, type TlsInfo } from './safe-fetch.js';
 
 // The one MCP probe (docs/probes.md "The MCP probe"): the official v2 SDK client
 // (@modelcontextprotocol/client) reads a live server through the safe outbound client, whatever
@@ -299,23 +299,8 @@ class ProbeRun {
 
   /** Resolves with `p`, or rejects as soon as the safe client fails (the SDK may swallow that failure and wait). */
   guard<T>(p: Promise<T>): Promise<T> {
-    const signal = this.controller.signal;
-    return new Promise<T>((resolve, reject) => {
-      // Without a failure of the safe client, the abort is the deadline (or the caller): explain() says so.
-      const onAbort = () => reject(this.failure ?? new Error('aborted'));
-      if (signal.aborted) return onAbort();
-      signal.addEventListener('abort', onAbort, { once: true });
-      p.then(
-        (v) => {
-          signal.removeEventListener('abort', onAbort);
-          resolve(v);
-        },
-        (e: unknown) => {
-          signal.removeEventListener('abort', onAbort);
-          reject(e);
-        },
-      );
-    });
+    // Without a failure of the safe client, the abort is the deadline (or the caller): explain() says so.
+    return untilAborted(p, this.controller.signal, () => this.failure ?? new Error('aborted'));
   }
 
   readonly fetch = async (input: string | URL, init?: RequestInit): Promise<Response> => {

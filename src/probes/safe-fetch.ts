@@ -134,6 +134,28 @@ export const systemResolver: Resolver = async (host, signal) => {
   }
 };
 
+/**
+ * Settles as `p` does, or rejects with `aborted()` as soon as `signal` aborts (whatever `p` does
+ * afterwards is ignored: the caller has stopped waiting).
+ */
+export function untilAborted<T>(p: Promise<T>, signal: AbortSignal, aborted: () => unknown): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(aborted());
+    if (signal.aborted) return onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
+}
+
 /** A bounded number of places: `acquire` waits for one (until `signal` aborts) and resolves with its release (idempotent). */
 export class Slots {
   private used = 0;
@@ -309,20 +331,8 @@ export function createSafeFetcher(policy: AddressPolicy, resolver: Resolver = sy
     try {
       const answer = resolver(host, signal);
       answer.catch(() => {}); // settles after we stopped waiting: nobody listens any more
-      const answers = await new Promise<string[]>((resolve, reject) => {
-        const onAbort = () => reject(failure());
-        if (signal.aborted) return onAbort();
-        signal.addEventListener('abort', onAbort, { once: true });
-        answer.then(
-          (a) => {
-            signal.removeEventListener('abort', onAbort);
-            resolve(a);
-          },
-          (err: unknown) => {
-            signal.removeEventListener('abort', onAbort);
-            reject(err instanceof ProbeFailed ? err : new ProbeFailed('dns', `could not resolve ${host}: ${(err as NodeJS.ErrnoException)?.code ?? (err as Error)?.message}`));
-          },
-        );
+      const answers = await untilAborted(answer, signal, failure).catch((err: unknown) => {
+        throw err instanceof ProbeFailed ? err : new ProbeFailed('dns', `could not resolve ${host}: ${(err as NodeJS.ErrnoException)?.code ?? (err as Error)?.message}`);
       });
       if (answers.length === 0) throw new ProbeFailed('dns', `${host} has no addresses`);
       return answers;
