@@ -17,43 +17,15 @@ import { receiptStore } from '../src/store/receipts.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 import { aggregatesSettled } from './support/settle.js';
-
-// Statements that run on their own timers, not on a request's path (pg_notify: the evidence bus
-// announces commits and folds in rounds of EVIDENCE_NOTIFY_MS, so one can land in any request).
-const BACKGROUND = /pg_advisory|pg_try_advisory|rollup_watermark|pg_snapshot|FROM telemetry\b|job_runs|preflight_demand|pg_notify|BEGIN|COMMIT|ROLLBACK/;
-
-let traces: string[] | null = null;
-
-function counting<Q extends Queryable>(q: Q): Q {
-  return new Proxy(q, {
-    get(target, prop, recv) {
-      if (prop === 'query') {
-        return (sql: string, params?: readonly unknown[]) => {
-          if (!BACKGROUND.test(sql)) traces?.push(sql.replace(/\s+/g, ' ').slice(0, 100));
-          return target.query(sql, params);
-        };
-      }
-      if (prop === 'transaction') return (fn: (tx: Queryable) => Promise<unknown>) => (target as unknown as Db).transaction((tx) => fn(counting(tx)));
-      // The test drops the database itself (after the service closed).
-      if (prop === 'close') return async () => {};
-      const v = Reflect.get(target, prop, recv);
-      return typeof v === 'function' ? v.bind(target) : v;
-    },
-  });
-}
+import { countingDb, type StatementCounter } from './support/counting-db.js';
 
 async function statementsOf(path: string): Promise<string[]> {
-  traces = [];
-  try {
-    expect((await fetch(`${t.base}${path}`)).status).toBe(200);
-    return traces;
-  } finally {
-    traces = null;
-  }
+  return counter.during(async () => expect((await fetch(`${t.base}${path}`)).status).toBe(200));
 }
 
 let t: TestApp;
 let tdb: TestDatabase;
+let counter: StatementCounter<Db>;
 let countedDb: Queryable;
 const url = (i: number) => `https://lookup-${i}.example.com/mcp`;
 const trust = (i: number) => `/api/trust?url=${encodeURIComponent(url(i))}`;
@@ -61,7 +33,8 @@ const preflight = (i: number) => `/v1/preflight?target=${encodeURIComponent(url(
 
 beforeAll(async () => {
   tdb = await createTestDatabase();
-  const db = counting(tdb.db);
+  counter = countingDb(tdb.db);
+  const db = counter.db;
   countedDb = db;
   t = await startTestApp({}, { tdb: { ...tdb, db } });
   // Tracked servers of one category; the first ten with evidence.
@@ -147,15 +120,9 @@ describe(`one lookup that misses every cache (${backend})`, () => {
 describe(`look-ups of servers nobody tracks (${backend})`, () => {
   it('the URLs asked in one turn, tracked or not, are read in one statement, and each caller gets its own server or none', async () => {
     const asked = [...Array.from({ length: 40 }, (_, i) => `https://nobody-${i}.example.org/mcp`), url(30), url(31), url(30)];
-    traces = [];
-    let rows;
-    try {
-      rows = await Promise.all(asked.map((u) => lookupUrlWithFacts(countedDb, u)));
-    } finally {
-      const sql = traces!;
-      traces = null;
-      expect(sql, sql.join('\n')).toHaveLength(1);
-    }
+    let rows: Awaited<ReturnType<typeof lookupUrlWithFacts>>[] = [];
+    const sql = await counter.during(async () => (rows = await Promise.all(asked.map((u) => lookupUrlWithFacts(countedDb, u)))));
+    expect(sql, sql.join('\n')).toHaveLength(1);
     expect(rows.slice(0, 40)).toEqual(Array(40).fill(null));
     expect(rows.slice(40).map((r) => r?.url)).toEqual([url(30), url(31), url(30)]);
   });
@@ -180,9 +147,8 @@ describe(`look-ups of servers nobody tracks (${backend})`, () => {
 
   it('made-up receipt ids, API keys, A2A task ids, handles and URLs (a badge, a compliance export) asked in one turn cost one statement each', async () => {
     const many = <T>(n: number, f: (i: number) => T) => Array.from({ length: n }, (_, i) => f(i));
-    traces = [];
-    let found;
-    try {
+    let found: unknown[] = [];
+    const sql = await counter.during(async () => {
       found = await Promise.all([
         ...many(20, (i) => receiptStore(countedDb).get(`${i}`.padStart(16, 'f'))),
         ...many(20, (i) => apiKeyStore(countedDb).byHash(`made-up-${i}`)),
@@ -192,11 +158,8 @@ describe(`look-ups of servers nobody tracks (${backend})`, () => {
         serverStore(countedDb).resolve('lookup-33'),
         serverStore(countedDb).lookupUrl(url(35)),
       ]);
-    } finally {
-      const sql = traces!;
-      traces = null;
-      expect(sql, sql.join('\n')).toHaveLength(5);
-    }
+    });
+    expect(sql, sql.join('\n')).toHaveLength(5);
     expect(found.slice(0, 100)).toEqual(Array(100).fill(null));
     expect((found[100] as { url?: string } | null)?.url).toBe(url(33));
     expect((found[101] as { url?: string } | null)?.url).toBe(url(35));

@@ -21,12 +21,18 @@ const DAY_MS = 86_400_000;
  */
 export function networkHasher(db: Queryable) {
   const secrets = sourceSecretStore(db);
-  let cached: { day: string; secret: Buffer }[] = [];
-  async function secretFor(day: string): Promise<Buffer> {
+  // The secrets of the last two days, each read once: concurrent first asks share one read (an
+  // export's reports are prepared together, and each asked anew: three statements apiece).
+  let cached: { day: string; secret: Promise<Buffer> }[] = [];
+  function secretFor(day: string): Promise<Buffer> {
     const hit = cached.find((c) => c.day === day);
     if (hit) return hit.secret;
-    const secret = await secrets.forDay(day);
+    const secret = secrets.forDay(day);
     cached = [{ day, secret }, ...cached].slice(0, 2);
+    // A failed read is not kept: the next ask reads again.
+    secret.catch(() => {
+      cached = cached.filter((c) => c.secret !== secret);
+    });
     return secret;
   }
   // One HMAC per network and day, not per report (a reporter sends many): in memory only,

@@ -9,6 +9,7 @@ import { isRefusedValueError } from '../db/index.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
 import { contractViolation } from './contract.js';
 import { INGEST_MAX_BATCH, ingestBatcher } from '../store/ingest-batcher.js';
+import { BoundedMap } from '../store/cache-limits.js';
 import { serverCache } from '../store/server-cache.js';
 import { serverCreationStore } from '../store/server-creations.js';
 import { retryOnIdentityConflict, serverStore, type ServerRow } from '../store/servers.js';
@@ -28,6 +29,8 @@ function refusedValue(err: unknown): unknown {
 
 /** New servers counted against a source within this window (NEW_SERVERS_PER_SOURCE_PER_HOUR). */
 const CREATION_WINDOW_MS = 3_600_000;
+/** Reports of one request prepared at once (their look-ups share a statement per event-loop turn). */
+const PREPARE_GROUP = 256;
 
 /** TelemetryService: THE implementation of POST /api/report and its RPCs. */
 export function createTelemetryService({ db, config, now, observe }: ServiceDeps) {
@@ -35,6 +38,20 @@ export function createTelemetryService({ db, config, now, observe }: ServiceDeps
   const ingest = ingestBatcher(db, { onBatch: observe?.ingestBatch });
   const sourceOf = reportSourceResolver(db);
   const perHour = config.newServersPerSourcePerHour;
+
+  /**
+   * Source families refused a new server, until when (epoch ms): the window only empties as time
+   * passes, so a refusal holds until its Retry-After on every instance, and each further report on
+   * a new server is refused here without the creation transaction (an OTLP export naming 40,000
+   * URLs was 200,000 statements under the family's lock). Bounded like every cache.
+   */
+  const refusedUntil = new BoundedMap<string, number>();
+  const creationRefused = (url: string, retryAfterSeconds: number) =>
+    new ObservatoryError(
+      'rate_limited',
+      `at most ${perHour} new servers per hour from one source (a network, or the keys registered from it); ${url} is not tracked yet. Reports on tracked servers are accepted; retry in ${retryAfterSeconds} s`,
+      { headers: { 'retry-after': String(retryAfterSeconds) }, extra: { retry_after_seconds: retryAfterSeconds } },
+    );
 
   /**
    * Tracks a new server for a report (docs/integrity.md "New servers per source"): at most
@@ -46,6 +63,34 @@ export function createTelemetryService({ db, config, now, observe }: ServiceDeps
     const name = serverNameFromUrl(url);
     const fresh = { url, name, slug: slugify(name), category: classifyCategory([name, toolName ?? '']) };
     const keys = perHour > 0 ? await source.limitKeys() : [];
+    if (keys.length === 0) return create(url, fresh, keys, at);
+    // One creation of a family at a time in this process (the advisory lock orders them across
+    // instances anyway): a refusal found by one is seen by the next before its transaction.
+    return inLane(keys[0]!, async () => {
+      const until = refusedUntil.get(keys[0]!);
+      if (until !== undefined && at.getTime() < until) throw creationRefused(url, Math.max(1, Math.ceil((until - at.getTime()) / 1000)));
+      return create(url, fresh, keys, at);
+    });
+  }
+
+  /** Creations waiting per source family in this process: each runs after the one before it. */
+  const lanes = new Map<string, Promise<void>>();
+  async function inLane<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const before = lanes.get(key) ?? Promise.resolve();
+    let done!: () => void;
+    const tail = before.then(() => new Promise<void>((resolve) => (done = resolve)));
+    lanes.set(key, tail);
+    await before;
+    try {
+      return await fn();
+    } finally {
+      done();
+      if (lanes.get(key) === tail) lanes.delete(key);
+    }
+  }
+
+  /** The creation transaction: the family's window under its lock, then the new row. */
+  function create(url: string, fresh: Parameters<ReturnType<typeof serverStore>['insertNew']>[0], keys: string[], at: Date): Promise<ServerRow> {
     return retryOnIdentityConflict(() =>
       db.transaction(async (tx) => {
         const creations = serverCreationStore(tx);
@@ -53,11 +98,8 @@ export function createTelemetryService({ db, config, now, observe }: ServiceDeps
           await creations.lock(keys[0]!);
           const decision = slidingWindowDecision(await creations.since(keys, new Date(at.getTime() - CREATION_WINDOW_MS)), at, perHour, CREATION_WINDOW_MS);
           if (!decision.allowed) {
-            throw new ObservatoryError(
-              'rate_limited',
-              `at most ${perHour} new servers per hour from one source (a network, or the keys registered from it); ${url} is not tracked yet. Reports on tracked servers are accepted; retry in ${decision.retryAfterSeconds} s`,
-              { headers: { 'retry-after': String(decision.retryAfterSeconds) }, extra: { retry_after_seconds: decision.retryAfterSeconds } },
-            );
+            refusedUntil.set(keys[0]!, at.getTime() + decision.retryAfterSeconds * 1000);
+            throw creationRefused(url, decision.retryAfterSeconds);
           }
         }
         const store = serverStore(tx);
@@ -129,12 +171,17 @@ export function createTelemetryService({ db, config, now, observe }: ServiceDeps
       const source = await sourceOf(ctx, now());
       const rows: IngestRow[] = [];
       const ok: boolean[] = [];
-      for (const input of inputs) {
-        try {
-          rows.push(await prepare(input, ctx, source));
-          ok.push(true);
-        } catch (err) {
-          if (!(err instanceof ObservatoryError) || err.status >= 500) throw err;
+      // Prepared PREPARE_GROUP at a time, so the look-ups of a group's servers nobody has read
+      // lately share one statement (src/store/per-turn.ts) instead of one each.
+      for (let i = 0; i < inputs.length; i += PREPARE_GROUP) {
+        const group = await Promise.allSettled(inputs.slice(i, i + PREPARE_GROUP).map((input) => prepare(input, ctx, source)));
+        for (const r of group) {
+          if (r.status === 'fulfilled') {
+            rows.push(r.value);
+            ok.push(true);
+            continue;
+          }
+          if (!(r.reason instanceof ObservatoryError) || r.reason.status >= 500) throw r.reason;
           ok.push(false);
         }
       }
