@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.js';
-import { decideGate, gatewayAssertedHeaders, matchRoute, parseGateRoutes, parseTrustedHeaders, resolveUpstream, type GateRoute } from '../src/domain/gate.js';
+import { decideGate, gatewayAssertedHeaders, matchRoute, mergedRepeats, parseGateRoutes, parseTrustedHeaders, resolveUpstream, type GateRoute } from '../src/domain/gate.js';
 import { expectConfigRefusal } from './support/config.js';
 
 const DEFAULT = { allowUncertain: true, allowUnrated: false };
@@ -38,10 +38,71 @@ describe('resolveUpstream', () => {
     );
   });
 
-  it('then X-Forwarded-Proto + X-Forwarded-Host + X-Original-URI (first list entry)', () => {
-    expect(
-      resolveUpstream({ gatewayHeaders: { 'x-forwarded-proto': 'https, http', 'x-forwarded-host': 'mcp.example.com, proxy.local', 'x-original-uri': '/tools/mcp/?a=b' } }),
-    ).toEqual(ok('https://mcp.example.com/tools/mcp', 'x-forwarded'));
+  it('then X-Forwarded-Proto + X-Forwarded-Host + X-Original-URI, one value each', () => {
+    expect(resolveUpstream({ gatewayHeaders: { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'mcp.example.com', 'x-original-uri': '/tools/mcp/?a=b' } })).toEqual(
+      ok('https://mcp.example.com/tools/mcp', 'x-forwarded'),
+    );
+  });
+
+  it('refuses an X-Forwarded-Proto or X-Forwarded-Host list: its first entry is the one a client wrote when a proxy appends', () => {
+    for (const headers of [
+      { 'x-forwarded-proto': 'https, http', 'x-forwarded-host': 'mcp.example.com, proxy.local', 'x-original-uri': '/mcp' },
+      { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'pass.example.com,fail.example.com', 'x-original-uri': '/mcp' },
+      { 'x-forwarded-proto': 'https,http', 'x-forwarded-host': 'pass.example.com', 'x-original-uri': '/mcp' },
+    ]) {
+      const r = resolveUpstream({ gatewayHeaders: headers });
+      expect(r.ok, JSON.stringify(headers)).toBe(false);
+      if (!r.ok) expect(r.problem).toMatch(/one value, not a comma-separated list/);
+    }
+  });
+
+  it('refuses an upstream header or Host sent more than once (info.repeated), whatever its value reads as', () => {
+    const cases: [Parameters<typeof resolveUpstream>[0], RegExp][] = [
+      [{ gatewayHeaders: { 'x-mcp-server': 'https://pass.example/mcp' }, repeated: ['x-mcp-server'] }, /X-Mcp-Server was sent more than once/],
+      [{ gatewayHeaders: { 'x-original-url': 'https://pass.example/mcp' }, repeated: ['x-original-url'] }, /X-Original-URL was sent more than once/],
+      // Present but not the one read (X-Mcp-Server wins): still refused, the gateway did not set it alone.
+      [{ gatewayHeaders: { 'x-mcp-server': 'https://pass.example/mcp', 'x-original-uri': '/mcp' }, repeated: ['x-original-uri'] }, /X-Original-URI was sent more than once/],
+      [{ gatewayHeaders: {}, fallback: { host: 'gw.example', path: '/w/mcp', routeOnly: true }, repeated: ['host'] }, /Host was sent more than once/],
+      [{ gatewayHeaders: {}, fallback: { host: 'gw.example,fail.example', path: '/w/mcp', routeOnly: false } }, /comma-separated/],
+    ];
+    const routes = parseGateRoutes('[{"host":"gw.example","path_prefix":"/w","upstream":"https://w.internal/mcp"}]');
+    for (const [info, problem] of cases) {
+      const r = resolveUpstream(info, routes);
+      expect(r.ok, JSON.stringify(info)).toBe(false);
+      if (!r.ok) expect(r.problem).toMatch(problem);
+    }
+    // A repeat of a header not read (Host beside X-Mcp-Server; an MCP header) changes nothing here.
+    expect(resolveUpstream({ gatewayHeaders: { 'x-mcp-server': 'https://pass.example/mcp' }, fallback: { host: 'h', path: '/', routeOnly: true }, repeated: ['host', 'mcp-method'] })).toEqual(
+      ok('https://pass.example/mcp', 'x-mcp-server'),
+    );
+    // The context extension reads no header.
+    expect(resolveUpstream({ gatewayHeaders: { 'x-mcp-server': 'https://b.example/mcp' }, configured: 'https://a.example/mcp', repeated: ['x-mcp-server'] })).toEqual(
+      ok('https://a.example/mcp', 'context_extension'),
+    );
+  });
+
+  it('with GATE_ROUTES, judges no request URL that no route matches as itself (its host is the client\'s)', () => {
+    const routes = parseGateRoutes('[{"host":"gw.example","path_prefix":"/weather","upstream":"https://weather.internal/mcp"}]');
+    for (const info of [
+      { gatewayHeaders: { 'x-original-url': 'https://attacker.example/mcp' } },
+      { gatewayHeaders: { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'attacker.example', 'x-original-uri': '/weather/mcp' } },
+      { gatewayHeaders: {}, fallback: { scheme: 'https', host: 'attacker.example', path: '/weather/mcp', routeOnly: false } },
+      { gatewayHeaders: {}, fallback: { scheme: 'https', host: 'gw.example', path: '/other/mcp', routeOnly: false } },
+    ]) {
+      const r = resolveUpstream(info, routes);
+      expect(r.ok, JSON.stringify(info)).toBe(false);
+      if (!r.ok) expect(r.problem).toMatch(/matches no GATE_ROUTES entry/);
+    }
+    // The routed URL and an explicit upstream are unchanged; without a route table the request URL is the upstream.
+    expect(resolveUpstream({ gatewayHeaders: {}, fallback: { scheme: 'https', host: 'gw.example', path: '/weather/mcp', routeOnly: false } }, routes)).toMatchObject({
+      ok: true,
+      upstream: 'https://weather.internal/mcp',
+      source: 'route',
+    });
+    expect(resolveUpstream({ gatewayHeaders: { 'x-mcp-server': 'https://attacker.example/mcp' } }, routes)).toEqual(ok('https://attacker.example/mcp', 'x-mcp-server'));
+    expect(resolveUpstream({ gatewayHeaders: {}, fallback: { scheme: 'https', host: 'attacker.example', path: '/mcp', routeOnly: false } })).toEqual(
+      ok('https://attacker.example/mcp', 'request'),
+    );
   });
 
   it('fails without any upstream header, or with only part of the forwarded triple', () => {
@@ -102,6 +163,23 @@ describe('resolveUpstream', () => {
       upstream: 'https://fallback.internal/mcp',
     });
     expect(resolveUpstream({ gatewayHeaders: { 'x-mcp-server': 'https://direct.example/mcp' } }, routes)).toEqual(ok('https://direct.example/mcp', 'x-mcp-server'));
+  });
+});
+
+describe('mergedRepeats (the gRPC Check headers map, where Envoy joins repeats with ",")', () => {
+  it('finds a comma in the headers that never hold one, and before the query in the URL headers', () => {
+    expect(
+      mergedRepeats({
+        'mcp-method': 'tools/list,tools/call',
+        'mcp-name': 'a,b',
+        'x-forwarded-host': 'a.example,b.example',
+        'x-forwarded-proto': 'https,http',
+        'x-mcp-server': 'https://a.example/mcp,https://b.example/mcp',
+        'x-original-url': 'https://a.example/x,https://b.example/y',
+        'x-original-uri': '/mcp,/other',
+      }).sort(),
+    ).toEqual(['mcp-method', 'mcp-name', 'x-forwarded-host', 'x-forwarded-proto', 'x-mcp-server', 'x-original-uri', 'x-original-url']);
+    expect(mergedRepeats({ 'mcp-method': 'tools/call', 'x-original-uri': '/mcp?fields=a,b', 'x-original-url': 'https://a.example/mcp?x=1,2', host: 'a,b', other: 'x,y' })).toEqual([]);
   });
 });
 

@@ -24,15 +24,9 @@ const UNRATED = 'https://never-seen.example.com/mcp';
 let t: TestApp;
 let clock = Date.now();
 beforeAll(async () => {
-  t = await startTestApp(
-    {
-      GATE_ROUTES: JSON.stringify([
-        { host: 'gw.test', path_prefix: '/weather', upstream: PASS },
-        { host: 'gw.test', path_prefix: '/failing', upstream: FAIL },
-      ]),
-    },
-    { now: () => new Date(clock) },
-  );
+  // No route table: the request URLs below are judged as themselves (with one, only its routes
+  // name upstreams: "GATE_ROUTES" below).
+  t = await startTestApp({}, { now: () => new Date(clock) });
   await seedVerdicts(t.base, { pass: PASS, fail: FAIL, uncertain: UNCERTAIN });
 }, 120_000);
 afterAll(async () => {
@@ -117,23 +111,6 @@ describe(`HTTP gate /v1/gate (${backend})`, () => {
       const res = await gate({ ...h, 'content-type': type }, { method: 'POST', body });
       expect(res.status, `${type} ${body.length}`).toBe(200);
     }
-  });
-
-  it('maps a request URL through GATE_ROUTES, including Envoy-style Host + path below /v1/gate', async () => {
-    const viaHeader = await json(gate({ 'x-original-url': 'https://gw.test/weather/mcp' }));
-    expect(viaHeader).toMatchObject({ upstream: PASS, upstream_source: 'route', verdict: 'PASS' });
-    // fetch will not send a foreign Host header, so a raw request does.
-    const viaHost = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const req = httpRequest(`${t.base}/v1/gate/weather/mcp/tools`, { headers: { host: 'gw.test' } }, (res) => {
-        let body = '';
-        res.on('data', (d: Buffer) => (body += d.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      });
-      req.on('error', reject);
-      req.end();
-    });
-    expect(viaHost.status).toBe(200);
-    expect(JSON.parse(viaHost.body)).toMatchObject({ upstream: PASS, upstream_source: 'route' });
   });
 
   it('reuses a verdict for GATE_CACHE_SECONDS, still signing one receipt per decision', async () => {
@@ -267,17 +244,6 @@ describe(`Envoy ext_authz gRPC: the client cannot choose the upstream (${backend
     }
   });
 
-  it('maps the checked request through GATE_ROUTES whatever headers the client adds', async () => {
-    for (const headers of [{}, ...FORGED]) {
-      const res = await check({ headers, host: 'gw.test', path: '/failing/mcp' });
-      expect(res.dynamicMetadata, JSON.stringify(headers)).toMatchObject({ upstream: FAIL, trust_verdict: 'FAIL', decision: 'deny' });
-      if (res.httpResponse.case === 'deniedResponse') expect(JSON.parse(res.httpResponse.value.body)).toMatchObject({ upstream_source: 'route' });
-    }
-    const pass = await check({ headers: { 'x-mcp-server': FAIL }, host: 'gw.test', path: '/weather/mcp' });
-    expect(pass.httpResponse.case).toBe('okResponse');
-    expect(pass.dynamicMetadata).toMatchObject({ upstream: PASS, trust_verdict: 'PASS' });
-  });
-
   it('takes the context extension over the route table, the request URL and any header', async () => {
     const res = await check({ headers: FORGED[3], host: 'gw.test', path: '/weather/mcp', ext: { mcp_server: FAIL } });
     expect(res.dynamicMetadata).toMatchObject({ upstream: FAIL, trust_verdict: 'FAIL', decision: 'deny' });
@@ -289,6 +255,68 @@ describe(`Envoy ext_authz gRPC: the client cannot choose the upstream (${backend
     if (res.httpResponse.case !== 'deniedResponse') throw new Error('expected a denied response');
     expect(res.httpResponse.value.status?.code).toBe(StatusCode.BadRequest);
     expect(JSON.parse(res.httpResponse.value.body).detail).toMatch(/mcp_server/);
+  });
+});
+
+// With a route table, only its routes (and X-Mcp-Server / the context extension) name upstreams: a
+// request URL no route matches has a host the client wrote, and is no upstream (400).
+describe(`GATE_ROUTES (${backend})`, () => {
+  let r: TestApp;
+  beforeAll(async () => {
+    r = await startTestApp({
+      GATE_ROUTES: JSON.stringify([
+        { host: 'gw.test', path_prefix: '/weather', upstream: PASS },
+        { host: 'gw.test', path_prefix: '/failing', upstream: FAIL },
+      ]),
+    });
+    await seedVerdicts(r.base, { pass: PASS, fail: FAIL, uncertain: UNCERTAIN });
+  }, 120_000);
+  afterAll(async () => {
+    await r?.close();
+  });
+  const rgate = (headers: Record<string, string>) => fetch(`${r.base}/v1/gate`, { headers });
+  const rclient = () => createClient(Authorization, createGrpcTransport({ baseUrl: r.base }));
+  const rcheck = (o: { headers?: Record<string, string>; host: string; path: string }) =>
+    rclient().check({ attributes: { request: { http: { method: 'POST', headers: o.headers ?? {}, host: o.host, path: o.path, scheme: 'https' } } } });
+  const FORGED: Record<string, string>[] = [
+    { 'x-mcp-server': PASS },
+    { 'x-original-url': PASS },
+    { 'x-mcp-server': PASS, 'x-original-url': PASS, 'x-forwarded-proto': 'https', 'x-forwarded-host': 'pass.example.com', 'x-original-uri': '/mcp' },
+  ];
+
+  it('maps a request URL through GATE_ROUTES, including Envoy-style Host + path below /v1/gate', async () => {
+    const viaHeader = await json(rgate({ 'x-original-url': 'https://gw.test/weather/mcp' }));
+    expect(viaHeader).toMatchObject({ upstream: PASS, upstream_source: 'route', verdict: 'PASS' });
+    // fetch will not send a foreign Host header, so a raw request does.
+    const viaHost = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = httpRequest(`${r.base}/v1/gate/weather/mcp/tools`, { headers: { host: 'gw.test' } }, (res) => {
+        let body = '';
+        res.on('data', (d: Buffer) => (body += d.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    expect(viaHost.status).toBe(200);
+    expect(JSON.parse(viaHost.body)).toMatchObject({ upstream: PASS, upstream_source: 'route' });
+  });
+
+  it('maps the checked request through GATE_ROUTES whatever headers the client adds', async () => {
+    for (const headers of [{}, ...FORGED]) {
+      const res = await rcheck({ headers, host: 'gw.test', path: '/failing/mcp' });
+      expect(res.dynamicMetadata, JSON.stringify(headers)).toMatchObject({ upstream: FAIL, trust_verdict: 'FAIL', decision: 'deny' });
+      if (res.httpResponse.case === 'deniedResponse') expect(JSON.parse(res.httpResponse.value.body)).toMatchObject({ upstream_source: 'route' });
+    }
+    const pass = await rcheck({ headers: { 'x-mcp-server': FAIL }, host: 'gw.test', path: '/weather/mcp' });
+    expect(pass.httpResponse.case).toBe('okResponse');
+    expect(pass.dynamicMetadata).toMatchObject({ upstream: PASS, trust_verdict: 'PASS' });
+  });
+
+  it('answers 400 for a request URL no route matches, over HTTP and gRPC; X-Mcp-Server is still used as given', async () => {
+    await expectProblem(await rgate({ 'x-original-url': UNCERTAIN }), 400, 'invalid_argument');
+    const res = await rcheck({ host: 'uncertain.example.com', path: '/mcp' });
+    expect(res.status?.code).toBe(3);
+    expect((await rgate({ 'x-mcp-server': PASS })).status).toBe(200);
   });
 });
 

@@ -53,6 +53,38 @@ describe('readMcpHeaders', () => {
   });
 });
 
+describe('readMcpHeaders: each header once, with one value', () => {
+  it('refuses Mcp-Method sent twice or as a list: read as one value it was a method other than tools/call, skipping the per-tool checks', () => {
+    for (const [headers, repeated] of [
+      [{ 'mcp-method': 'tools/call, tools/call', 'mcp-name': 'delete_everything' }, []],
+      [{ 'mcp-method': 'tools/list,tools/call', 'mcp-name': 'delete_everything' }, []],
+      [{ 'mcp-method': 'tools/list' }, ['mcp-method']],
+      [{ 'mcp-method': 'tools/call', 'mcp-name': 'delete_everything' }, ['mcp-method']],
+    ] as [Record<string, string>, string[]][]) {
+      expect(readMcpHeaders(headers, repeated), JSON.stringify([headers, repeated])).toMatchObject({ ok: false, reason: 'mcp_headers_invalid', method: null });
+    }
+  });
+
+  it('refuses Mcp-Name of a tools/call sent twice or as a list, keeping the method for the record', () => {
+    for (const [headers, repeated] of [
+      [{ 'mcp-method': 'tools/call', 'mcp-name': 'delete_everything, get_forecast' }, []],
+      [{ 'mcp-method': 'tools/call', 'mcp-name': 'delete_everything,delete_everything' }, []],
+      [{ 'mcp-method': 'tools/call', 'mcp-name': 'get_forecast' }, ['mcp-name']],
+    ] as [Record<string, string>, string[]][]) {
+      const r = readMcpHeaders(headers, repeated);
+      expect(r, JSON.stringify([headers, repeated])).toMatchObject({ ok: false, reason: 'mcp_headers_invalid', method: 'tools/call' });
+      if (!r.ok) expect(r.problem).toMatch(/Mcp-Name must be sent once with one value/);
+    }
+  });
+
+  it('reads Mcp-Name only on tools/call: a URI with a comma on resources/read is no repeat', () => {
+    expect(readMcpHeaders({ 'mcp-method': 'resources/read', 'mcp-name': 'file:///a,b' })).toEqual({ ok: true, call: { method: 'resources/read', tool: null } });
+    expect(readMcpHeaders({ 'mcp-method': 'resources/read', 'mcp-name': 'file:///a' }, ['mcp-name'])).toEqual({ ok: true, call: { method: 'resources/read', tool: null } });
+    // Other headers' repeats are not its concern.
+    expect(readMcpHeaders({ 'mcp-method': 'tools/call', 'mcp-name': 'get_forecast' }, ['host', 'x-mcp-server'])).toEqual({ ok: true, call: { method: 'tools/call', tool: 'get_forecast' } });
+  });
+});
+
 describe('GATE_TOOLS_DENY / GATE_TOOLS_EXEMPT rules', () => {
   it('parses names for every upstream and <upstream URL>#name for one (canonical URL)', () => {
     const rules = parseToolRules(' delete_everything , HTTPS://Weather.Example.com:443/mcp#get_radar,');

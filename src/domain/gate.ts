@@ -51,6 +51,44 @@ export function decideGate(verdict: PreflightVerdict, policy: GatePolicy): GateD
  */
 export const UPSTREAM_HEADERS = ['x-mcp-server', 'x-original-url', 'x-forwarded-proto', 'x-forwarded-host', 'x-original-uri'] as const;
 export type UpstreamHeader = (typeof UPSTREAM_HEADERS)[number];
+
+/**
+ * Every header the gate decides on: each carries one value. A repeated one is refused (the
+ * upstream headers and Host: 400; Mcp-Method / Mcp-Name: 403 `mcp_headers_invalid`), never read
+ * as its first, last or joined value: node joins repeated lines with ", " (and keeps the first
+ * Host), Envoy's Check joins them with "," (or lists each in `header_map`), while the server
+ * behind the gateway may read the first or the last one, so the gate would judge another request
+ * than the one that passes.
+ */
+export const SINGLE_VALUED_HEADERS = [...UPSTREAM_HEADERS, 'host', 'mcp-method', 'mcp-name'] as const;
+export type SingleValuedHeader = (typeof SINGLE_VALUED_HEADERS)[number];
+const SINGLE_VALUED: ReadonlySet<string> = new Set(SINGLE_VALUED_HEADERS);
+
+/** Whether a lower-case header name is one the gate decides on (SINGLE_VALUED_HEADERS). */
+export const isSingleValued = (name: string): name is SingleValuedHeader => SINGLE_VALUED.has(name);
+
+/** Headers whose values are lists when they hold a comma: never one value (X-Forwarded-*; the MCP names). */
+const LIST_IF_COMMA: ReadonlySet<string> = new Set(['x-forwarded-proto', 'x-forwarded-host', 'mcp-method', 'mcp-name']);
+
+/**
+ * The single-valued headers whose value, in a map where repeats were joined with a comma (Envoy's
+ * Check `headers`), may be two values: any comma in X-Forwarded-Proto / X-Forwarded-Host /
+ * Mcp-Method / Mcp-Name (none of which ever holds one), and in the URL headers a comma before the
+ * query (`?`) or fragment: a comma in the query cannot change the server a URL names, so only
+ * there is it kept as part of the one value. Host is not read from the map (the Check carries the
+ * request's host as `host`, which the gate reads).
+ */
+export function mergedRepeats(headers: Readonly<Record<string, string | undefined>>): SingleValuedHeader[] {
+  const out: SingleValuedHeader[] = [];
+  for (const name of SINGLE_VALUED_HEADERS) {
+    const v = headers[name];
+    if (v === undefined || name === 'host') continue;
+    const end = LIST_IF_COMMA.has(name) ? v.length : v.search(/[?#]/);
+    if (v.slice(0, end === -1 ? v.length : end).includes(',')) out.push(name);
+  }
+  return out;
+}
+
 const FORWARDED_TRIPLE: readonly UpstreamHeader[] = ['x-forwarded-proto', 'x-forwarded-host', 'x-original-uri'];
 
 /** What a gateway told us about the request it is authorizing. Header names are lower-case. */
@@ -85,6 +123,13 @@ export interface GateRequestInfo {
    * them): they choose which tool of the upstream is judged, never the upstream itself.
    */
   mcpHeaders?: Readonly<Record<string, string | undefined>>;
+  /**
+   * The single-valued headers (SINGLE_VALUED_HEADERS) the checked request or the gate call carried
+   * more than once: on HTTP separate lines of one name, on the gRPC Check a name listed twice in
+   * `header_map` or a merged value in `headers` (`mergedRepeats`). The value read for them is not
+   * trusted to be the one the upstream reads.
+   */
+  repeated?: readonly string[];
 }
 
 /**
@@ -151,11 +196,34 @@ function withoutQuery(url: string): string {
   return u.toString();
 }
 
-function first(value: string | undefined): string | undefined {
-  // Proxies may append to X-Forwarded-* lists; the first entry is the client-facing one.
-  const v = value?.split(',')[0]?.trim();
-  return v === undefined || v === '' ? undefined : v;
+const HEADER_LABEL: Record<string, string> = {
+  'x-mcp-server': 'X-Mcp-Server',
+  'x-original-url': 'X-Original-URL',
+  'x-forwarded-proto': 'X-Forwarded-Proto',
+  'x-forwarded-host': 'X-Forwarded-Host',
+  'x-original-uri': 'X-Original-URI',
+  host: 'Host',
+};
+
+const sentTwice = (name: string) =>
+  `${HEADER_LABEL[name] ?? name} was sent more than once: each header naming the upstream must carry one value (the gateway should set it, replacing the client's)`;
+
+/**
+ * One X-Forwarded-Proto / X-Forwarded-Host value. A comma-separated list is refused, not read:
+ * its first entry is what the client wrote when a proxy appends, and which entry is the nearest
+ * proxy's depends on the chain; the gateway must set a single value.
+ */
+function single(value: string | undefined, name: string): { ok: true; value: string | undefined } | { ok: false; problem: string } {
+  const v = value?.trim();
+  if (v === undefined || v === '') return { ok: true, value: undefined };
+  if (v.includes(',')) {
+    return { ok: false, problem: `${HEADER_LABEL[name]} must hold one value, not a comma-separated list: have the gateway set it, replacing any a client or earlier proxy sent` };
+  }
+  return { ok: true, value: v };
 }
+
+const noRoute = (url: string) =>
+  `${url} matches no GATE_ROUTES entry: with a route table only its routes (or X-Mcp-Server / the mcp_server context extension) name an upstream, never a request's own host`;
 
 function noUpstream(info: GateRequestInfo): string {
   if (info.via === 'envoy_grpc') {
@@ -196,9 +264,12 @@ export function matchRoute(requestUrl: string, routes: readonly GateRoute[]): Ga
  * 2. the gateway-set `X-Mcp-Server` (a full URL, used as given, never remapped);
  * 3. the gateway-set `X-Original-URL`; else `X-Forwarded-Proto` + `X-Forwarded-Host` +
  *    `X-Original-URI`; else the checked request's own scheme + host + path. Such a request URL is
- *    mapped through the route table when a route matches, otherwise it is the upstream itself
- *    (query and fragment dropped).
- * None of them: not resolvable (the gate answers 400).
+ *    mapped through the route table when a route matches; with no route table it is the upstream
+ *    itself (query and fragment dropped). With a route table, a request URL no route matches is no
+ *    upstream: its host is what the client wrote (Host, or the X-Original-URL /
+ *    X-Forwarded-Host a gateway built from it), which the gateway may not route by.
+ * None of them, a header read here sent more than once (`info.repeated`), or an X-Forwarded-Proto
+ * / X-Forwarded-Host list: not resolvable (the gate answers 400).
  */
 export function resolveUpstream(info: GateRequestInfo, routes: readonly GateRoute[] = []): UpstreamResolution {
   const h = info.gatewayHeaders;
@@ -207,6 +278,9 @@ export function resolveUpstream(info: GateRequestInfo, routes: readonly GateRout
     const r = canonical(configured, 'mcp_server context extension');
     return r.ok ? { ...r, source: 'context_extension' } : r;
   }
+  const repeated = info.repeated ?? [];
+  // Any upstream header present and repeated: the gateway did not set it alone.
+  for (const name of UPSTREAM_HEADERS) if (h[name] !== undefined && repeated.includes(name)) return { ok: false, problem: sentTwice(name) };
   const explicit = h['x-mcp-server']?.trim();
   if (explicit) return canonical(explicit, 'X-Mcp-Server');
 
@@ -214,8 +288,12 @@ export function resolveUpstream(info: GateRequestInfo, routes: readonly GateRout
   let source: UpstreamSource;
   let label: string;
   const original = h['x-original-url']?.trim();
-  const fwdProto = first(h['x-forwarded-proto']);
-  const fwdHost = first(h['x-forwarded-host']);
+  const proto = single(h['x-forwarded-proto'], 'x-forwarded-proto');
+  if (!proto.ok) return proto;
+  const forwardedHost = single(h['x-forwarded-host'], 'x-forwarded-host');
+  if (!forwardedHost.ok) return forwardedHost;
+  const fwdProto = proto.value;
+  const fwdHost = forwardedHost.value;
   const originalUri = h['x-original-uri']?.trim();
   if (original) {
     requestUrl = original;
@@ -227,6 +305,8 @@ export function resolveUpstream(info: GateRequestInfo, routes: readonly GateRout
     source = 'x-forwarded';
     label = 'X-Forwarded-Proto + X-Forwarded-Host + X-Original-URI';
   } else if (info.fallback?.host && info.fallback.path !== undefined) {
+    if (repeated.includes('host')) return { ok: false, problem: sentTwice('host') };
+    if (info.fallback.host.includes(',')) return { ok: false, problem: 'the request host must be one host name, not a comma-separated list' };
     const path = info.fallback.path.startsWith('/') ? info.fallback.path : `/${info.fallback.path}`;
     requestUrl = `${info.fallback.scheme || 'http'}://${info.fallback.host}${path}`;
     source = 'request';
@@ -243,6 +323,8 @@ export function resolveUpstream(info: GateRequestInfo, routes: readonly GateRout
   // The bare request URL from Host + the path below /v1/gate is only an upstream through a route:
   // without one, the gateway sent none of the headers the contract names.
   if (source === 'request' && info.fallback?.routeOnly) return { ok: false, problem: `${noUpstream(info)}, or configure GATE_ROUTES` };
+  // With a route table the operator listed the hosts it serves; any other host was the client's choice.
+  if (routes.length > 0) return { ok: false, problem: noRoute(bare) };
   return { ok: true, upstream: bare, source, route: false };
 }
 

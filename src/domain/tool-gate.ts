@@ -28,6 +28,8 @@ export type McpHeaderReading =
   /** `method`: the Mcp-Method when it was itself valid (so it can be recorded), else null. */
   | { ok: false; reason: 'tool_name_missing' | 'mcp_headers_invalid'; problem: string; method: string | null };
 
+const ONE_VALUE = (name: string) => `${name} must be sent once with one value; it was sent more than once or as a comma-separated list`;
+
 /** Printable ASCII (and tab): what a field value carries unencoded. */
 function plainAscii(s: string): boolean {
   for (let i = 0; i < s.length; i++) {
@@ -57,16 +59,29 @@ export function decodeMcpHeaderValue(raw: string): string | null {
  * client: they choose the tool judged, never the upstream, and can only narrow what passes (the
  * server's own decision stands whatever they say). `tools/call` without `Mcp-Name`, or a value
  * that is not a valid field value, is refused: a 2026-07-28 server refuses such a request too.
+ * So is Mcp-Method, or on tools/call Mcp-Name, sent more than once (`repeated`, lower-case
+ * names) or holding a comma.
  */
-export function readMcpHeaders(headers: Readonly<Record<string, string | undefined>>): McpHeaderReading {
+export function readMcpHeaders(headers: Readonly<Record<string, string | undefined>>, repeated: readonly string[] = []): McpHeaderReading {
   const rawMethod = headers['mcp-method'];
+  // Sent more than once (separate lines, or the comma list node and Envoy make of them): refused
+  // whatever the values, none is read. Read as one value, "tools/call, tools/call" was a method
+  // other than tools/call and skipped the per-tool checks while a server reading the first value
+  // ran tools/call. No JSON-RPC method and no MCP tool name holds a comma.
+  if (repeated.includes('mcp-method') || rawMethod?.includes(',')) {
+    return { ok: false, reason: 'mcp_headers_invalid', problem: ONE_VALUE('Mcp-Method'), method: null };
+  }
   if (rawMethod === undefined) return { ok: true, call: { method: null, tool: null } };
   const method = rawMethod.trim();
   if (method === '' || method.length > MAX_MCP_HEADER_LENGTH || !plainAscii(method)) {
     return { ok: false, reason: 'mcp_headers_invalid', problem: `Mcp-Method must be a JSON-RPC method name of at most ${MAX_MCP_HEADER_LENGTH} printable ASCII characters`, method: null };
   }
+  // Mcp-Name is read (and so must be one value) on tools/call only.
   if (method !== 'tools/call') return { ok: true, call: { method, tool: null } };
   const rawName = headers['mcp-name'];
+  if (repeated.includes('mcp-name') || rawName?.includes(',')) {
+    return { ok: false, reason: 'mcp_headers_invalid', problem: ONE_VALUE('Mcp-Name'), method };
+  }
   if (rawName === undefined || rawName.trim() === '') {
     return { ok: false, reason: 'tool_name_missing', problem: 'Mcp-Method is tools/call but Mcp-Name (the tool) is missing', method };
   }

@@ -194,7 +194,7 @@ export function fastPaths(next: Handler, deps: FastPathDeps): FastPaths {
     let o: GateOutcome;
     let body = '';
     try {
-      o = await deps.gate.decide(httpGateRequest(req.headers, undefined), 'http');
+      o = await deps.gate.decide(httpGateRequest(req, undefined), 'http');
       if (o.allow) body = deps.gate.bodyText(o);
     } catch (error) {
       return toFastify(req, res, { rate, refused: { error } });

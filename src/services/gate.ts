@@ -2,7 +2,7 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { CheckRequest, CheckResponseSchema } from '../../gen/envoy/service/auth/v3/external_auth_pb.js';
 import { HeaderValueOption_HeaderAppendAction } from '../../gen/envoy/config/core/v3/base_pb.js';
 import { StatusCode } from '../../gen/envoy/type/v3/http_status_pb.js';
-import { decideGate, gatewayAssertedHeaders, resolveUpstream, type GateRequestInfo, type UpstreamSource } from '../domain/gate.js';
+import { decideGate, gatewayAssertedHeaders, isSingleValued, mergedRepeats, resolveUpstream, type GateRequestInfo, type UpstreamSource } from '../domain/gate.js';
 import { verdictFor, type PreflightVerdict } from '../domain/verdict.js';
 import { computeTrustScore } from '../domain/scoring.js';
 import { decideTool, readMcpHeaders, toolDriftOf, toolFindingJson, type ToolDrift, type ToolEvidence, type ToolFinding } from '../domain/tool-gate.js';
@@ -284,7 +284,7 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
     const { a, cached } = await assessment(resolved.upstream, at.getTime());
     let d = decideGate(a.verdict, policy);
     // Per tool (Mcp-Method / Mcp-Name of the checked request): can only turn an allow into a deny.
-    const mcp = readMcpHeaders(info.mcpHeaders ?? {});
+    const mcp = readMcpHeaders(info.mcpHeaders ?? {}, info.repeated);
     let mcpMethod: string | null = null;
     let toolName: string | null = null;
     let finding: ToolFinding | null = null;
@@ -368,10 +368,16 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
     const http = req.attributes?.request?.http;
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(http?.headers ?? {})) headers[k.toLowerCase()] = v;
-    // With encode_raw_headers Envoy sends a list instead of the map; the first value of a name wins.
+    // In the map Envoy joins a repeated header's values with ",": a comma where a value has none
+    // is a repeat (mergedRepeats).
+    const repeated: string[] = mergedRepeats(headers);
+    // With encode_raw_headers Envoy sends a list instead of the map, one entry per header line: a
+    // single-valued name listed twice is a repeat, whatever the values; otherwise the first wins.
     for (const hv of http?.headerMap?.headers ?? []) {
       const k = hv.key.toLowerCase();
-      if (headers[k] === undefined) headers[k] = hv.value || Buffer.from(hv.rawValue ?? new Uint8Array()).toString('utf8');
+      const v = hv.value || Buffer.from(hv.rawValue ?? new Uint8Array()).toString('utf8');
+      if (headers[k] === undefined) headers[k] = v;
+      else if (isSingleValued(k) && !repeated.includes(k)) repeated.push(k);
     }
     const info: GateRequestInfo = {
       // The checked request's headers are the client's (Envoy forwards them): only those the
@@ -382,6 +388,8 @@ export function createGateService<A extends GateAssessment>(deps: Pick<ServiceDe
       fallback: http?.host ? { scheme: http.scheme || 'http', host: http.host, path: http.path || '/', routeOnly: false } : undefined,
       // The client's Mcp-Method / Mcp-Name: they choose the tool judged, never the upstream.
       mcpHeaders: { 'mcp-method': headers['mcp-method'], 'mcp-name': headers['mcp-name'] },
+      // Only names the gate reads here: an untrusted upstream header's repeats are ignored with it.
+      repeated: repeated.filter((n) => n === 'mcp-method' || n === 'mcp-name' || (config.gate.trustedHeaders as readonly string[]).includes(n)),
     };
     let o: GateOutcome;
     try {

@@ -1,8 +1,8 @@
-import type { IncomingHttpHeaders } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { sendProblem } from '../problem.js';
 import { handedOver } from '../hand-over.js';
-import { UPSTREAM_HEADERS, type GateRequestInfo } from '../../domain/gate.js';
+import { isSingleValued, UPSTREAM_HEADERS, type GateRequestInfo } from '../../domain/gate.js';
 import { denialDetail, gateHeaders, type GateOutcome, type GateService } from '../../services/gate.js';
 
 // /v1/gate and every path below it, any method (DECISIONS.md "Gateway decisions"): nginx
@@ -15,11 +15,31 @@ import { denialDetail, gateHeaders, type GateOutcome, type GateService } from '.
 
 const GATE_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
 
-/** A header's value as the gate reads it: the first of repeated values node keeps apart. */
+/** A header's value as the gate reads it; a repeated one is refused (`repeatedHeaders`), whatever is read here. */
 const one = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v[0] : v);
 
+/**
+ * The single-valued headers (SINGLE_VALUED_HEADERS) a request carries on more than one line.
+ * node joins such lines with ", " (and keeps only the first Host), so its parsed headers cannot
+ * tell; the raw list can. One pass over it, no allocation for a request without repeats.
+ */
+export function repeatedHeaders(rawHeaders: readonly string[]): string[] {
+  let seen: string[] | undefined;
+  let repeated: string[] | undefined;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!.toLowerCase();
+    if (!isSingleValued(name)) continue;
+    if (seen === undefined) seen = [];
+    if (!seen.includes(name)) seen.push(name);
+    else if (repeated === undefined) repeated = [name];
+    else if (!repeated.includes(name)) repeated.push(name);
+  }
+  return repeated ?? [];
+}
+
 /** The gate's question in an HTTP request: its headers and the path below /v1/gate. */
-export function httpGateRequest(headers: IncomingHttpHeaders, suffix: string | undefined): GateRequestInfo {
+export function httpGateRequest(req: Pick<IncomingMessage, 'headers' | 'rawHeaders'>, suffix: string | undefined): GateRequestInfo {
+  const { headers } = req;
   // On /v1/gate the upstream headers are the gateway's own (DECISIONS.md "Gateway decisions"):
   // nginx overwrites them, Envoy's HTTP ext_authz forwards no client header but those it is told
   // to (docs/gateway.md).
@@ -35,6 +55,8 @@ export function httpGateRequest(headers: IncomingHttpHeaders, suffix: string | u
     // MCP 2026-07-28 request headers of the checked request (nginx passes the client's headers
     // to the auth subrequest; Envoy's HTTP ext_authz when listed in allowed_headers).
     mcpHeaders: { 'mcp-method': one(headers['mcp-method']), 'mcp-name': one(headers['mcp-name']) },
+    // Lines node joined (or dropped, for Host): refused, never read as one value.
+    repeated: repeatedHeaders(req.rawHeaders),
   };
 }
 
@@ -61,7 +83,7 @@ export function gateRoutes(app: FastifyInstance, { services }: { services: { gat
     const handler = async (req: FastifyRequest<{ Params: { '*'?: string } }>, reply: FastifyReply) => {
       const handed = handedOver(req.raw);
       if (handed?.refused) throw handed.refused.error;
-      const o = handed?.outcome ?? (await gate.decide(httpGateRequest(req.headers, req.params['*']), 'http'));
+      const o = handed?.outcome ?? (await gate.decide(httpGateRequest(req.raw, req.params['*']), 'http'));
       const headers = gateAnswerHeaders(o);
       if (o.allow) return reply.code(200).headers(headers).type('application/json; charset=utf-8').send(gate.bodyText(o));
       return sendProblem(reply, 'forbidden', denialDetail(o), { extra: gate.body(o), headers });
