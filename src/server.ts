@@ -1,6 +1,7 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyServerFactory } from 'fastify';
 import type http from 'node:http';
 import { cors as connectCors } from '@connectrpc/connect';
+import { refuseUnknownMethods } from './http/unknown-methods.js';
 import { fastPaths, type FastPaths } from './http/fast-paths.js';
 import { requestIdOf } from './http/request-id.js';
 import { INTERFACE_VERSION, type Config } from './config.js';
@@ -105,7 +106,7 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
         metrics,
         onError: (err) => app.log.error({ err }, 'fast path answer failed'),
       });
-      return createDualProtocolServer(fast.handler, config.http);
+      return createDualProtocolServer(refuseUnknownMethods(fast.handler), config.http);
     }) as unknown as FastifyServerFactory<http.Server>,
     trustProxy: fastifyTrustProxy(config.trustProxy),
     bodyLimit: config.bodyLimit,
