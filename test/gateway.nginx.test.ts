@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createServer, type Server } from 'node:http';
+import { createServer, request as httpRequest, type Server } from 'node:http';
 import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -175,6 +175,21 @@ describe.skipIf(!nginxBin)(`nginx auth_request in front of MCP servers (${backen
     expect(res.headers.get('x-trust-verdict')).toBe('UNRATED');
     expect(res.headers.get('x-trust-score')).toBe('null');
     await expectVerifiedReceipt(res.headers.get('x-trust-receipt')!, `${gw}/anon/mcp`, 'deny', 'UNRATED');
+  });
+
+  it("never builds the judged URL from the client's Host: a foreign Host on /anon/ is judged as the gateway's own URL", async () => {
+    // fetch will not send a foreign Host header; node's client does. nginx routes it to this
+    // server block all the same (its only one), so the traffic goes where /anon/ goes.
+    const status = await new Promise<{ status: number; receipt: string }>((resolve, reject) => {
+      const req = httpRequest(`${gw}/anon/mcp`, { method: 'POST', headers: { host: 'attacker.example', 'x-forwarded-host': 'attacker.example', 'content-type': 'application/json' } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, receipt: String(res.headers['x-trust-receipt'] ?? '') }));
+      });
+      req.on('error', reject);
+      req.end('{}');
+    });
+    expect(status.status).toBe(403);
+    await expectVerifiedReceipt(status.receipt, `${gw}/anon/mcp`, 'deny', 'UNRATED');
   });
 
   it('overwrites upstream headers a client sends: a forged X-Mcp-Server cannot make a FAIL server pass', async () => {

@@ -103,6 +103,7 @@ http {
   scgi_temp_path ${dir}/scgi;
   server {
     listen 127.0.0.1:${port};
+    server_name 127.0.0.1;
     ${location('/pass/', `${upstream}/pass/mcp`)}
     ${location('/fail/', `${upstream}/fail/mcp`)}
     ${location('/anon/', '')}
@@ -115,9 +116,10 @@ http {
       # Every upstream header is set here, so none a client sent reaches the gate (an empty
       # value drops the header, the client's copy included).
       proxy_set_header X-Mcp-Server $mcp_server;
-      proxy_set_header X-Original-URL $scheme://$http_host$request_uri;
+      # The gateway's own name, never the client's Host ($http_host, $host).
+      proxy_set_header X-Original-URL $scheme://$server_name:$server_port$request_uri;
       proxy_set_header X-Forwarded-Proto $scheme;
-      proxy_set_header X-Forwarded-Host $http_host;
+      proxy_set_header X-Forwarded-Host $server_name:$server_port;
       proxy_set_header X-Original-URI $request_uri;
     }
   }
