@@ -134,10 +134,24 @@ describe(`GET /v1/bundle (${backend})`, () => {
     expect(gz.body.length).toBeLessThan(plain.body.length);
   });
 
+  it('has one strong ETag per content coding: a cache revalidating its variants cannot mix them up', async () => {
+    const tags = new Map<string, string>();
+    for (const enc of ['gzip', 'br', 'identity']) {
+      const r = await rawGet('/v1/bundle', { 'accept-encoding': enc });
+      tags.set(enc, String(r.headers.etag));
+      // Revalidating with the ETag of another coding is not a match: the right variant is sent.
+      const other = enc === 'gzip' ? 'br' : 'gzip';
+      if (tags.has(other)) expect((await rawGet('/v1/bundle', { 'accept-encoding': enc, 'if-none-match': tags.get(other)! })).status).toBe(200);
+      expect((await rawGet('/v1/bundle', { 'accept-encoding': enc, 'if-none-match': tags.get(enc)! })).status).toBe(304);
+    }
+    expect(new Set(tags.values()).size).toBe(3);
+    expect(tags.get('gzip')).toBe(`${tags.get('identity')!.slice(0, -1)}-gzip"`);
+  });
+
   it('has a strong ETag answered 304 on If-None-Match while nothing changed, and a new one after new evidence', async () => {
     const first = await fetch(`${t.base}/v1/bundle`);
     const etag = first.headers.get('etag')!;
-    expect(etag).toMatch(/^"[0-9a-f]{16}"$/);
+    expect(etag).toMatch(/^"[0-9a-f]{16}(-gzip|-br)?"$/);
     await first.arrayBuffer();
     const again = await fetch(`${t.base}/v1/bundle`);
     expect(again.headers.get('etag')).toBe(etag);

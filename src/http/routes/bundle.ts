@@ -42,8 +42,13 @@ export function bundleRoutes(app: FastifyInstance, { services }: RouteDeps) {
     },
     async (req, reply) => {
       const b = await services.bundle.get(req.query);
+      const encoding = negotiateEncoding(req.headers['accept-encoding']);
+      // One strong ETag per content coding (RFC 9110 8.8.3): a cache that revalidates its stored
+      // variants picks the one a 304 names by its ETag, so a gzip and an identity variant sharing
+      // one could hand a client the coding it did not accept.
+      const etag = encoding === 'identity' ? b.etag : `${b.etag.slice(0, -1)}-${encoding}"`;
       const headers = {
-        etag: b.etag,
+        etag,
         // Revalidate each time (cheap: 304); the document itself says until when it is valid.
         'cache-control': 'no-cache',
         vary: 'accept-encoding',
@@ -51,8 +56,7 @@ export function bundleRoutes(app: FastifyInstance, { services }: RouteDeps) {
         'x-bundle-expires': b.expiresAt.toISOString(),
         'last-modified': b.issuedAt.toUTCString(),
       };
-      if (matches(req.headers['if-none-match'], b.etag)) return reply.code(304).headers(headers).send();
-      const encoding = negotiateEncoding(req.headers['accept-encoding']);
+      if (matches(req.headers['if-none-match'], etag)) return reply.code(304).headers(headers).send();
       const body = await b.encoded(encoding);
       reply.code(200).headers(headers).header('content-type', 'application/json; charset=utf-8');
       if (encoding !== 'identity') reply.header('content-encoding', encoding);
