@@ -171,23 +171,25 @@ export function createA2aHandler(a2a: A2aService) {
     if (body.length === 0) return { kind: 'json', body: plain(null, RPC.invalidRequest, 'Invalid Request: empty batch') };
     if (body.length > 50) return { kind: 'json', body: plain(null, RPC.invalidRequest, 'Invalid Request: a batch holds at most 50 requests') };
     const answers: RpcResponse[] = [];
-    const tooLarge = (r: unknown): RpcResponse => {
+    // `ran`: the call ran but its answer does not fit (a read: what a write answers is cut to fit).
+    const tooLarge = (r: unknown, ran: boolean): RpcResponse => {
       const id = isObject(r) && (typeof r.id === 'string' || typeof r.id === 'number') ? r.id : null;
       const binding = version instanceof RpcError ? a2aV1 : version;
       const used = A2A_LIMITS.maxAnswerBytes - budget.left;
-      return fail(id, binding, new RpcError(RPC.answerTooLarge, `not run: the answers before it in this batch hold ${used} bytes and one HTTP answer holds at most ${A2A_LIMITS.maxAnswerBytes}; send this call again in another request`));
+      const what = ran ? 'its answer does not fit' : 'not run';
+      return fail(id, binding, new RpcError(RPC.answerTooLarge, `${what}: the answers before it in this batch hold ${used} bytes and one HTTP answer holds at most ${A2A_LIMITS.maxAnswerBytes}; send this call again in another request`));
     };
     for (const r of body) {
       // A notification is answered with nothing, so it runs whatever is left.
       if (answers.length > 0 && budget.left < MIN_CALL_ANSWER_BYTES && isObject(r) && 'id' in r) {
-        answers.push(tooLarge(r));
+        answers.push(tooLarge(r, false));
         continue;
       }
       const a = await one(r, version, { ...ctx, inBatch: true, budget }, log);
       if (a.kind !== 'json' || Array.isArray(a.body)) continue;
       const size = jsonBytes(a.body) + 1;
       if (answers.length > 0 && size > budget.left) {
-        answers.push(tooLarge(r));
+        answers.push(tooLarge(r, true));
         budget.left = 0;
         continue;
       }
