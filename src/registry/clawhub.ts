@@ -1,6 +1,5 @@
 import type { ClawHubSkillAnswer } from '../domain/skill-trust.js';
 import { BoundedMap, cacheLimits } from '../store/cache-limits.js';
-import { addToNetwork, networkShare } from '../domain/client-network.js';
 
 // ClawHub reader (DECISIONS.md "Skill registry"): GET {CLAWHUB_API_URL}/skills/{slug}, with a
 // short in-memory cache. The fetch function is injectable; by default it is the global fetch with
@@ -10,7 +9,8 @@ import { addToNetwork, networkShare } from '../domain/client-network.js';
 //
 // Bounds (docs/reliability.md "ClawHub skill trust"): at most REGISTRY_MAX_IN_FLIGHT requests to
 // the registry at once per process (the same slug asked again meanwhile shares its request);
-// beyond, RegistryBusy before anything is sent. Before, every distinct slug not cached was a
+// beyond, refused before anything is sent (the caller's slot pool, src/services/skill-trust.ts,
+// with a share per client network). Before, every distinct slug not cached was a
 // request and a socket of its own: 500 concurrent made-up slugs were 500 sockets to the registry.
 // Answers and misses (404) are cached apart, the misses in a cache an eighth the size, so made-up
 // slugs only ever evict other made-up slugs.
@@ -27,19 +27,6 @@ export type RegistryLookup = { found: true; answer: ClawHubSkillAnswer; fetchedA
 export const REGISTRY_MAX_IN_FLIGHT = 8;
 
 export class RegistryUnavailable extends Error {}
-
-/**
- * REGISTRY_MAX_IN_FLIGHT requests are in flight already, or (`share`) the asking client network
- * has its share of them in flight: nothing was sent.
- */
-export class RegistryBusy extends Error {
-  constructor(
-    message: string,
-    readonly share = false,
-  ) {
-    super(message);
-  }
-}
 
 /** How many misses (404s) are kept: an eighth of CACHE_MAX_ENTRIES, at least 1. */
 export const missCacheEntries = (): number => Math.max(1, Math.floor(cacheLimits().maxEntries / 8));
@@ -70,33 +57,17 @@ function isAnswer(x: unknown): x is ClawHubSkillAnswer {
   return !!s && typeof s === 'object' && typeof (s as { slug?: unknown }).slug === 'string';
 }
 
-export function createClawHubClient(opts: { baseUrl: string; now: () => Date; fetch?: FetchFn; ttlMs?: number; maxInFlight?: number }) {
+/** Runs one request to the registry in a place of the caller's bound (REGISTRY_MAX_IN_FLIGHT), or refuses it before anything is sent. */
+export type RegistrySlot = <T>(work: () => Promise<T>) => Promise<T>;
+
+export function createClawHubClient(opts: { baseUrl: string; now: () => Date; fetch?: FetchFn; ttlMs?: number }) {
   const doFetch: FetchFn = opts.fetch ?? ((url, init) => fetch(url, { ...init, redirect: 'error' }));
   const ttl = opts.ttlMs ?? SKILL_CACHE_TTL_MS;
-  const maxInFlight = opts.maxInFlight ?? REGISTRY_MAX_IN_FLIGHT;
   // Bounded by CACHE_MAX_ENTRIES (src/store/cache-limits.ts): the oldest answers go first.
   const found = new BoundedMap<string, { at: number; value: RegistryLookup }>();
   // Misses apart, an eighth the size: a flood of made-up slugs cannot push a real answer out.
   const missing = new BoundedMap<string, { at: number; value: RegistryLookup }>(missCacheEntries);
   const inflight = new Map<string, Promise<RegistryLookup>>();
-  let running = 0;
-  // A client network's share of the requests in flight (an eighth, at least 2): a registry that
-  // answers slowly would otherwise let one client hold every request and refuse all others.
-  const perClient = networkShare(maxInFlight);
-  const byClient = new Map<string, number>();
-
-  async function load(slug: string, client: string): Promise<RegistryLookup> {
-    if ((byClient.get(client) ?? 0) >= perClient) throw new RegistryBusy(`this client network has its share (${perClient}) of the requests to the registry in flight`, true);
-    if (running >= maxInFlight) throw new RegistryBusy(`${maxInFlight} requests to the registry are in flight already`);
-    running++;
-    addToNetwork(byClient, client, 1);
-    try {
-      return await ask(slug);
-    } finally {
-      running--;
-      addToNetwork(byClient, client, -1);
-    }
-  }
 
   async function ask(slug: string): Promise<RegistryLookup> {
     const url = `${opts.baseUrl}/skills/${encodeURIComponent(slug)}`;
@@ -128,16 +99,16 @@ export function createClawHubClient(opts: { baseUrl: string; now: () => Date; fe
   return {
     /**
      * The skill as the registry describes it; cached for a short while (errors are not cached).
-     * Throws RegistryBusy when it would be one request too many in flight (for the process, or
-     * for `client`, the asking client network's key), RegistryUnavailable when the registry failed.
+     * A request to the registry runs in `slot` (which may refuse it: its error is thrown as is);
+     * RegistryUnavailable when the registry failed.
      */
-    async skill(slug: string, client = 'unknown'): Promise<RegistryLookup> {
+    async skill(slug: string, slot: RegistrySlot = (work) => work()): Promise<RegistryLookup> {
       const t = opts.now().getTime();
       const hit = found.get(slug) ?? missing.get(slug);
       if (hit && t - hit.at < ttl) return hit.value;
       let p = inflight.get(slug);
       if (!p) {
-        p = load(slug, client).finally(() => inflight.delete(slug));
+        p = slot(() => ask(slug)).finally(() => inflight.delete(slug));
         inflight.set(slug, p);
       }
       const value = await p;

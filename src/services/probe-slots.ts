@@ -17,6 +17,8 @@ import { rateLimitKey } from './rate-limits.js';
 //   its period (up to ten years), seconds of database work on a busy server, holding a pooled
 //   connection; without a bound one client kept every connection busy and every report and trust
 //   read waited behind its exports.
+// - Requests to the ClawHub registry (REGISTRY_MAX_IN_FLIGHT, src/services/skill-trust.ts): each
+//   holds a socket to the registry for up to 5 s.
 
 /** Seconds a refused caller is told to wait: about the time a slow call keeps its slot. */
 const RETRY_AFTER_SECONDS = '5';

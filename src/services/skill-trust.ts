@@ -2,9 +2,10 @@ import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { GetSkillTrustRequest, GetSkillTrustResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
 import { computeSkillTrust } from '../domain/skill-trust.js';
 import { ObservatoryError, invalidArgument } from '../errors.js';
-import { createClawHubClient, RegistryBusy, RegistryUnavailable, type FetchFn } from '../registry/clawhub.js';
-import { clientAddressKey, type CallContext, type ServiceDeps } from './context.js';
-import { rateLimitKey } from './rate-limits.js';
+import { createClawHubClient, REGISTRY_MAX_IN_FLIGHT, RegistryUnavailable, type FetchFn } from '../registry/clawhub.js';
+import { networkShare } from '../domain/client-network.js';
+import type { CallContext, ServiceDeps } from './context.js';
+import { createSlotPool } from './probe-slots.js';
 
 export const SUPPORTED_REGISTRY = 'clawhub';
 const SLUG = /^[a-z0-9][a-z0-9._-]{0,127}$/;
@@ -16,6 +17,11 @@ function iso(ms: unknown): string | undefined {
 /** TrustService.GetSkillTrust: THE implementation of GET /v1/trust (registry skills). */
 export function createSkillTrustService({ config, now }: ServiceDeps, opts: { fetch?: FetchFn } = {}) {
   const registry = createClawHubClient({ baseUrl: config.clawhubApiUrl, now, fetch: opts.fetch });
+  // Requests to the registry in flight, and a client network's share of them (an eighth, at least
+  // 2): beyond, refused before anything is sent, 429 for the share and 503 for the process, like
+  // probes beyond PROBE_CONCURRENCY (a registry answer takes at most 5 s). Without the share, one
+  // network asking slow slugs held every request.
+  const registrySlots = createSlotPool({ total: REGISTRY_MAX_IN_FLIGHT, perClient: networkShare(REGISTRY_MAX_IN_FLIGHT), what: 'requests to the ClawHub registry', setting: 'REGISTRY_MAX_IN_FLIGHT' });
 
   return {
     async getSkillTrust(req: Partial<GetSkillTrustRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof GetSkillTrustResponseSchema>> {
@@ -28,13 +34,9 @@ export function createSkillTrustService({ config, now }: ServiceDeps, opts: { fe
 
       let found;
       try {
-        found = await registry.skill(skill, rateLimitKey(ctx?.values.get(clientAddressKey)));
+        found = await registry.skill(skill, (work) => registrySlots.run(ctx, work));
       } catch (err) {
         if (err instanceof RegistryUnavailable) throw new ObservatoryError('upstream_error', `the ClawHub registry could not be read: ${err.message}`, { headers: { 'retry-after': '30' } });
-        // The bound on requests to the registry (REGISTRY_MAX_IN_FLIGHT): refused before anything
-        // is sent, like a probe beyond PROBE_CONCURRENCY; a registry answer takes at most 5 s.
-        if (err instanceof RegistryBusy && err.share) throw new ObservatoryError('rate_limited', `${err.message}; retry once one has answered`, { headers: { 'retry-after': '5' } });
-        if (err instanceof RegistryBusy) throw new ObservatoryError('unavailable', `this instance is asking the ClawHub registry as much as it may at once (${err.message}); retry shortly`, { headers: { 'retry-after': '5' } });
         throw err;
       }
       if (!found.found) throw new ObservatoryError('not_found', `skill "${skill}" is not in the ClawHub registry`);
