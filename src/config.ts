@@ -146,7 +146,7 @@ export interface Config {
   demandRetentionDays: number;
   /**
    * NEW_SERVERS_PER_SOURCE_PER_HOUR (default 100, 0 = unlimited): servers one report source family
-   * (a network, or the keys registered from it) may newly track per hour, across instances; a
+   * (a network, with the keys reporting from it) may newly track per hour, across instances; a
    * report over it is refused with 429 (docs/integrity.md).
    */
   newServersPerSourcePerHour: number;

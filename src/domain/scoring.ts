@@ -181,7 +181,7 @@ function capOf(s: SourceAccumulator, now: Date): number {
  */
 export function combineSources(sources: readonly SourceAccumulator[], now: Date): CombinedEvidence {
   // Sources of one family (sourceFamily) are pooled into one before saturation: twelve keys
-  // registered from one network weigh what one key weighs. The family's cap is the largest of
+  // reporting from one network weigh what one key weighs. The family's cap is the largest of
   // its members' (a family with a key saturates at the keyed cap).
   const families = new Map<string, { source: string; raw: number; successes: number; latency_sum: number; cap: number; keyed: boolean }>();
   for (const original of sources) {

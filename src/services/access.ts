@@ -123,7 +123,8 @@ export function createAccessService(deps: ServiceDeps, opts: AccessServiceOption
       await registrationAllowed(address ?? 'unknown');
       const apiKey = newApiKey();
       const issuedAt = now();
-      // The key's family: keys registered from one network on one day weigh as one report source.
+      // Where the key was registered (that day's keyed hash of the network), kept as its record; its
+      // reports weigh as the network they come from (src/services/report-source.ts).
       const networkFamily = address ? await hashNetwork(address, secretDay(issuedAt)) : null;
       await keys.insert({ keyHash: hashApiKey(apiKey), scopes: KEY_SCOPES, trialLimit: TRIAL_LIMIT, createdAt: issuedAt, networkFamily });
       return {

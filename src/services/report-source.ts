@@ -15,8 +15,8 @@ const DAY_MS = 86_400_000;
 
 /**
  * HMAC(secret of the UTC day, network of a client address) (src/domain/client-network.ts), cut to
- * 32 hex digits: the `addr:` source of that network on that day, and the family stored with a key
- * registered from it. One-way; the secret is deleted after two days, so hashes of different days
+ * 32 hex digits: the `addr:` source of that network on that day (the family of every report from
+ * it that day, keyed or not), and the registration record stored with a key registered from it. One-way; the secret is deleted after two days, so hashes of different days
  * cannot be linked or reversed.
  */
 export function networkHasher(db: Queryable) {

@@ -49,7 +49,7 @@ export function createTelemetryService({ db, config, now, observe }: ServiceDeps
   const creationRefused = (url: string, retryAfterSeconds: number) =>
     new ObservatoryError(
       'rate_limited',
-      `at most ${perHour} new servers per hour from one source (a network, or the keys registered from it); ${url} is not tracked yet. Reports on tracked servers are accepted; retry in ${retryAfterSeconds} s`,
+      `at most ${perHour} new servers per hour from one source (a network, with the keys reporting from it); ${url} is not tracked yet. Reports on tracked servers are accepted; retry in ${retryAfterSeconds} s`,
       { headers: { 'retry-after': String(retryAfterSeconds) }, extra: { retry_after_seconds: retryAfterSeconds } },
     );
 
