@@ -265,7 +265,7 @@ class ProbeRun {
       if (!this.delivered.has(message)) {
         this.delivered.add(message);
         if ('method' in message && 'id' in message && ++this.serverRequests > this.limits.serverRequests) {
-          this.overLimit(`${this.url} sent the client more than ${this.limits.serverRequests} requests of its own (ping, sampling, ...); the probe answers at most ${this.limits.serverRequests}`);
+          this.tooManyServerRequests();
           return;
         }
       }
@@ -280,6 +280,11 @@ class ProbeRun {
   }
 
   /** Ends the probe with a limit's failure (whatever request asked) and returns what to throw. */
+  /** The server sent more requests of its own than the probe answers (counted as they arrive, and as answers leave). */
+  private tooManyServerRequests(): ProbeFailed | TargetRefused {
+    return this.overLimit(`${this.url} sent the client more than ${this.limits.serverRequests} requests of its own (ping, sampling, ...); the probe answers at most ${this.limits.serverRequests}`);
+  }
+
   private overLimit(message: string): ProbeFailed | TargetRefused {
     this.note(new ProbeFailed('too_large', message));
     return this.failure!;
@@ -313,7 +318,7 @@ class ProbeRun {
     if (++this.requests > this.limits.total) throw this.overLimit(`the probe of ${this.url} would make more than ${this.limits.total} requests`);
     const answers = answersIn(init?.body);
     if (answers > 0 && (this.answers += answers) > this.limits.serverRequests) {
-      throw this.overLimit(`${this.url} sent the client more than ${this.limits.serverRequests} requests of its own (ping, sampling, ...); the probe answers at most ${this.limits.serverRequests}`);
+      throw this.tooManyServerRequests();
     }
     const release = await this.slots.acquire(signal);
     signal.addEventListener('abort', release, { once: true });
