@@ -9,7 +9,6 @@ import { createAgentSkills, SkillError, type AgentSkills, type JsonObject } from
 import { a2aSkillLimit, type RateLimitedRpcError } from './rate-limit.js';
 import { unstorableJson } from '../domain/storable-text.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../domain/json-depth.js';
-import { jsonBytes } from '../domain/a2a-task.js';
 
 // /a2a: A2A over JSON-RPC 2.0, protocol versions 1.0 and 0.3 on one endpoint (docs/agents.md).
 // The A2A-Version header (or ?A2A-Version=) picks the version; none means 0.3 (A2A 1.0 section
@@ -94,7 +93,8 @@ export function a2aSkillRunner(skills: AgentSkills): A2aSkillRunner {
   };
 }
 
-type Answer = { kind: 'json'; body: RpcResponse | RpcResponse[] } | { kind: 'none' } | { kind: 'stream'; id: Id; binding: VersionBinding<A2aService>; events: AsyncIterable<unknown> };
+/** `text`: the body already serialised (a batch's, measured call by call), sent as it is. */
+type Answer = { kind: 'json'; body: RpcResponse | RpcResponse[]; text?: string } | { kind: 'none' } | { kind: 'stream'; id: Id; binding: VersionBinding<A2aService>; events: AsyncIterable<unknown> };
 
 export function createA2aHandler(a2a: A2aService) {
   const errorOf = (binding: VersionBinding<A2aService>, err: RpcError) => binding.errorObject(err);
@@ -171,6 +171,12 @@ export function createA2aHandler(a2a: A2aService) {
     if (body.length === 0) return { kind: 'json', body: plain(null, RPC.invalidRequest, 'Invalid Request: empty batch') };
     if (body.length > 50) return { kind: 'json', body: plain(null, RPC.invalidRequest, 'Invalid Request: a batch holds at most 50 requests') };
     const answers: RpcResponse[] = [];
+    // Each answer's JSON, measured against the budget once and sent as measured.
+    const texts: string[] = [];
+    const add = (answer: RpcResponse, text = JSON.stringify(answer)) => {
+      answers.push(answer);
+      texts.push(text);
+    };
     // `ran`: the call ran but its answer does not fit (a read: what a write answers is cut to fit).
     const tooLarge = (r: unknown, ran: boolean): RpcResponse => {
       const id = isObject(r) && (typeof r.id === 'string' || typeof r.id === 'number') ? r.id : null;
@@ -182,21 +188,22 @@ export function createA2aHandler(a2a: A2aService) {
     for (const r of body) {
       // A notification is answered with nothing, so it runs whatever is left.
       if (answers.length > 0 && budget.left < MIN_CALL_ANSWER_BYTES && isObject(r) && 'id' in r) {
-        answers.push(tooLarge(r, false));
+        add(tooLarge(r, false));
         continue;
       }
       const a = await one(r, version, { ...ctx, inBatch: true, budget }, log);
       if (a.kind !== 'json' || Array.isArray(a.body)) continue;
-      const size = jsonBytes(a.body) + 1;
+      const text = JSON.stringify(a.body);
+      const size = Buffer.byteLength(text) + 1;
       if (answers.length > 0 && size > budget.left) {
-        answers.push(tooLarge(r, true));
+        add(tooLarge(r, true));
         budget.left = 0;
         continue;
       }
       budget.left -= size;
-      answers.push(a.body);
+      add(a.body, text);
     }
-    return answers.length > 0 ? { kind: 'json', body: answers } : { kind: 'none' };
+    return answers.length > 0 ? { kind: 'json', body: answers, text: `[${texts.join(',')}]` } : { kind: 'none' };
   }
 
   return { handle };
@@ -287,7 +294,7 @@ export function a2aRoutes(app: FastifyInstance, { services, db, config, now }: R
       limit.finish(reply, answer.kind === 'json' ? answer.body : undefined);
       if (answer.kind === 'none') return reply.code(204).send();
       if (answer.kind === 'stream') return sendEventStream(reply, answer, req.log);
-      return reply.type('application/json').send(answer.body);
+      return reply.type('application/json').send(answer.text ?? answer.body);
     });
   });
 }
