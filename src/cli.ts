@@ -12,6 +12,7 @@ import { revokeSigningKey, rotateSigningKey, SigningKeyError } from './signing/k
 import { KeyEncryptionError, resolveKeyEncryptionKey } from './signing/key-encryption.js';
 import type { VerificationKey } from './signing/jws.js';
 import { checkCommand } from './cli/check.js';
+import { terminalText } from './cli/terminal-text.js';
 
 // The command-line entry: `observatory <command>` (bin/observatory.js) or `npm run observatory --
 // <command>`. Every command is one entry of COMMANDS; adding a command means adding an entry.
@@ -170,7 +171,9 @@ export function helpText(): string {
 }
 
 /** Runs one command line; resolves to the exit code, or RUNNING for commands that keep serving. */
-export async function runCli(argv: string[], io: CliIo): Promise<number | typeof RUNNING> {
+export async function runCli(argv: string[], given: CliIo): Promise<number | typeof RUNNING> {
+  // Every line a command prints passes through terminalText (src/cli/terminal-text.ts).
+  const io: CliIo = { ...given, out: (l) => given.out(terminalText(l)), err: (l) => given.err(terminalText(l)) };
   if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help') {
     (argv.length === 0 ? io.err : io.out)(helpText());
     return argv.length === 0 ? EXIT.usage : EXIT.ok;

@@ -26,9 +26,8 @@ interface Io {
   fetch?: typeof fetch;
 }
 
-const defaultIo: Io = { out: (l) => console.log(l), err: (l) => console.error(l), env: process.env, fetch: globalThis.fetch };
-
-export async function checkCommand(args: string[], io: Io = defaultIo): Promise<number> {
+/** Runs `observatory check`; src/cli.ts's runCli hands it an io whose lines are made terminal-safe. */
+export async function checkCommand(args: string[], io: Io): Promise<number> {
   let server: string | undefined;
   let base = io.env.OBSERVATORY_URL ?? 'http://localhost:8080';
   let standard: string | undefined;
