@@ -372,7 +372,9 @@ function httpUrl(name: string, raw: string): string {
   try {
     u = new URL(raw);
   } catch {
-    throw new ConfigError(name, `must be an absolute http(s) URL, got "${raw}"`);
+    // The value is not quoted back: these URLs often carry a credential (a provider's RPC key in
+    // the path, a presigned query), and this message goes to logs. Say what is wrong instead.
+    throw new ConfigError(name, `must be an absolute http(s) URL; the value (${raw.length} characters, not shown: URLs may carry credentials) ${/^[a-z][a-z0-9+.-]*:/i.test(raw.trim()) ? 'does not parse as a URL' : 'has no scheme (start it with https://)'}`);
   }
   if (u.protocol !== 'http:' && u.protocol !== 'https:') {
     throw new ConfigError(name, `must use http or https, got "${u.protocol}"`);

@@ -32,6 +32,21 @@ describe('configuration', () => {
     expectConfigRefusal(name, value);
   });
 
+  it('never quotes back a URL it refuses: such URLs carry credentials (an RPC key in the path, a presigned query)', () => {
+    for (const name of ['PAYMENT_RPC_URL', 'FACILITATOR_URL', 'CLAWHUB_API_URL', 'REGISTRY_SYNC_URL', 'GATE_BUNDLE_URL', 'PUBLIC_BASE_URL']) {
+      for (const value of ['base-mainnet.g.alchemy.com/v2/sk_live_SECRETKEY', 'https://user:SECRETKEY@[bad/x', 'ftp://SECRETKEY@host/x']) {
+        let message = '';
+        try {
+          loadConfig({ [name]: value });
+        } catch (err) {
+          message = (err as Error).message;
+        }
+        expect(message).toContain(name);
+        expect(message).not.toContain('SECRETKEY');
+      }
+    }
+  });
+
   it('x402 settings: Base, no facilitator, a 10-minute window, 20 look-ups per minute by default', () => {
     expect(loadConfig({})).toMatchObject({ paymentNetwork: 'eip155:8453', facilitatorUrl: null, paymentMaxAgeSeconds: 600, paymentLookupsPerMinute: 20 });
     expect(loadConfig({ PAYMENT_NETWORK: 'base-sepolia' }).paymentNetwork).toBe('eip155:84532');
