@@ -2,7 +2,7 @@
 // combination, source-robust anomaly flags and baselines. Fixed clock throughout.
 import { describe, expect, it } from 'vitest';
 import { detectAnomalies, detectAnomaliesRobust, HOUR_MS, sumBySource, type SourceHourRollup } from '../src/domain/anomaly.js';
-import { robustCategoryBaseline, robustServerFigures } from '../src/domain/baseline.js';
+import { familyVotes, robustCategoryBaseline, robustServerFigures } from '../src/domain/baseline.js';
 import { emptyHistogram, latencyBin } from '../src/domain/latency-histogram.js';
 import {
   CLIP_SLACK,
@@ -197,6 +197,26 @@ describe('source-robust category baseline', () => {
     const flooded = robustServerFigures([src('addr:a', 10, 1, 100), src('addr:b', 10, 1, 100), src('addr:c', 10, 1, 100), src('addr:x', 5000, 0, 60_000)], hist(100, 30), NOW);
     expect(flooded.mean_latency).toBe(100);
     expect(flooded.success_rate).toBeGreaterThan(0.9);
+  });
+
+  it('a few sources cannot move the bar by creating many servers: each source family has one vote', () => {
+    // An honest weather server: five addresses see it at 300 ms. Two colluding addresses create
+    // forty decoy servers and corroborate each other on all of them at 1 ms. As forty servers of
+    // the category's 41, they made the bar 8 ms, and the honest server "slow" against it.
+    const five = ['h1', 'h2', 'h3', 'h4', 'h5'];
+    const real = robustServerFigures(five.map((a) => src(`addr:${a}`, 10, 1, 300)), hist(300, 50), NOW);
+    const decoy = () => robustServerFigures([src('addr:x', 10, 1, 1), src('addr:y', 10, 1, 1)], hist(1, 20), NOW);
+    const decoys = Array.from({ length: 40 }, decoy);
+    const attacked = robustCategoryBaseline('weather', [real, ...decoys], 41);
+    // Five votes at 300 ms, two at 1 ms.
+    expect(attacked.avg_latency_ms).toBe(Math.round(((5 * 300 + 2 * 1) / 7) * 10) / 10);
+    expect(familyVotes([real, ...decoys]).reduce((a, b) => a + b, 0)).toBeCloseTo(7, 9);
+    // However many decoys: the two addresses never weigh more than two votes.
+    const more = robustCategoryBaseline('weather', [real, ...decoys, ...decoys, ...decoys], 121);
+    expect(more.avg_latency_ms).toBe(attacked.avg_latency_ms);
+    // Honest servers with sources of their own are unaffected: equal votes, plain means.
+    const other = robustServerFigures(['o1', 'o2', 'o3', 'o4', 'o5'].map((a) => src(`addr:${a}`, 10, 1, 100)), hist(100, 50), NOW);
+    expect(robustCategoryBaseline('weather', [real, other], 2).avg_latency_ms).toBe(200);
   });
 
   it('a category of one-source servers still has a baseline', () => {

@@ -83,6 +83,8 @@ export interface CombinedEvidence {
   reports: number;
   /** Independent source families with any weight left (sourceFamily; the observatory's own probes are not independent). */
   sources: number;
+  /** Those families' keys, sorted (the category baseline gives each family one vote). */
+  families: string[];
   /** Weight the observatory's own probes contribute (after their caps). */
   observatory_weight: number;
   /** Of which families speaking through a registered API key. */
@@ -212,6 +214,7 @@ export function combineSources(sources: readonly SourceAccumulator[], now: Date)
     mean_latency: weightedMedian(live.map((x) => ({ value: x.latency, weight: x.weight }))),
     reports: sources.reduce((s, x) => s + x.reports, 0),
     sources: live.filter((x) => !isObservatorySource(x.source)).length,
+    families: live.filter((x) => !isObservatorySource(x.source)).map((x) => x.source),
     observatory_weight: live.filter((x) => isObservatorySource(x.source)).reduce((s, x) => s + x.weight, 0),
     keyed_sources: live.filter((x) => x.keyed).length,
     capped_weight: live.reduce((s, x) => s + (x.raw - x.weight), 0),
