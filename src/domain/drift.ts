@@ -109,17 +109,43 @@ export interface ManifestDiff {
   changed: { name: string; changes: ToolPart[] }[];
 }
 
-/** What changed from `prev` to `next` (both as stored hashes); names sorted. */
+/** The stored hashes of each name's definitions (one, unless a list holds a name twice). */
+function byName(tools: ToolHashes[]): Map<string, ToolHashes[]> {
+  const out = new Map<string, ToolHashes[]>();
+  for (const t of tools) {
+    const list = out.get(t.name);
+    if (list) list.push(t);
+    else out.set(t.name, [t]);
+  }
+  return out;
+}
+
+/** Whether two lists hold the same strings, each as often (order ignored). */
+function sameMultiset(a: string[], b: string[]): boolean {
+  if (a.length !== b.length) return false;
+  if (a.length === 1) return a[0] === b[0];
+  const x = [...a].sort();
+  const y = [...b].sort();
+  return x.every((v, i) => v === y[i]);
+}
+
+/**
+ * What changed from `prev` to `next` (both as stored hashes); names sorted. Exact: the diff is
+ * empty exactly when the two manifest hashes are equal (both cover the same (name, hash) pairs).
+ * The probe refuses a manifest listing a name twice, but a list that does (a baseline stored
+ * before that) is compared per name as a whole: a name whose definitions differ in any way is
+ * changed, so no copy of a name can hide a change of another.
+ */
 export function diffManifests(prev: ToolHashes[], next: ToolHashes[]): ManifestDiff {
-  const before = new Map(prev.map((t) => [t.name, t]));
-  const after = new Map(next.map((t) => [t.name, t]));
+  const before = byName(prev);
+  const after = byName(next);
   const added = [...after.keys()].filter((n) => !before.has(n)).sort();
   const removed = [...before.keys()].filter((n) => !after.has(n)).sort();
   const changed: ManifestDiff['changed'] = [];
-  for (const [name, t] of [...after].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
-    const p = before.get(name);
-    if (!p || p.hash === t.hash) continue;
-    const parts = TOOL_PARTS.filter((k) => p[k] !== t[k]);
+  for (const [name, ts] of [...after].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+    const ps = before.get(name);
+    if (!ps || sameMultiset(ps.map((p) => p.hash), ts.map((t) => t.hash))) continue;
+    const parts = TOOL_PARTS.filter((k) => !sameMultiset(ps.map((p) => p[k]), ts.map((t) => t[k])));
     changed.push({ name, changes: parts.length > 0 ? parts : ['description'] });
   }
   return { added, removed, changed };

@@ -188,6 +188,9 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
     });
     if (!listTools) return connection;
     const tools: ManifestTool[] = [];
+    // Every name listed so far, as stored (after storableCopy: NUL and lone surrogates kept as
+    // U+FFFD can fold two names into one).
+    const names = new Set<string>();
     let pages = 0;
     let bytes = 0;
     if (caps?.tools) {
@@ -204,6 +207,12 @@ async function attempt(run: ProbeRun, url: string, version: string, kind: McpTra
           // Hashing (RFC 8785), storing and showing a tool recurse through it: a few thousand levels would throw.
           if (nestedDeeperThan(t, MAX_JSON_DEPTH)) throw new ProbeFailed('too_large', `a tool's JSON nests deeper than ${MAX_JSON_DEPTH} levels`);
           const tool = storableCopy(manifestToolOf(t));
+          // One definition per name: drift, the gate and the stored baseline know a tool by its
+          // name, and clients keep one of two copies (the official SDK the last listed). A server
+          // listing a decoy beside the real tool could otherwise show drift detection one and its
+          // clients the other.
+          if (names.has(tool.name)) throw new ProbeFailed('network', `the manifest lists the tool name ${JSON.stringify(cutAt(tool.name, 64))} more than once; tool names must be unique`);
+          names.add(tool.name);
           bytes += Buffer.byteLength(JSON.stringify(tool));
           tools.push(tool);
         }

@@ -177,7 +177,10 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
       // on it) counts as none: this check records a first baseline again.
       const prev = latest !== null && latest.tools !== null ? latest : null;
       const diff = prev ? diffManifests(prev.tools, hashed.tools) : { added: [], removed: [], changed: [] };
-      const drift = prev !== null && hasDrift(diff);
+      // A changed manifest hash is a drift, whatever the per-name diff says: the hash covers exactly
+      // the parts compared, so the two agree (diffManifests is exact, even for a name listed
+      // twice); should a stored list ever disagree with its own hash, the hash wins.
+      const drift = prev !== null && (hasDrift(diff) || prev.manifest_hash !== hashed.manifest_hash);
       const recordedAt = now();
       if (
         opts.refreshAfterMs !== undefined &&
