@@ -49,7 +49,7 @@ const fullSite = () => ({
     }),
   },
   '/.well-known/mcp.json': { body: JSON.stringify({ endpoint: `${siteBase}/mcp` }) },
-  '/.well-known/agent.json': {
+  '/.well-known/agent-card.json': {
     body: JSON.stringify({ name: 'x', url: `${siteBase}/a2a`, version: '1.0.0', provider: { organization: 'Example' }, skills: [{ id: 's', name: 's', description: 'does s' }], securitySchemes: { bearer: {} } }),
   },
 });
@@ -64,7 +64,7 @@ describe(`GET /api/agent-readiness (${backend})`, () => {
     docs = fullSite();
     const b = await json(q(t.base, '/api/agent-readiness', { url: `${siteBase}/some/page` }));
     expect(b.url).toBe(siteBase);
-    expect(b.detected_surfaces).toEqual(['robots.txt', 'llms.txt', 'openapi.json', 'mcp.json', 'agent.json']);
+    expect(b.detected_surfaces).toEqual(['robots.txt', 'llms.txt', 'openapi.json', 'mcp.json', 'agent-card.json']);
     expect(b.missing_surfaces).toEqual([]);
     expect(b.discoverability_score).toBe(100);
     expect(b.comprehension_score).toBe(100);
@@ -82,7 +82,7 @@ describe(`GET /api/agent-readiness (${backend})`, () => {
     docs = { '/robots.txt': { type: 'text/plain', body: 'User-agent: *\nDisallow: /\n' }, '/llms.txt': { type: 'text/html', body: '<!doctype html><p>spa</p>' } };
     const b = await json(q(t.base, '/api/agent-readiness', { url: siteBase }));
     expect(b.detected_surfaces).toEqual(['robots.txt']);
-    expect(b.missing_surfaces).toEqual(['llms.txt', 'openapi.json', 'mcp.json', 'agent.json']);
+    expect(b.missing_surfaces).toEqual(['llms.txt', 'openapi.json', 'mcp.json', 'mcp/server-card.json', 'agent-card.json', 'agent.json']);
     expect(b.discoverability_score).toBe(15);
     expect(b.usability_score).toBe(0);
     expect(b.score).toBeLessThan(10);
@@ -93,10 +93,10 @@ describe(`GET /api/agent-readiness (${backend})`, () => {
 
   it('a document nesting deeper than 64 levels counts as missing, saying so; NUL and lone surrogates in one are no error', async () => {
     const deep = `${'{"a":'.repeat(5000)}1${'}'.repeat(5000)}`;
-    docs = { ...fullSite(), '/openapi.json': { body: deep }, '/.well-known/agent.json': { body: '{"name":"x\\u0000y","url":"https://a.example/a2a","version":"1\\ud800","skills":[]}' } };
+    docs = { ...fullSite(), '/openapi.json': { body: deep }, '/.well-known/agent-card.json': { body: '{"name":"x\\u0000y","url":"https://a.example/a2a","version":"1\\ud800","skills":[]}' } };
     const b = await json(q(t.base, '/api/agent-readiness', { url: siteBase }));
     expect(b.missing_surfaces).toContain('openapi.json');
-    expect(b.detected_surfaces).toContain('agent.json');
+    expect(b.detected_surfaces).toContain('agent-card.json');
     expect(b.probes.find((p: { path: string }) => p.path === '/openapi.json')).toMatchObject({ found: false, http_status: 200 });
   });
 
@@ -110,7 +110,7 @@ describe(`GET /api/agent-readiness (${backend})`, () => {
 
   it('our own service, probed by itself, scores at the top', async (ctx) => {
     const missing = [];
-    for (const p of ['/llms.txt', '/.well-known/agent.json']) if ((await fetch(`${t.base}${p}`)).status !== 200) missing.push(p);
+    for (const p of ['/llms.txt', '/.well-known/agent-card.json']) if ((await fetch(`${t.base}${p}`)).status !== 200) missing.push(p);
     if (missing.length > 0) {
       console.log(`skipped: our own ${missing.join(' and ')} not served yet; this test activates once they exist`);
       ctx.skip();
