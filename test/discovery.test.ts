@@ -161,7 +161,7 @@ describe('discovery documents', () => {
     expect(doc.serverCard).toBe(`${base}/mcp/server-card`);
     // The observatory's own probe, pointed at itself, finds the card and no contradiction.
     const fetcher = createSafeFetcher({ allowPrivate: true });
-    const live = await readToolManifest(fetcher, `${base}/mcp`, '1.3.0');
+    const live = await readToolManifest(fetcher, `${base}/mcp`);
     expect(live).toMatchObject({ era: 'modern', protocol_version: '2026-07-28' });
     const found = await findServerCard(fetcher, `${base}/mcp`);
     expect(found?.url).toBe(`${base}/mcp/server-card`);

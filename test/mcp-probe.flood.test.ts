@@ -134,7 +134,7 @@ async function startElsewhere() {
 }
 
 const fetcher = createSafeFetcher({ allowPrivate: true });
-const probeError = (url: string, o: Parameters<typeof readToolManifest>[3] = {}) => readToolManifest(fetcher, url, '1.3.0', o).then(() => null, (e: unknown) => e);
+const probeError = (url: string, o: Parameters<typeof readToolManifest>[2] = {}) => readToolManifest(fetcher, url, o).then(() => null, (e: unknown) => e);
 
 let t: TestApp;
 beforeAll(async () => {
@@ -185,7 +185,7 @@ describe('an MCP server flooding the probe with server-to-client requests', () =
     // Seven pings, all answered before initialize is: without the bound, eight requests at once.
     const h = await startHostile({ pings: 7, pingsOn: ['initialize'], waitForAnswers: true, answerDelayMs: 150 });
     try {
-      const m = await readToolManifest(fetcher, h.url, '1.3.0');
+      const m = await readToolManifest(fetcher, h.url);
       expect(m.tools.map((x) => x.name)).toEqual(['echo']);
       expect(h.answers).toBe(7);
       expect(h.maxOpen).toBeLessThanOrEqual(MCP_REQUEST_LIMITS.inFlight);
@@ -204,7 +204,7 @@ describe('an MCP server flooding the probe with server-to-client requests', () =
       const err = await probeError(target.url, { requestLimits: { total: 4 } });
       expect(err).toBeInstanceOf(ProbeFailed);
       expect((err as ProbeFailed).message).toMatch(/more than 4 requests/);
-      expect((await readToolManifest(fetcher, target.url, '1.3.0')).tools).toHaveLength(6);
+      expect((await readToolManifest(fetcher, target.url)).tools).toHaveLength(6);
     } finally {
       await target.close();
     }

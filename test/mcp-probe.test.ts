@@ -52,7 +52,7 @@ const trust = (server: string) => json(fetch(`${t.base}/api/trust?url=${encodeUR
 describe(`the MCP probe reaches every kind of server (${backend})`, () => {
   it('a 2026-07-28-only server (v2 SDK): server/discover and tools/list, never initialize, every page', async () => {
     const before = modern.methods.length;
-    const m = await readToolManifest(fetcher, modern.url, '1.3.0');
+    const m = await readToolManifest(fetcher, modern.url);
     expect(m).toMatchObject({ era: 'modern', protocol_version: '2026-07-28', transport: 'streamable-http', supported_versions: ['2026-07-28'] });
     expect(m.server_info).toMatchObject({ name: 'modern-target', version: '2.0.0' });
     expect(names(m.tools)).toEqual(['get_alerts', 'get_forecast', 'get_radar']);
@@ -67,7 +67,7 @@ describe(`the MCP probe reaches every kind of server (${backend})`, () => {
 
   it('a 2025-handshake server (SDK 1.x): server/discover is not understood, so it initializes', async () => {
     const before = legacy.initializations;
-    const m = await readToolManifest(fetcher, legacy.url, '1.3.0');
+    const m = await readToolManifest(fetcher, legacy.url);
     expect(m).toMatchObject({ era: 'legacy', transport: 'streamable-http', supported_versions: null });
     expect(m.protocol_version < '2026-07-28').toBe(true);
     expect(m.server_info).toMatchObject({ name: 'drift-target', version: '1.0.0' });
@@ -77,7 +77,7 @@ describe(`the MCP probe reaches every kind of server (${backend})`, () => {
 
   it('an HTTP+SSE server (SDK 1.x): found without a hint (POST refused) and with the catalogue hint', async () => {
     for (const transport of [undefined, 'sse' as const]) {
-      const m = await readToolManifest(fetcher, sse.url, '1.3.0', { transport });
+      const m = await readToolManifest(fetcher, sse.url, { transport });
       expect(m).toMatchObject({ era: 'legacy', transport: 'sse' });
       expect(names(m.tools)).toEqual(['get_alerts', 'get_forecast', 'get_radar']);
     }

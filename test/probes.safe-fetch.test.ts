@@ -245,7 +245,7 @@ describe('DNS lookups', () => {
 
   it('the MCP probe counts its lookup against its own deadline', async () => {
     const { resolver } = stalled();
-    const err = await within(readToolManifest(createSafeFetcher({ allowPrivate: true }, resolver), 'http://stalled.test/mcp', '1.3.0', { timeoutMs: 300 }), 3000).catch((e: unknown) => e);
+    const err = await within(readToolManifest(createSafeFetcher({ allowPrivate: true }, resolver), 'http://stalled.test/mcp', { timeoutMs: 300 }), 3000).catch((e: unknown) => e);
     expect(err).toMatchObject({ kind: 'timeout' });
   });
 

@@ -1,4 +1,3 @@
-import { INTERFACE_VERSION } from '../config.js';
 import type { AgencyObservation } from '../domain/compliance.js';
 import { connectMcp, type McpExchange } from './mcp-manifest.js';
 import { ProbeFailed, TargetRefused, type SafeFetcher } from './safe-fetch.js';
@@ -37,7 +36,7 @@ export async function probeAgency(fetcher: SafeFetcher, url: string): Promise<Li
     let mcp: AgencyObservation['endpoint']['mcp'] = null;
     let error: string | null = null;
     try {
-      const c = await connectMcp(fetcher, url, INTERFACE_VERSION, { clientName: 'trust-observatory-checklist', timeoutMs: LIMITS.totalTimeoutMs, onExchange });
+      const c = await connectMcp(fetcher, url, { timeoutMs: LIMITS.totalTimeoutMs, onExchange });
       mcp = { protocol_version: c.protocol_version, era: c.era, transport: c.transport };
     } catch (err) {
       if (!(err instanceof ProbeFailed || err instanceof TargetRefused)) throw err;

@@ -1,3 +1,6 @@
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { Client, SdkHttpError, SSEClientTransport, SseError, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
 import { manifestToolOf, type ManifestTool } from '../domain/drift.js';
 import { cutAt } from '../domain/text-diff.js';
@@ -42,6 +45,28 @@ export type McpRequestLimits = { -readonly [K in keyof typeof MCP_REQUEST_LIMITS
  */
 export const SELF_DESCRIPTION_LIMITS = { textChars: 256, versionChars: 64, versions: 32 } as const;
 
+/**
+ * Who the probe says it is: an ordinary client of the official SDK (docs/probes.md "How the probe
+ * presents itself"). A server that could tell the probe from its clients could show it one
+ * manifest and its clients another (cloaking), so every MCP request of every probe (drift,
+ * observation, agency checklist, readiness) says the same as an SDK client on node would: this
+ * clientInfo, with the SDK's own version, and the request headers node's fetch adds by default.
+ * Other documents (robots.txt, llms.txt, Server Cards, RFC 9728 metadata) are fetched with the
+ * safe client's honest User-Agent.
+ */
+export const MCP_CLIENT_INFO = { name: 'mcp-client', version: sdkVersion() } as const;
+
+/** What node's fetch (undici) adds to a request unless the caller sets it; the safe client sets accept-encoding and connection itself. */
+export const MCP_REQUEST_HEADERS = { 'user-agent': 'node', 'accept-language': '*', 'sec-fetch-mode': 'cors' } as const;
+
+/** The installed @modelcontextprotocol/client's version (its package.json is not among its exports). */
+function sdkVersion(): string {
+  const entry = createRequire(import.meta.url).resolve('@modelcontextprotocol/client');
+  const pkg = JSON.parse(readFileSync(join(dirname(entry), '..', 'package.json'), 'utf8')) as { name?: string; version?: string };
+  if (pkg.name !== '@modelcontextprotocol/client' || typeof pkg.version !== 'string') throw new Error(`cannot read the version of @modelcontextprotocol/client next to ${entry}`);
+  return pkg.version;
+}
+
 export type McpTransportKind = 'streamable-http' | 'sse';
 
 /** What the server said about itself when the probe connected. */
@@ -77,8 +102,6 @@ export interface ManifestReadOptions {
   transport?: McpTransportKind;
   /** Overall deadline; default MANIFEST_LIMITS.totalTimeoutMs. */
   timeoutMs?: number;
-  /** Client name the server sees (clientInfo). */
-  clientName?: string;
   /** Aborts the read early (it then fails as a timeout). */
   signal?: AbortSignal;
   /** Called with every HTTP response the probe receives, in order. */
@@ -98,16 +121,16 @@ export class McpHttpStatus extends ProbeFailed {
 }
 
 /** Connects, lists every page of tools/list, and disconnects. */
-export function readToolManifest(fetcher: SafeFetcher, url: string, version: string, opts: ManifestReadOptions = {}): Promise<LiveManifest> {
-  return probe(fetcher, url, version, opts, true) as Promise<LiveManifest>;
+export function readToolManifest(fetcher: SafeFetcher, url: string, opts: ManifestReadOptions = {}): Promise<LiveManifest> {
+  return probe(fetcher, url, opts, true) as Promise<LiveManifest>;
 }
 
 /** Connects (negotiating the protocol revision) and disconnects without listing anything. */
-export function connectMcp(fetcher: SafeFetcher, url: string, version: string, opts: ManifestReadOptions = {}): Promise<McpConnection> {
-  return probe(fetcher, url, version, opts, false);
+export function connectMcp(fetcher: SafeFetcher, url: string, opts: ManifestReadOptions = {}): Promise<McpConnection> {
+  return probe(fetcher, url, opts, false);
 }
 
-async function probe(fetcher: SafeFetcher, url: string, version: string, opts: ManifestReadOptions, listTools: boolean): Promise<McpConnection | LiveManifest> {
+async function probe(fetcher: SafeFetcher, url: string, opts: ManifestReadOptions, listTools: boolean): Promise<McpConnection | LiveManifest> {
   const timeoutMs = opts.timeoutMs ?? MANIFEST_LIMITS.totalTimeoutMs;
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), timeoutMs);
@@ -123,13 +146,13 @@ async function probe(fetcher: SafeFetcher, url: string, version: string, opts: M
     await fetcher.check(url, { signal: controller.signal });
     const first: McpTransportKind = opts.transport ?? 'streamable-http';
     try {
-      return await attempt(run, url, version, first, opts, timeoutMs, listTools);
+      return await attempt(run, url, first, opts, timeoutMs, listTools);
     } catch (err) {
       const e = run.explain(err, url, timeoutMs);
       // Not a Streamable HTTP endpoint: the HTTP+SSE transport's GET stream may be (transport spec, backwards compatibility).
       if (opts.transport === undefined && e instanceof McpHttpStatus && (e.status === 404 || e.status === 405) && !controller.signal.aborted) {
         try {
-          return await attempt(run, url, version, 'sse', opts, timeoutMs, listTools);
+          return await attempt(run, url, 'sse', opts, timeoutMs, listTools);
         } catch (err2) {
           throw run.explain(err2, url, timeoutMs);
         }
@@ -142,10 +165,10 @@ async function probe(fetcher: SafeFetcher, url: string, version: string, opts: M
   }
 }
 
-async function attempt(run: ProbeRun, url: string, version: string, kind: McpTransportKind, opts: ManifestReadOptions, timeoutMs: number, listTools: boolean): Promise<McpConnection | LiveManifest> {
+async function attempt(run: ProbeRun, url: string, kind: McpTransportKind, opts: ManifestReadOptions, timeoutMs: number, listTools: boolean): Promise<McpConnection | LiveManifest> {
   const signal = run.controller.signal;
   const client = new Client(
-    { name: opts.clientName ?? 'trust-observatory-drift', version },
+    { ...MCP_CLIENT_INFO },
     // Streamable HTTP: server/discover first, initialize when the server does not understand it.
     // HTTP+SSE predates 2026-07-28: that transport only ever carries the initialize handshake.
     { capabilities: {}, ...(kind === 'streamable-http' ? { versionNegotiation: { mode: 'auto' as const, probe: { timeoutMs } } } : {}) },
@@ -335,7 +358,7 @@ class ProbeRun {
     try {
       // The MCP POSTs stay on the server's origin (a redirect elsewhere is refused, 502); the GET
       // stream may move, every hop re-checked.
-      res = await this.fetcher.fetch(input, { ...init, signal }, { redirects: method === 'GET' ? 'follow' : 'same-origin' });
+      res = await this.fetcher.fetch(input, { ...init, headers: asNodeFetch(init?.headers), signal }, { redirects: method === 'GET' ? 'follow' : 'same-origin' });
     } catch (err) {
       release();
       this.settle(err, essential);
@@ -397,6 +420,13 @@ class ProbeRun {
     if (status !== null) return new McpHttpStatus(status, `${url} answered HTTP ${status} instead of MCP`);
     return new ProbeFailed('network', `could not read the MCP tool manifest of ${url}: ${(err as Error)?.message ?? String(err)}`.slice(0, 500));
   }
+}
+
+/** The SDK's request headers with what node's fetch would add (MCP_REQUEST_HEADERS) where the SDK set nothing. */
+function asNodeFetch(given: RequestInit['headers']): Headers {
+  const headers = new Headers(given);
+  for (const [k, v] of Object.entries(MCP_REQUEST_HEADERS)) if (!headers.has(k)) headers.set(k, v);
+  return headers;
 }
 
 /** How many JSON-RPC responses (answers to the server's requests) a request body carries. */

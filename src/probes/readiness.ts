@@ -1,4 +1,3 @@
-import { INTERFACE_VERSION } from '../config.js';
 import { JsonTooDeep, parsePeerJson } from '../domain/json-depth.js';
 import { mcpEndpoint, SURFACES, type ReadinessObservation, type SurfaceName, type SurfaceSlot } from '../domain/readiness.js';
 import { parseServerCard } from '../domain/server-card.js';
@@ -121,7 +120,7 @@ export async function probeMcpEndpoint(fetcher: SafeFetcher, origin: string, mcp
     return { url: named, reached: false, protocol_version: null, era: null, transport: null, server_card: null, note: 'the named MCP endpoint is not a URL' };
   }
   try {
-    const c = await connectMcp(fetcher, url, INTERFACE_VERSION, { clientName: 'trust-observatory-readiness', timeoutMs: READINESS_LIMITS.totalTimeoutMs });
+    const c = await connectMcp(fetcher, url, { timeoutMs: READINESS_LIMITS.totalTimeoutMs });
     const card = await findServerCard(fetcher, url);
     return { url, reached: true, protocol_version: c.protocol_version, era: c.era, transport: c.transport, server_card: card?.url ?? null, note: `speaks MCP ${c.protocol_version} over ${c.transport}` };
   } catch (err) {

@@ -21,6 +21,12 @@ export const SAFE_FETCH_DEFAULTS = {
   maxBytes: 1024 * 1024,
 } as const;
 
+/**
+ * Honest, for what probes read as a crawler would (robots.txt, llms.txt, cards, metadata). The MCP
+ * probe's requests replace it with what node's fetch sends, so a server cannot show the probe
+ * another manifest than its clients (MCP_REQUEST_HEADERS in mcp-manifest.ts; docs/probes.md "How
+ * the probe presents itself").
+ */
 const USER_AGENT = 'TrustObservatory-Probe/1.0 (+https://trust-observatory.dev/docs/probes)';
 /** Headers a caller may not set: we never send credentials or cookies anywhere. */
 const FORBIDDEN_HEADERS = new Set(['cookie', 'cookie2', 'authorization', 'proxy-authorization', 'host', 'connection', 'transfer-encoding']);

@@ -1,6 +1,5 @@
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { ServerCardCheckSchema } from '../../gen/observatory/v1/common_pb.js';
-import { INTERFACE_VERSION } from '../config.js';
 import type { Queryable } from '../db/index.js';
 import { DRIFT_FLAG_WINDOW_MS } from '../domain/drift.js';
 import { compareServerCard, SERVER_CARD_FLAG, type CardClaims } from '../domain/server-card.js';
@@ -104,7 +103,6 @@ export async function mcpTrustView(db: Queryable, serverId: number, now: Date): 
 export interface McpProbeOptions {
   transport?: McpTransportKind;
   timeoutMs?: number;
-  clientName?: string;
   signal?: AbortSignal;
   /** Reuse a card fetched (or found missing) less than this long ago; default: always fetch. */
   cardMaxAgeMs?: number;
@@ -122,7 +120,7 @@ export function createMcpProbeService({ db, config, now }: Pick<ServiceDeps, 'db
      * Server Card, compares the card with what the server just said, and records both.
      */
     async probe(server: { id: number; url: string }, o: McpProbeOptions = {}): Promise<{ manifest: LiveManifest; view: McpTrustView }> {
-      const manifest = await readToolManifest(fetcher, server.url, INTERFACE_VERSION, { transport: o.transport, timeoutMs: o.timeoutMs, clientName: o.clientName, signal: o.signal });
+      const manifest = await readToolManifest(fetcher, server.url, { transport: o.transport, timeoutMs: o.timeoutMs, signal: o.signal });
       const at = now();
       const previous = await store.get(server.id);
       let card: { url: string; claims: CardClaims } | null;

@@ -84,7 +84,6 @@ export function createObservationService(
       const { manifest } = await mcpProbe.probe(server, {
         transport,
         timeoutMs: cfg.timeoutMs,
-        clientName: 'trust-observatory-observer',
         signal: stopController.signal,
         cardMaxAgeMs: CARD_REFRESH_MS,
       });
