@@ -7,6 +7,7 @@ import { Code, ConnectError, createClient } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from '@connectrpc/connect-node';
 import { create, createFileRegistry, fromBinary } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
+import { RetryInfoSchema } from '../gen/google/rpc/error_details_pb.js';
 import { Health, HealthCheckResponse_ServingStatus as Status } from '../gen/grpc/health/v1/health_pb.js';
 import * as reflectionV1 from '../gen/grpc/reflection/v1/reflection_pb.js';
 import * as reflectionV1alpha from '../gen/grpc/reflection/v1alpha/reflection_pb.js';
@@ -132,6 +133,9 @@ describe(`gRPC health checking (${backend})`, () => {
       expect(err).toBeInstanceOf(ConnectError);
       expect((err as ConnectError).code).toBe(Code.Unavailable);
       expect((err as ConnectError).rawMessage).not.toMatch(/ECONNREFUSED|5432/);
+      // Retry-After as REST says it, and the google.rpc.RetryInfo gRPC clients read (test/retry-info.test.ts).
+      expect((err as ConnectError).metadata.get('retry-after')).toBe('2');
+      expect((err as ConnectError).findDetails(RetryInfoSchema)[0]?.retryDelay?.seconds).toBe(2n);
       sw.down(false);
       expect((await nextOf(watch)).status).toBe(Status.SERVING);
       await new Promise((r) => setTimeout(r, 300));

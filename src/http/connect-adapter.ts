@@ -32,7 +32,7 @@ import * as protoGrpc from '@connectrpc/connect/protocol-grpc';
 import * as protoGrpcWeb from '@connectrpc/connect/protocol-grpc-web';
 import { compressionBrotli, compressionGzip, universalResponseToNodeResponse } from '@connectrpc/connect-node';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { rpcProtocolOf, sendRpcProblem } from './rpc-errors.js';
+import { retryInfoOnRefusals, rpcProtocolOf, sendRpcProblem } from './rpc-errors.js';
 
 export interface ConnectPluginOptions extends ConnectRouterOptions {
   routes: (router: ConnectRouter) => void;
@@ -45,7 +45,10 @@ type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
 /** Fastify plugin: every procedure of `opts.routes` on its Connect/gRPC/gRPC-Web path. */
 export function connectPlugin(instance: FastifyInstance, opts: ConnectPluginOptions, done: (err?: Error) => void): void {
   const readMaxBytes = opts.readMaxBytes ?? 0xffffffff;
-  const router = createConnectRouter({ ...opts, acceptCompression: opts.acceptCompression ?? [compressionGzip, compressionBrotli] });
+  // Around every other interceptor: a refusal with Retry-After also carries google.rpc.RetryInfo,
+  // the retry delay gRPC clients read (src/http/rpc-errors.ts).
+  const interceptors = [retryInfoOnRefusals(), ...(opts.interceptors ?? [])];
+  const router = createConnectRouter({ ...opts, interceptors, acceptCompression: opts.acceptCompression ?? [compressionGzip, compressionBrotli] });
   // Each route states the largest message its service reads (a service may raise the router's
   // readMaxBytes, as OTLP/gRPC does), so the request body budget (src/http/body-budget.ts)
   // reserves what such a call may hold.

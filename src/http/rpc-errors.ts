@@ -2,7 +2,9 @@ import type http2 from 'node:http2';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Code, ConnectError, type ConnectRouter, type Interceptor } from '@connectrpc/connect';
 import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from '@connectrpc/connect/protocol';
-import { codeToHttpStatus, codeToString } from '@connectrpc/connect/protocol-connect';
+import { codeToHttpStatus, codeToString, errorToJson } from '@connectrpc/connect/protocol-connect';
+import { headerGrpcMessage, headerGrpcStatus, headerStatusDetailsBin, setTrailerStatus } from '@connectrpc/connect/protocol-grpc';
+import { RetryInfoSchema } from '../../gen/google/rpc/error_details_pb.js';
 import { isConnectionError, isRefusedValueError } from '../db/index.js';
 import { PROBLEMS, type ProblemCode } from '../errors.js';
 
@@ -15,6 +17,10 @@ import { PROBLEMS, type ProblemCode } from '../errors.js';
 //   Connect   the Connect error JSON {code, message}: unary with the HTTP status of the code,
 //             streaming as an end-of-stream message with HTTP 200
 //   REST      problem+json (src/http/problem.ts), unchanged
+// A refusal that says when to retry (Retry-After) says it in the caller's protocol too: a
+// google.rpc.RetryInfo detail, in grpc-status-details-bin (gRPC, gRPC-Web) or the Connect error's
+// details. OTLP exporters (the Collector's, Go's) retry RESOURCE_EXHAUSTED only when it is there
+// and drop the batch otherwise; gRPC clients in general read a retry delay nowhere else.
 
 export type RpcProtocol = 'grpc' | 'grpc-web' | 'connect';
 
@@ -38,15 +44,84 @@ function grpcMessage(message: string): string {
   return encodeURIComponent(message);
 }
 
+/** The seconds a Retry-After value names (the service sends delta-seconds only), or null. */
+export function retryAfterSeconds(value: string | null | undefined): number | null {
+  const v = value?.trim();
+  return v !== undefined && /^\d{1,9}$/.test(v) ? Number(v) : null;
+}
+
+/**
+ * Adds to a ConnectError whose metadata carries Retry-After a google.rpc.RetryInfo detail with
+ * the same delay (unless it has one), so that connect-es sends it in grpc-status-details-bin
+ * (gRPC, gRPC-Web) and in the Connect error's `details`. Returns its argument.
+ */
+export function withRetryInfo<E>(err: E): E {
+  if (!(err instanceof ConnectError)) return err;
+  const seconds = retryAfterSeconds(err.metadata.get('retry-after'));
+  if (seconds === null || err.details.some((d) => ('desc' in d ? d.desc.typeName : d.type) === RetryInfoSchema.typeName)) return err;
+  err.details.push({ desc: RetryInfoSchema, value: { retryDelay: { seconds: BigInt(seconds), nanos: 0 } } });
+  return err;
+}
+
+/**
+ * The interceptor that gives every handler's refusal with a Retry-After its RetryInfo (rate
+ * limits, bounded streams, a lost database ...), whatever raised it: put it first, so that it
+ * sees what the other interceptors throw. Streamed responses are covered too (an error thrown
+ * while the handler streams).
+ */
+export function retryInfoOnRefusals(): Interceptor {
+  return (next) => async (req) => {
+    let res;
+    try {
+      res = await next(req);
+    } catch (err) {
+      throw withRetryInfo(err);
+    }
+    if (!res.stream) return res;
+    const messages = res.message;
+    return {
+      ...res,
+      message: (async function* () {
+        try {
+          yield* messages;
+        } catch (err) {
+          throw withRetryInfo(err);
+        }
+      })(),
+    };
+  };
+}
+
+/** grpc-status, grpc-message and (with details) grpc-status-details-bin of an error, as connect-es writes them. */
+function grpcStatusHeaders(err: ConnectError): Record<string, string> {
+  // The error carries no metadata here (the caller's headers travel separately): only the status fields are set.
+  const h = setTrailerStatus(new Headers(), err);
+  const out: Record<string, string> = {};
+  for (const k of [headerGrpcStatus, headerGrpcMessage, headerStatusDetailsBin]) {
+    const v = h.get(k);
+    if (v !== null) out[k] = v;
+  }
+  return out;
+}
+
+/** The error a refusal is: code and message, and a RetryInfo detail when `headers` carry Retry-After. */
+function refusalError(code: Code, message: string, headers: Record<string, string>): ConnectError {
+  const err = new ConnectError(message, code);
+  const seconds = retryAfterSeconds(Object.entries(headers).find(([k]) => k.toLowerCase() === 'retry-after')?.[1]);
+  if (seconds !== null) err.details.push({ desc: RetryInfoSchema, value: { retryDelay: { seconds: BigInt(seconds), nanos: 0 } } });
+  return err;
+}
+
 /**
  * Answers `reply` with an error in the protocol of its request. `headers` are extra response
  * headers (Retry-After, Allow ...).
  */
 export function sendRpcError(req: FastifyRequest, reply: FastifyReply, protocol: RpcProtocol, code: Code, message: string, headers: Record<string, string> = {}): FastifyReply | void {
   const requestType = String(req.headers['content-type'] ?? '').toLowerCase();
+  const err = refusalError(code, message, headers);
   if (protocol === 'grpc') {
     const raw = reply.raw as unknown as { stream?: http2.ServerHttp2Stream };
-    const status = { 'grpc-status': String(code), 'grpc-message': grpcMessage(message) };
+    const status = grpcStatusHeaders(err);
     if (raw.stream && !raw.stream.headersSent && !raw.stream.destroyed) {
       // A real trailers-only response: one HEADERS frame with END_STREAM, as the gRPC spec
       // defines for an immediate error. The hooks' headers (request id, CORS) go along.
@@ -64,9 +139,9 @@ export function sendRpcError(req: FastifyRequest, reply: FastifyReply, protocol:
   }
   if (protocol === 'grpc-web') {
     const type = requestType.startsWith('application/grpc-web-text') ? 'application/grpc-web-text+proto' : 'application/grpc-web+proto';
-    return reply.code(200).headers(headers).headers({ 'grpc-status': String(code), 'grpc-message': grpcMessage(message) }).type(type).send();
+    return reply.code(200).headers(headers).headers(grpcStatusHeaders(err)).type(type).send();
   }
-  const body = { code: codeToString(code), message };
+  const body = { ...errorToJson(err, undefined), message };
   if (/^application\/connect\+/.test(requestType)) {
     // Connect streaming: HTTP 200 and an end-of-stream message (flag 0x02) carrying the error.
     const json = Buffer.from(JSON.stringify({ error: body }));
@@ -150,7 +225,8 @@ export function nativeHandlerErrors(log: (err: unknown) => void): Interceptor {
       return await next(req);
     } catch (err) {
       if (err instanceof ConnectError) throw err;
-      if (isConnectionError(err)) throw new ConnectError('the database is unavailable; retry shortly', Code.Unavailable);
+      // Retry-After as REST says it (src/http/problem.ts); retryInfoOnRefusals adds its RetryInfo.
+      if (isConnectionError(err)) throw new ConnectError('the database is unavailable; retry shortly', Code.Unavailable, { 'retry-after': '2' });
       if (isRefusedValueError(err)) throw new ConnectError('the request contains characters that cannot be stored (e.g. NUL)', Code.InvalidArgument);
       log(err);
       throw new ConnectError('internal error', Code.Internal);
