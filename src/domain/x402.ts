@@ -25,6 +25,19 @@ export const X402_VERSIONS = [1, 2] as const;
 export const V2_MAX_TIMEOUT_SECONDS = 300;
 /** How far in the future a payer's proof may be dated (clock skew). */
 export const PROOF_FUTURE_SKEW_SECONDS = 60;
+/**
+ * Cache-Control of every payment-required answer, on every door (REST 402, the Connect error's
+ * headers): what @x402/core's own server sends with a 402 (its PAYMENT_REQUIRED_CACHE_CONTROL).
+ * The terms and the refusal's reason belong to one request; a cache must never answer another
+ * with them, nor keep a payer's refusal.
+ */
+export const PAYMENT_REQUIRED_CACHE_CONTROL = 'no-store';
+/**
+ * Cache-Control of a paid answer (the one carrying PAYMENT-RESPONSE). @x402/core merges `private`
+ * into it so shared caches do not keep settlement metadata; a paid verdict is one payer's, with its
+ * own receipt, so no cache keeps it at all (what REST's /agent-query already answered).
+ */
+export const PAID_ANSWER_CACHE_CONTROL = 'no-store';
 const DESCRIPTION = 'Full trust verdict with a signed receipt for one MCP server';
 
 /** One chain paid verdicts settle on: CAIP-2 id (v2), v1 network name, chain id and USDC. */

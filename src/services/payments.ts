@@ -6,6 +6,8 @@ import { PaymentRequiredSchema } from '../../gen/observatory/v1/access_pb.js';
 import { clientNetwork } from '../domain/client-network.js';
 import { createTokenBuckets } from '../domain/token-bucket.js';
 import {
+  PAID_ANSWER_CACHE_CONTROL,
+  PAYMENT_REQUIRED_CACHE_CONTROL,
   PRICE,
   X402_VERSION,
   acceptsOurTerms,
@@ -87,7 +89,8 @@ export function createPaymentService(deps: ServiceDeps, opts: PaymentServiceOpti
       x402Version: X402_VERSION,
       paymentsEnabled: wallet !== null,
     };
-    const headers: Record<string, string> = { 'x-payment-required': paymentSummaryHeader(chain) };
+    // No cache keeps or replays a payment-required answer (as @x402/core's server answers a 402).
+    const headers: Record<string, string> = { 'x-payment-required': paymentSummaryHeader(chain), 'cache-control': PAYMENT_REQUIRED_CACHE_CONTROL };
     if (wallet) headers['x-payment-wallet'] = wallet;
     const v2 = x402PaymentRequired(t, detail);
     if (v2) headers['payment-required'] = encodePaymentRequiredHeader(v2);
@@ -110,6 +113,7 @@ export function createPaymentService(deps: ServiceDeps, opts: PaymentServiceOpti
   function paid(ctx: CallContext | undefined, settle: SettleResponse, v1Header: boolean) {
     const value = encodePaymentResponseHeader(settle);
     ctx?.responseHeader?.set('payment-response', value);
+    ctx?.responseHeader?.set('cache-control', PAID_ANSWER_CACHE_CONTROL);
     if (v1Header) ctx?.responseHeader?.set('x-payment-response', value);
   }
 
