@@ -126,7 +126,9 @@ describe(`server identity cannot be taken over (${backend})`, () => {
     expect(await preflightUrl('alpha-example-mcp')).toBe(first);
     // Later servers whose derived names collide with the first one's name or slug.
     for (const later of ['https://alpha-example-mcp', 'https://ALPHA.example:443/mcp/', 'http://alpha.example/mcp', 'https://alpha.example/MCP']) await report(later, true, nextAddress(), 2);
-    for (const target of ['alpha.example/mcp', 'alpha-example-mcp', 'ALPHA.EXAMPLE/MCP', first]) expect(await preflightUrl(target), target).toBe(first);
+    for (const target of ['alpha.example/mcp', 'alpha-example-mcp', 'ALPHA.EXAMPLE/mcp', first]) expect(await preflightUrl(target), target).toBe(first);
+    // A host/path target is the URL it spells (hosts are case-insensitive, paths are not): the /MCP server.
+    expect(await preflightUrl('ALPHA.EXAMPLE/MCP')).toBe('https://alpha.example/MCP');
     expect((await get('/benchmark/alpha-example-mcp')).server_url).toBe(first);
     // Variants of the catalogue server's identifiers, reported after the fact, change nothing either.
     for (const later of ['https://IO.GITHUB.ACME/weather/', 'http://io.github.acme/weather', 'https://io-github-acme-weather:443', 'https://io.github.acme/Weather']) await report(later, true, nextAddress(), 2);

@@ -20,7 +20,7 @@ import { latencyP95 } from '../domain/latency-histogram.js';
 import { canonicalServerUrl, InvalidServerUrl } from '../domain/server-identity.js';
 import { DEFAULT_DELTA_WINDOW, DELTA_WINDOWS, groupDeltas, isDeltaWindow, reliabilityTrend } from '../domain/trend.js';
 import { gradeFor, SLA_MIN_INTERACTIONS_30D, slaTierFor, type PreflightVerdict, type SlaTier } from '../domain/verdict.js';
-import { invalidArgument, notTracked } from '../errors.js';
+import { invalidArgument, notTracked, ObservatoryError } from '../errors.js';
 import { staleReads } from '../db/index.js';
 import { marketStore, type MarketFigures } from '../store/market.js';
 import { scoreStore, type RankedServer } from '../store/scores.js';
@@ -186,9 +186,11 @@ export function createTrustService({ db, config, now }: ServiceDeps) {
     if (target.length > 2048) throw invalidArgument(`${param} must be at most 2048 characters`);
     // eslint-disable-next-line no-control-regex
     if (/[\u0000-\u001f\u007f]/.test(target)) throw invalidArgument(`${param} must not contain control characters`);
-    const server = await servers.resolve(target);
-    if (!server) throw notTracked(target);
-    return server;
+    const { server, ambiguous } = await servers.resolveTarget(target);
+    if (server) return server;
+    // A name or slug that several servers' URLs have answers none of them (docs/scoring.md "Server identity").
+    if (ambiguous.length > 0) throw new ObservatoryError('not_tracked', `${target} names ${ambiguous.length} tracked servers (${ambiguous.slice(0, 5).join(', ')}${ambiguous.length > 5 ? ', ...' : ''}); ask by URL`);
+    throw notTracked(target);
   }
 
   // GetTrust hot path: server rows by URL (hits only, SCORE_CACHE_MS like the scores) and the

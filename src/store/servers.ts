@@ -1,14 +1,27 @@
 import { isUniqueViolation, type Queryable } from '../db/index.js';
 import { perTurn } from './per-turn.js';
-import { canonicalServerUrl, hasQuery, identityCandidate, InvalidServerUrl, looksLikeUrl, serverHandle, withoutQuery } from '../domain/server-identity.js';
+import {
+  canonicalServerUrl,
+  chooseByHandle,
+  hasQuery,
+  identityCandidate,
+  InvalidServerUrl,
+  looksLikeUrl,
+  MAX_HANDLE_CANDIDATES,
+  serverHandle,
+  urlsSpelledBy,
+  withoutQuery,
+  type HandleCandidate,
+} from '../domain/server-identity.js';
 
 // Server identity (docs/scoring.md "Server identity"). A server is its canonical URL; its name,
 // slug and registry name are handles in one namespace (table server_handles, migration 1410),
 // each bound to exactly one server and never moved by a request: a handle is bound when its
 // server is created (the slug, by a trigger on servers) or by a catalogue import (the slug form
-// of the registry name). Resolution: canonical URL first, then the handle; a catalogue import
-// may take a registry name's handle from a server no catalogue lists (it is renamed), nothing
-// else ever rebinds one.
+// of the registry name). Resolution (resolveTarget): canonical URL, then a registry name, then
+// the URL a host/path target spells, then a name or slug, which is never first-come when several
+// tracked URLs have that slug (chooseByHandle). A catalogue import may take a registry name's
+// handle from a server no catalogue lists (it is renamed), nothing else ever rebinds one.
 
 export interface ServerRow {
   id: number;
@@ -89,14 +102,37 @@ const serversByUrl = perTurn(async (db: Queryable, urls: string[]) => {
   const rows = await db.query<ServerRow>(`SELECT ${COLUMNS} FROM servers WHERE url = ANY($1::text[])`, [urls], { prepare: 'servers_by_url' });
   return new Map(rows.map((r) => [r.url, r]));
 });
+type HandleRow = ServerRow & HandleCandidate;
+// Per handle: the server it is bound to, and the servers whose URL's own slug it is (expression
+// index of migration 1650), at most MAX_HANDLE_CANDIDATES + 1 of those: chooseByHandle decides.
 const serversByHandle = perTurn(async (db: Queryable, handles: string[]) => {
-  const rows = await db.query<ServerRow & { handle: string }>(
-    `SELECT h.handle, ${S_COLUMNS} FROM server_handles h JOIN servers s ON s.id = h.server_id WHERE h.handle = ANY($1::text[])`,
-    [handles],
-    { prepare: 'servers_by_handle' },
+  const rows = await db.query<HandleRow & { handle: string }>(
+    `SELECT q.handle, c.* FROM unnest($1::text[]) AS q(handle) CROSS JOIN LATERAL (
+       SELECT ${S_COLUMNS}, (s.catalogued_at IS NOT NULL) AS catalogued, h.kind
+         FROM server_handles h JOIN servers s ON s.id = h.server_id WHERE h.handle = q.handle
+       UNION ALL
+       (SELECT ${S_COLUMNS}, (s.catalogued_at IS NOT NULL) AS catalogued, NULL::text AS kind
+          FROM servers s WHERE server_url_slug(s.url) = q.handle ORDER BY s.id LIMIT $2)
+     ) c`,
+    [handles, MAX_HANDLE_CANDIDATES + 1],
+    { prepare: 'servers_by_handle_v2' },
   );
-  return new Map(rows.map(({ handle, ...row }) => [handle, row]));
+  const out = new Map<string, HandleRow[]>();
+  for (const { handle, ...row } of rows) {
+    const list = out.get(handle);
+    if (list) list.push(row);
+    else out.set(handle, [row]);
+  }
+  return out;
 });
+
+const serverRow = (r: HandleRow): ServerRow => ({ id: r.id, url: r.url, name: r.name, slug: r.slug, category: r.category, registered_at: r.registered_at });
+
+/** What a target resolves to: a server, or none; `ambiguous` lists the servers a handle names when it names several (the handle then answers none). */
+export interface Resolution {
+  server: ServerRow | null;
+  ambiguous: string[];
+}
 
 export function serverStore(db: Queryable) {
   /** The first free identity (name, slug) for `name`/`slug`, trying k = from, from + 1, ... */
@@ -171,18 +207,40 @@ export function serverStore(db: Queryable) {
      * is a handle, compared by its slug form, so upper case, spaces and punctuation do not matter.
      */
     async resolve(target: string): Promise<ServerRow | null> {
+      return (await store.resolveTarget(target)).server;
+    },
+
+    /**
+     * resolve, saying why a handle answered no server when it names several. Order (docs/scoring.md
+     * "Server identity"): a target with a scheme is a URL; else a registry name's binding; else a
+     * target of the form host/path is the URL it spells (https, then http; urlsSpelledBy) and
+     * nothing else; else a handle (chooseByHandle: never first-come when several servers' URLs
+     * have that slug).
+     */
+    async resolveTarget(target: string): Promise<Resolution> {
+      const none: Resolution = { server: null, ambiguous: [] };
       const t = target.trim();
       if (looksLikeUrl(t)) {
         try {
-          return await store.lookupUrl(canonicalServerUrl(t));
+          return { server: await store.lookupUrl(canonicalServerUrl(t)), ambiguous: [] };
         } catch (err) {
-          if (err instanceof InvalidServerUrl) return null;
+          if (err instanceof InvalidServerUrl) return none;
           throw err;
         }
       }
       const handle = serverHandle(t);
-      if (handle === '') return null;
-      return (await serversByHandle(db, handle)) ?? null;
+      const candidates = handle === '' ? [] : ((await serversByHandle(db, handle)) ?? []);
+      const registry = candidates.find((c) => c.kind === 'registry');
+      if (registry) return { server: serverRow(registry), ambiguous: [] };
+      const spelled = urlsSpelledBy(t);
+      if (spelled.length > 0) {
+        const found = await Promise.all(spelled.map((u) => store.lookupUrl(u)));
+        return { server: found.find((r) => r !== null) ?? null, ambiguous: [] };
+      }
+      const choice = chooseByHandle(handle, candidates);
+      if (choice === null) return none;
+      if ('chosen' in choice) return { server: serverRow(choice.chosen), ambiguous: [] };
+      return { server: null, ambiguous: choice.ambiguous.map((c) => c.url) };
     },
 
     /**
