@@ -1,15 +1,29 @@
 import type { Queryable } from '../db/index.js';
 import { canonicalServerUrl, InvalidServerUrl } from '../domain/server-identity.js';
-import { serverHostStore } from '../store/server-hosts.js';
+import { serverHostStore, type ServerAtOrigin } from '../store/server-hosts.js';
 import { serverStore } from '../store/servers.js';
 import { BoundedMap } from '../store/cache-limits.js';
 
 // Which MCP server an OTLP call went to (docs/telemetry.md "The server"), from what the spans or
 // points carry, best first: a URL (`url.full` of the HTTP child span, or of the MCP span), else
-// `server.address` + `server.port` matched to a tracked server, else their origin.
+// `server.address` + `server.port`: the one server tracked at that origin, or among several the
+// one that is established there; none tracked: the origin itself.
 
 /** How long a resolution by address is reused; a new server at that address shows up after it. */
 const ADDRESS_TTL_MS = 60_000;
+/** Servers read at one origin; more than this and an address names none of them. */
+const MAX_SERVERS_AT_ORIGIN = 64;
+
+/**
+ * Which of several tracked servers at one origin a span that names only the address is about
+ * (docs/telemetry.md): the one server there that is established, i.e. listed by a catalogue or
+ * with evidence from more than one independent source family; null when none or several are.
+ * The bare origin gets no preference for being tracked: anyone can create it with one report.
+ */
+export function establishedAtOrigin(servers: readonly ServerAtOrigin[]): string | null {
+  const established = servers.filter((s) => s.catalogued || s.families > 1);
+  return established.length === 1 ? established[0]!.url : null;
+}
 
 export interface ServerHints {
   url: string | null;
@@ -85,13 +99,12 @@ export function serverResolver(db: Queryable, now: () => number = () => performa
     if (hit && now() - hit.at < ADDRESS_TTL_MS) return hit.url;
     const https = port === null || port === 443 ? `https://${host}` : `https://${host}:${port}`;
     const http = port === null || port === 80 ? `http://${host}` : `http://${host}:${port}`;
-    const found = await hosts.urlsAtOrigins([https, http], 2);
+    const found = await hosts.atOrigins([https, http], MAX_SERVERS_AT_ORIGIN + 1);
     let url: string | null;
-    if (found.includes(https)) url = https;
-    else if (found.includes(http)) url = http;
-    else if (found.length === 1) url = found[0]!;
-    else if (found.length > 1) url = null; // several servers at that address: it cannot say which
-    else url = port === 80 ? http : https; // none tracked: the origin, on the scheme its port implies
+    if (found.length === 0) url = port === 80 ? http : https; // none tracked: the origin, on the scheme its port implies
+    else if (found.length === 1) url = found[0]!.url;
+    else if (found.length > MAX_SERVERS_AT_ORIGIN) url = null;
+    else url = establishedAtOrigin(found); // several: the one established there, else it cannot say which
     remember(byAddress, key, { url, at: now() });
     return url;
   }

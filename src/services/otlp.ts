@@ -151,7 +151,7 @@ export function createOtlpService(deps: ServiceDeps, { telemetry }: { telemetry:
       }
       if (reading.invalid > 0) why.push(`${plural(reading.invalid, 'MCP tool-call span')} had no usable duration (start and end time, at most one hour)`);
       if (mine.unresolved > 0) {
-        why.push(`${plural(mine.unresolved, 'MCP tool-call span')} named no server (no url.full on the span or its HTTP child span, and no server.address, or one shared by several tracked servers)`);
+        why.push(`${plural(mine.unresolved, 'MCP tool-call span')} named no server (no url.full on the span or its HTTP child span, and no server.address; or a server.address whose origin has several tracked servers, none or more than one of them established there, i.e. in the catalogue or with evidence from more than one source family: ambiguous, send url.full)`);
       }
       if (mine.invalid > 0) why.push(`${plural(mine.invalid, 'MCP tool-call span')} failed report validation (e.g. gen_ai.tool.name longer than 200 characters)`);
       return { partialSuccess: { rejectedSpans: BigInt(rejected), errorMessage: `${rejected} of ${reading.total} spans were not recorded: ${why.join('; ')}. See docs/telemetry.md of the observatory.` } };
@@ -221,7 +221,7 @@ export function createOtlpService(deps: ServiceDeps, { telemetry }: { telemetry:
       }
       if (superseded > 0) why.push(`${plural(superseded, 'point')} came from a resource that also exports MCP tool-call spans, which are counted instead`);
       if (overLimit > 0) why.push(`${plural(overLimit, 'point')} would have added more than ${MAX_METRIC_REPORTS_PER_EXPORT} calls to one export`);
-      if (unresolved > 0) why.push(`${plural(unresolved, 'point')} named no server (no server.address, or one shared by several tracked servers)`);
+      if (unresolved > 0) why.push(`${plural(unresolved, 'point')} named no server (no server.address; or one whose origin has several tracked servers, none or more than one of them in the catalogue or with evidence from more than one source family: ambiguous, send url.full)`);
       if (invalidPoints.size > 0) why.push(`${plural(invalidPoints.size, 'point')} failed report validation (e.g. gen_ai.tool.name longer than 200 characters)`);
       return {
         partialSuccess: { rejectedDataPoints: BigInt(rejected), errorMessage: `${rejected} of ${reading.total} data points were not recorded: ${why.join('; ')}. See docs/telemetry.md of the observatory.` },

@@ -33,7 +33,7 @@ const MINUTE_MS = 60_000;
  * src/domain/scoring.ts (addr:X and key:...@X are the family net:X; a key without a family and
  * anything else are their own).
  */
-const SOURCE_FAMILY_SQL = `CASE WHEN source LIKE 'addr:%' THEN 'net:' || substr(source, 6)
+export const SOURCE_FAMILY_SQL = `CASE WHEN source LIKE 'addr:%' THEN 'net:' || substr(source, 6)
   WHEN source LIKE 'key:%@%' THEN 'net:' || split_part(source, '@', 2) ELSE source END`;
 
 /** The observation schedule and the global probe budget (tables observation_schedule, observation_budget). */
