@@ -4,7 +4,7 @@
 import { isIP } from 'node:net';
 import { PAYMENT_NETWORKS, type PaymentNetworkId } from './domain/x402.js';
 import { EXT_AUTHZ_MAX_BYTES, parseGateRoutes, parseTrustedHeaders, type GateRoute, type UpstreamHeader } from './domain/gate.js';
-import { parseToolRules, type GateToolPolicy, type ToolRule } from './domain/tool-gate.js';
+import { parseToolRules, UNLISTED_TOOL_POLICIES, type GateToolPolicy, type ToolRule } from './domain/tool-gate.js';
 import { KEY_ENCRYPTION_SECRET_HELP, parseKeyEncryptionSecret } from './signing/secret-format.js';
 import { DEFAULT_CACHE_MAX_ENTRIES } from './store/cache-limits.js';
 
@@ -291,7 +291,8 @@ export interface GateConfig {
    * Per-tool decisions (Mcp-Method: tools/call with Mcp-Name): GATE_TOOLS_DENY (tools always
    * denied), GATE_TOOLS_EXEMPT (tools skipping the drift and tool-evidence checks) and
    * GATE_TOOL_DRIFT_HOURS (default 168, 0 = drift never denies a tool); GATE_REQUIRE_MCP_METHOD
-   * (default off) denies requests without Mcp-Method.
+   * (default off) denies requests without Mcp-Method; GATE_UNLISTED_TOOLS (deny, the default, or
+   * allow) for a tool the server's latest recorded manifest does not list.
    */
   tools: GateToolPolicy;
 }
@@ -355,6 +356,14 @@ function toolRules(env: Env, name: string): ToolRule[] {
   } catch (err) {
     throw new ConfigError(name, (err as Error).message);
   }
+}
+
+function unlistedTools(env: Env): NonNullable<GateToolPolicy['unlistedTools']> {
+  const raw = str(env, 'GATE_UNLISTED_TOOLS');
+  if (raw === undefined) return 'deny';
+  const v = UNLISTED_TOOL_POLICIES.find((p) => p === raw.toLowerCase());
+  if (!v) throw new ConfigError('GATE_UNLISTED_TOOLS', `must be deny or allow, got "${raw}"`);
+  return v;
 }
 
 function trustedHeaders(env: Env): UpstreamHeader[] {
@@ -545,6 +554,7 @@ export function loadConfig(env: Env = process.env): Config {
         exempt: toolRules(env, 'GATE_TOOLS_EXEMPT'),
         driftWindowMs: int(env, 'GATE_TOOL_DRIFT_HOURS', 168, 0, 8760) * 3_600_000,
         requireMcpMethod: boolDefault(env, 'GATE_REQUIRE_MCP_METHOD', false),
+        unlistedTools: unlistedTools(env),
       },
     },
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),

@@ -108,9 +108,11 @@ describe('GATE_TOOLS_DENY / GATE_TOOLS_EXEMPT rules', () => {
     expect(() => loadConfig({ GATE_TOOL_DRIFT_HOURS: '-1' })).toThrow(/GATE_TOOL_DRIFT_HOURS/);
     expect(() => loadConfig({ GATE_TOOL_DRIFT_HOURS: '9000' })).toThrow(/GATE_TOOL_DRIFT_HOURS/);
     const c = loadConfig({ GATE_TOOLS_DENY: 'a,b', GATE_TOOLS_EXEMPT: `${UP}#c`, GATE_TOOL_DRIFT_HOURS: '24', GATE_REQUIRE_MCP_METHOD: '1' });
-    expect(c.gate.tools).toEqual({ deny: [{ upstream: null, name: 'a' }, { upstream: null, name: 'b' }], exempt: [{ upstream: UP, name: 'c' }], driftWindowMs: 24 * HOUR, requireMcpMethod: true });
-    expect(loadConfig({}).gate.tools).toEqual({ deny: [], exempt: [], driftWindowMs: WEEK, requireMcpMethod: false });
+    expect(c.gate.tools).toEqual({ deny: [{ upstream: null, name: 'a' }, { upstream: null, name: 'b' }], exempt: [{ upstream: UP, name: 'c' }], driftWindowMs: 24 * HOUR, requireMcpMethod: true, unlistedTools: 'deny' });
+    expect(loadConfig({}).gate.tools).toEqual({ deny: [], exempt: [], driftWindowMs: WEEK, requireMcpMethod: false, unlistedTools: 'deny' });
     expect(() => loadConfig({ GATE_REQUIRE_MCP_METHOD: 'sometimes' })).toThrow(/GATE_REQUIRE_MCP_METHOD/);
+    expect(loadConfig({ GATE_UNLISTED_TOOLS: 'allow' }).gate.tools.unlistedTools).toBe('allow');
+    expect(() => loadConfig({ GATE_UNLISTED_TOOLS: 'warn' })).toThrow(/GATE_UNLISTED_TOOLS: must be deny or allow, got "warn"/);
   });
 });
 
@@ -178,6 +180,7 @@ describe('decideTool', () => {
   it('describes the finding in snake_case JSON for the body and the receipt', () => {
     expect(toolFindingJson(decideTool(pass, UP, 'get_radar', drifted, none).finding)).toEqual({
       name: 'get_radar',
+      listed: null,
       drift: { change: 'changed', parts: ['description'], detected_at: T0.toISOString() },
       verdict: 'PASS',
       trust_score: 72.5,

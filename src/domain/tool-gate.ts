@@ -111,7 +111,15 @@ export interface GateToolPolicy {
    * so a client cannot skip the per-tool checks by speaking an earlier revision.
    */
   requireMcpMethod?: boolean;
+  /**
+   * A tool the server's latest recorded manifest does not list (GATE_UNLISTED_TOOLS, default
+   * deny): `deny` refuses it (`tool_not_in_baseline`), `allow` judges it by the other checks.
+   */
+  unlistedTools?: 'deny' | 'allow';
 }
+
+/** The values of GATE_UNLISTED_TOOLS. */
+export const UNLISTED_TOOL_POLICIES = ['deny', 'allow'] as const;
 
 /**
  * Parses a comma-separated list of tool rules: `name` (on every upstream) or `<upstream URL>#name`
@@ -182,6 +190,8 @@ export interface ToolEvidence {
 /** What the per-tool check found, as the decision body and receipt carry it. */
 export interface ToolFinding {
   name: string;
+  /** Whether the server's latest recorded manifest lists the tool; null when none is recorded (or the server is not tracked). */
+  listed: boolean | null;
   drift: ToolDrift | null;
   evidence: ToolEvidence;
   denied_by_policy: boolean;
@@ -192,22 +202,27 @@ export interface ToolFinding {
  * The per-tool decision, applied after the server's: a server-level denial stands (the tool
  * headers never widen what passes); then a tool named in GATE_TOOLS_DENY is denied
  * (`policy_denies_tool`); a tool named in GATE_TOOLS_EXEMPT skips the remaining checks; a tool
- * that drifted within the window is denied (`tool_drift`); a tool whose own evidence is FAIL is
- * denied (`tool_verdict_fail`). Otherwise the server's decision stands.
+ * the server's latest recorded manifest does not list is denied (`tool_not_in_baseline`, unless
+ * GATE_UNLISTED_TOOLS=allow): no probe ever saw its definition, so neither drift nor anything
+ * else vouches for it; a tool that drifted within the window is denied (`tool_drift`); a tool
+ * whose own evidence is FAIL is denied (`tool_verdict_fail`). Otherwise the server's decision
+ * stands. `found.listed` null (no manifest recorded) skips the listing check.
  */
 export function decideTool(
   server: GateDecision,
   upstream: string,
   tool: string,
-  found: { drift: ToolDrift | null; evidence: ToolEvidence },
+  found: { drift: ToolDrift | null; evidence: ToolEvidence; listed?: boolean | null },
   policy: GateToolPolicy,
 ): { decision: GateDecision; finding: ToolFinding } {
   const deniedByPolicy = toolRuleMatches(policy.deny, upstream, tool);
   const exempt = !deniedByPolicy && toolRuleMatches(policy.exempt, upstream, tool);
-  const finding: ToolFinding = { name: tool, drift: found.drift, evidence: found.evidence, denied_by_policy: deniedByPolicy, exempt };
+  const listed = found.listed ?? null;
+  const finding: ToolFinding = { name: tool, listed, drift: found.drift, evidence: found.evidence, denied_by_policy: deniedByPolicy, exempt };
   if (!server.allow) return { decision: server, finding };
   if (deniedByPolicy) return { decision: { allow: false, reason: 'policy_denies_tool' }, finding };
   if (exempt) return { decision: server, finding };
+  if (listed === false && (policy.unlistedTools ?? 'deny') === 'deny') return { decision: { allow: false, reason: 'tool_not_in_baseline' }, finding };
   if (found.drift) return { decision: { allow: false, reason: 'tool_drift' }, finding };
   if (found.evidence.verdict === 'FAIL') return { decision: { allow: false, reason: 'tool_verdict_fail' }, finding };
   return { decision: server, finding };
@@ -217,6 +232,7 @@ export function decideTool(
 export function toolFindingJson(f: ToolFinding): Record<string, unknown> {
   return {
     name: f.name,
+    listed: f.listed,
     drift: f.drift ? { change: f.drift.change, parts: f.drift.parts, detected_at: f.drift.detectedAt.toISOString() } : null,
     verdict: f.evidence.verdict,
     trust_score: f.evidence.trustScore,

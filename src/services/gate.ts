@@ -33,29 +33,89 @@ export interface GateAssessment {
 export interface ToolFacts {
   drift: ToolDrift | null;
   evidence: ToolEvidence;
+  /** Whether the server's latest recorded manifest lists the tool; null or absent when none is recorded. */
+  listed?: boolean | null;
 }
 
-const NO_TOOL_FACTS: ToolFacts = { drift: null, evidence: { verdict: 'UNRATED', trustScore: null, reports: 0 } };
+const NO_TOOL_FACTS: ToolFacts = { drift: null, evidence: { verdict: 'UNRATED', trustScore: null, reports: 0 }, listed: null };
 
 /**
- * A tool's facts from the database: its newest drift within `driftWindowMs` (drift_tool_changes) and
- * its own evidence (tool_evidence) scored with the server model. Latency counts as neutral (no
- * per-tool category baseline exists): a tool is judged on its success rate, with the same prior,
- * decay and per-source caps as a server, so one source alone cannot make a tool FAIL faster than
- * it can make a server FAIL.
+ * The tool names of recorded manifests kept in memory per database handle, by manifest hash (the
+ * hash fixes the names, so an entry is never stale): the listing check reads the latest manifest's
+ * hash with the drift row it already reads, and a manifest's names once per process. Bounded by
+ * CACHE_MAX_ENTRIES manifests and `maxChars` characters of names in all (a manifest holds at most
+ * 2,000 names of at most 512 characters, about 1 M); the oldest go first.
+ */
+export const MANIFEST_NAMES_CACHE = { maxChars: 4_000_000 } as const;
+
+interface NamesCache {
+  sets: BoundedMap<string, { names: Set<string>; chars: number }>;
+  chars: number;
+  pending: Map<string, Promise<Set<string> | null>>;
+}
+const namesCaches = new WeakMap<Queryable, NamesCache>();
+
+function namesCache(db: Queryable): NamesCache {
+  let c = namesCaches.get(db);
+  if (!c) {
+    const cache: NamesCache = { sets: new BoundedMap(undefined, (_hash, v) => void (cache.chars -= v.chars)), chars: 0, pending: new Map() };
+    namesCaches.set(db, (c = cache));
+  }
+  return c;
+}
+
+/** The names a recorded manifest lists (null: its list is gone), from memory when seen before. */
+function manifestNames(db: Queryable, latest: { baseline_id: string; manifest_hash: string }): Promise<Set<string> | null> {
+  const c = namesCache(db);
+  const hit = c.sets.get(latest.manifest_hash);
+  if (hit) return Promise.resolve(hit.names);
+  let p = c.pending.get(latest.manifest_hash);
+  if (!p) {
+    p = driftStore(db)
+      .manifestNames(latest.baseline_id)
+      .then((list) => {
+        if (list === null) return null;
+        const names = new Set(list);
+        // Each name's characters and a little for its place in the set.
+        let chars = 0;
+        for (const n of names) chars += n.length + 16;
+        c.sets.set(latest.manifest_hash, { names, chars });
+        c.chars += chars;
+        for (const [hash, v] of c.sets) {
+          if (c.chars <= MANIFEST_NAMES_CACHE.maxChars || hash === latest.manifest_hash) break;
+          c.sets.delete(hash);
+          c.chars -= v.chars;
+        }
+        return names;
+      })
+      .finally(() => c.pending.delete(latest.manifest_hash));
+    c.pending.set(latest.manifest_hash, p);
+  }
+  return p;
+}
+
+/**
+ * A tool's facts from the database: its newest drift within `driftWindowMs` (drift_tool_changes),
+ * whether the server's latest recorded manifest lists it (read with the drift row, one statement;
+ * the manifest's names from memory) and its own evidence (tool_evidence) scored with the server
+ * model. Latency counts as neutral (no per-tool category baseline exists): a tool is judged on its
+ * success rate, with the same prior, decay and per-source caps as a server, so one source alone
+ * cannot make a tool FAIL faster than it can make a server FAIL.
  */
 export async function toolFacts(db: Queryable, serverId: number, tool: string, at: Date, driftWindowMs: number): Promise<ToolFacts> {
-  const [drift, sources] = await Promise.all([
-    driftWindowMs > 0 ? driftStore(db).toolDriftSince(serverId, tool, new Date(at.getTime() - driftWindowMs)) : Promise.resolve(null),
+  const [row, sources] = await Promise.all([
+    driftStore(db).toolGateRow(serverId, tool, driftWindowMs > 0 ? new Date(at.getTime() - driftWindowMs) : null),
     telemetryStore(db).toolEvidence(serverId, tool),
   ]);
+  const names = row.latest ? await manifestNames(db, row.latest) : null;
+  const drift = row.drift;
   const reports = sources.reduce((n, s) => n + s.reports, 0);
   let evidence: ToolEvidence = { verdict: 'UNRATED', trustScore: null, reports: 0 };
   if (reports > 0) {
     const { trust_score } = computeTrustScore({ sources, baselineLatencyMs: 0, anomalyFlags: [], now: at });
     evidence = { verdict: verdictFor(trust_score), trustScore: trust_score, reports };
   }
-  return { drift: drift ? toolDriftOf([drift], at, driftWindowMs) : null, evidence };
+  return { drift: drift ? toolDriftOf([drift], at, driftWindowMs) : null, evidence, listed: names ? names.has(tool) : null };
 }
 
 /**
@@ -172,7 +232,7 @@ export interface GateOutcome {
 /** The one-line reason of a denial (problem+json `detail`, gRPC status message). */
 export function denialDetail(o: GateOutcome): string {
   if (o.headerProblem) return `traffic to ${o.upstream} is denied: ${o.headerProblem} (${o.reason})`;
-  if (o.toolName !== null && ['tool_drift', 'tool_verdict_fail', 'policy_denies_tool'].includes(o.reason)) {
+  if (o.toolName !== null && ['tool_drift', 'tool_verdict_fail', 'policy_denies_tool', 'tool_not_in_baseline'].includes(o.reason)) {
     return `tool "${o.toolName}" of ${o.upstream} is denied (${o.reason}); the server's verdict is ${o.verdict}`;
   }
   return `traffic to ${o.upstream} is denied: verdict ${o.verdict} (${o.reason})`;

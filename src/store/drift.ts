@@ -182,6 +182,38 @@ export function driftStore(db: Queryable) {
       return rows[0] ?? null;
     },
 
+    /**
+     * What the per-tool gate reads of one tool, in one statement: the server's latest baseline
+     * (its manifest hash: the listing check, with manifestNames) and the tool's newest drift if it
+     * was at or after `since` (null `since`: not read).
+     */
+    async toolGateRow(serverId: number, tool: string, since: Date | null): Promise<{ latest: { baseline_id: string; manifest_hash: string } | null; drift: ToolDriftRow | null }> {
+      const rows = await db.query<{ baseline_id: string | null; manifest_hash: string | null; recorded_at: Date | null; change: ToolDriftRow['change'] | null; parts: ToolPart[] | null }>(
+        `SELECT b.baseline_id, b.manifest_hash, c.recorded_at, c.change, c.parts
+           FROM (SELECT 1) one
+           LEFT JOIN LATERAL (SELECT baseline_id, manifest_hash FROM drift_baselines WHERE server_id = $1 ORDER BY recorded_at DESC, seq DESC LIMIT 1) b ON true
+           LEFT JOIN drift_tool_changes c ON $3::timestamptz IS NOT NULL AND c.server_id = $1 AND c.tool_name = $2 AND c.recorded_at >= $3`,
+        [serverId, tool, since],
+      );
+      const r = rows[0];
+      return {
+        latest: r?.baseline_id && r.manifest_hash ? { baseline_id: r.baseline_id, manifest_hash: r.manifest_hash } : null,
+        drift: r?.recorded_at && r.change ? { recorded_at: r.recorded_at, change: r.change, parts: r.parts ?? [] } : null,
+      };
+    },
+
+    /** The tool names a baseline's list holds (null: its list is gone, which the storage job never does to a latest baseline). */
+    async manifestNames(baselineId: string): Promise<string[] | null> {
+      const rows = await db.query<{ names: string[] | null }>(
+        `SELECT CASE WHEN l.tools IS NULL THEN NULL ELSE coalesce((SELECT array_agg(e->>'name') FROM jsonb_array_elements(l.tools) e), '{}') END AS names
+           FROM drift_baselines b LEFT JOIN drift_manifests m ON b.tools IS NULL AND m.manifest_hash = b.manifest_hash,
+                LATERAL (SELECT coalesce(b.tools, m.tools) AS tools) l
+          WHERE b.baseline_id = $1`,
+        [baselineId],
+      );
+      return rows[0]?.names ?? null;
+    },
+
     /** Servers with a drift detected at or after `since`, with the time of their latest one. */
     async driftedSince(since: Date): Promise<Map<number, Date>> {
       const rows = await db.query<{ server_id: number; at: Date }>(
