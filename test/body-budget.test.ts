@@ -80,7 +80,8 @@ describe(`request bodies in flight (${backend})`, () => {
     expect(await eventually(() => more.every((e) => e.answer.status !== 0), 10_000)).toBe(true);
     for (const e of more) {
       expect(e.answer.status).toBe(429);
-      expect(e.answer.headers['content-type']).toContain('application/problem+json');
+      // An OTLP route answers its own error body: a google.rpc.Status (test/otlp.refusals.test.ts).
+      expect(e.answer.headers['content-type']).toBe('application/x-protobuf');
       expect(e.answer.headers['retry-after']).toBeDefined();
     }
     expect(first.answer.status).toBe(0);

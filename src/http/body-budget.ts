@@ -17,7 +17,9 @@ import { withRouteHook } from './route-hooks.js';
 // route's limit, which refuses more anyway), or the route's whole limit when it declares none
 // (chunked, or HTTP/2 without content-length, as gRPC clients send). The reservation ends with the
 // response. Over the process's budget: 503 (gRPC UNAVAILABLE); over the client network's share:
-// 429 (gRPC RESOURCE_EXHAUSTED); both with Retry-After, in the caller's protocol, the body unread.
+// 429 (gRPC RESOURCE_EXHAUSTED); both with Retry-After, in the caller's protocol, the body unread
+// (sendProblemToCaller: gRPC and Connect with a google.rpc.RetryInfo, the OTLP/HTTP receivers a
+// google.rpc.Status in the export's encoding, everyone else problem+json).
 
 /** Methods whose requests may carry a body the route reads. */
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);

@@ -2,6 +2,9 @@
 // when the process runs out of them it can accept nothing and open nothing (PGlite's files,
 // PostgreSQL connections, probes), so the cap keeps a reserve of descriptors for everything else.
 import { readdirSync, readFileSync } from 'node:fs';
+import { PROBLEMS } from '../errors.js';
+import { CONTENT_TYPE, encodeStatus, otlpExportEncoding } from './otlp-codec.js';
+import { rawProblem, rawResponse } from './socket-answers.js';
 
 export interface DescriptorUsage {
   /** The soft RLIMIT_NOFILE, or null where it cannot be read (not Linux). */
@@ -77,4 +80,20 @@ export function descriptorUsage(): DescriptorUsage {
     /* not Linux */
   }
   return { softLimit, inUse };
+}
+
+/** Seconds a refused connection is told to wait (Retry-After). */
+export const CAP_RETRY_AFTER_SECONDS = 2;
+
+/**
+ * The answer to an HTTP/1.1 connection refused at the cap, `head` being the first bytes it sent:
+ * problem+json, or for an OTLP/HTTP export the google.rpc.Status that OTLP wants in the export's
+ * encoding (with a RetryInfo), both with the refusal's status (429 or 503) and Retry-After.
+ */
+export function capRefusal(head: Uint8Array, code: 'rate_limited' | 'unavailable', detail: string): string | Buffer {
+  const headers = { 'Retry-After': String(CAP_RETRY_AFTER_SECONDS) };
+  const otlp = otlpExportEncoding(head);
+  if (otlp === null) return rawProblem(code, detail, headers);
+  const { status, code: grpcCode } = PROBLEMS[code];
+  return rawResponse(status, CONTENT_TYPE[otlp], encodeStatus(grpcCode, detail, otlp, CAP_RETRY_AFTER_SECONDS), headers);
 }

@@ -4,8 +4,8 @@ import type { Socket } from 'node:net';
 import type { HttpConfig } from '../config.js';
 import { addToNetwork, clientNetwork } from '../domain/client-network.js';
 import { trustedPeer } from './client-address.js';
-import { connectionCap, descriptorUsage, overflowFor, perClientLimit, type ConnectionCap } from './connection-cap.js';
-import { answerClientError, closeAfterOurEnd, endWithAnswer, rawProblem, requestTimeoutError, trackResponse, waitingFor } from './socket-answers.js';
+import { capRefusal, connectionCap, descriptorUsage, overflowFor, perClientLimit, type ConnectionCap } from './connection-cap.js';
+import { answerClientError, closeAfterOurEnd, endWithAnswer, requestTimeoutError, trackResponse, waitingFor } from './socket-answers.js';
 
 type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
 
@@ -159,8 +159,9 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
         refusal.answered++;
         // HTTP/1.1 gets a 429 or 503 it can act on; an HTTP/2 client cannot read one and is closed (gRPC: UNAVAILABLE, retried).
         if (isH2Prefix) socket.destroy();
-        else if (overClientLimit) endWithAnswer(socket, rawProblem('rate_limited', `this client network already holds ${perClient} open connections (MAX_CONNECTIONS_PER_CLIENT); reuse them, or retry once some are closed`, { 'Retry-After': '2' }));
-        else endWithAnswer(socket, rawProblem('unavailable', 'the service has too many open connections; retry shortly', { 'Retry-After': '2' }));
+        // HTTP/1.1: problem+json, or an OTLP/HTTP export's google.rpc.Status (capRefusal).
+        else if (overClientLimit) endWithAnswer(socket, capRefusal(buffered, 'rate_limited', `this client network already holds ${perClient} open connections (MAX_CONNECTIONS_PER_CLIENT); reuse them, or retry once some are closed`));
+        else endWithAnswer(socket, capRefusal(buffered, 'unavailable', 'the service has too many open connections; retry shortly'));
         return;
       }
       socket.pause();

@@ -1,5 +1,7 @@
-import { create, fromBinary, fromJson, toBinary, toJsonString, type DescMessage, type MessageInitShape, type MessageShape } from '@bufbuild/protobuf';
+import { create, createRegistry, fromBinary, fromJson, toBinary, toJsonString, type DescMessage, type MessageInitShape, type MessageShape } from '@bufbuild/protobuf';
+import { anyPack } from '@bufbuild/protobuf/wkt';
 import { gunzip } from 'node:zlib';
+import { RetryInfoSchema } from '../../gen/google/rpc/error_details_pb.js';
 import { StatusSchema } from '../../gen/google/rpc/status_pb.js';
 
 // OTLP/HTTP bodies (the OTLP specification, "OTLP/HTTP"): binary protobuf or OTLP's JSON (the
@@ -16,6 +18,24 @@ export class OtlpHttpError extends Error {
   ) {
     super(message);
   }
+}
+
+/** The OTLP/HTTP receivers' paths (src/http/routes/otlp.ts). */
+export const OTLP_HTTP_PATHS = { traces: '/v1/traces', metrics: '/v1/metrics' } as const;
+const OTLP_PATH_SET: ReadonlySet<string> = new Set(Object.values(OTLP_HTTP_PATHS));
+
+/**
+ * For the first bytes of an HTTP/1.1 connection (a refusal made before any parser ran: the
+ * connection cap): the encoding of the OTLP/HTTP export they start (protobuf unless the head that
+ * arrived says application/json), or null when they start no export.
+ */
+export function otlpExportEncoding(head: Uint8Array): OtlpEncoding | null {
+  const text = Buffer.from(head.buffer, head.byteOffset, Math.min(head.byteLength, 16 * 1024)).toString('latin1');
+  const line = /^POST ([^ ?\r\n]+)(?:\?[^ \r\n]*)? HTTP\/1\.[01]\r\n/.exec(text);
+  if (line === null || !OTLP_PATH_SET.has(line[1]!)) return null;
+  const end = text.indexOf('\r\n\r\n');
+  const type = /\r\ncontent-type:[ \t]*([^\r\n]*)/i.exec(end === -1 ? text : text.slice(0, end));
+  return otlpEncoding(type?.[1]) ?? 'protobuf';
 }
 
 /** The encoding a Content-Type names, or null when it is neither of OTLP's two. */
@@ -79,15 +99,23 @@ export function decodeExport<Desc extends DescMessage>(schema: Desc, body: Buffe
   }
 }
 
+/** The types a Status's details may hold (OTLP/JSON writes an Any with its fields). */
+const DETAIL_TYPES = createRegistry(RetryInfoSchema);
+
 /** A response message in the request's encoding. */
 export function encodeMessage<Desc extends DescMessage>(schema: Desc, init: MessageInitShape<Desc>, encoding: OtlpEncoding): Buffer | string {
   const msg = create(schema, init);
-  return encoding === 'protobuf' ? Buffer.from(toBinary(schema, msg)) : toJsonString(schema, msg);
+  return encoding === 'protobuf' ? Buffer.from(toBinary(schema, msg)) : toJsonString(schema, msg, { registry: DETAIL_TYPES });
 }
 
-/** The body of every OTLP/HTTP 4xx/5xx: a google.rpc.Status (code is the matching gRPC code). */
-export function encodeStatus(grpcCode: number, message: string, encoding: OtlpEncoding): Buffer | string {
-  return encodeMessage(StatusSchema, { code: grpcCode, message }, encoding);
+/**
+ * The body of every OTLP/HTTP 4xx/5xx: a google.rpc.Status (code is the matching gRPC code). A
+ * refusal that says when to retry (`retryAfterSeconds`, its Retry-After) carries the same delay as
+ * a google.rpc.RetryInfo detail, as on OTLP/gRPC.
+ */
+export function encodeStatus(grpcCode: number, message: string, encoding: OtlpEncoding, retryAfterSeconds: number | null = null): Buffer | string {
+  const details = retryAfterSeconds === null ? [] : [anyPack(RetryInfoSchema, create(RetryInfoSchema, { retryDelay: { seconds: BigInt(retryAfterSeconds), nanos: 0 } }))];
+  return encodeMessage(StatusSchema, { code: grpcCode, message, details }, encoding);
 }
 
 export const CONTENT_TYPE: Record<OtlpEncoding, string> = { protobuf: 'application/x-protobuf', json: 'application/json' };

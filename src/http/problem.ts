@@ -44,11 +44,19 @@ export function problemFromError(err: unknown): { code: ProblemCode; detail: str
   return { code: 'internal', detail: 'internal error' };
 }
 
+/** Route config of a route whose protocol has an error body of its own (OTLP/HTTP: a google.rpc.Status). */
+export interface RefusalRouteConfig {
+  sendRefusal?: (req: FastifyRequest, reply: FastifyReply, code: ProblemCode, detail: string, headers: Record<string, string>) => FastifyReply | void;
+}
+
 /**
  * A refusal in the caller's protocol: Connect, gRPC and gRPC-Web callers get their own protocol's
- * error (src/http/rpc-errors.ts), everyone else problem+json.
+ * error (src/http/rpc-errors.ts), a route with an error body of its own (RefusalRouteConfig) that
+ * body, everyone else problem+json.
  */
 export function sendProblemToCaller(req: FastifyRequest, reply: FastifyReply, code: ProblemCode, detail: string, headers: Record<string, string> = {}) {
+  const own = (req.routeOptions.config as RefusalRouteConfig | undefined)?.sendRefusal;
+  if (own) return own(req, reply, code, detail, headers);
   const rpc = rpcProtocolOf(req);
   if (rpc) return sendRpcProblem(req, reply, rpc, code, detail, headers);
   return sendProblem(reply, code, detail, { headers });

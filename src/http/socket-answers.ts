@@ -63,28 +63,38 @@ export function requestTimeoutError(): NodeJS.ErrnoException {
   return Object.assign(new Error('request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' });
 }
 
-/** A complete HTTP/1.1 problem+json response that closes the connection. */
-export function rawProblem(code: ProblemCode, detail: string, headers: Record<string, string> = {}): string {
-  const requestId = randomUUID();
-  const body = JSON.stringify(problemBody(code, detail, requestId));
-  const status = PROBLEMS[code].status;
+/** The head of a complete HTTP/1.1 response that closes the connection, blank line included. */
+function rawHead(status: number, contentType: string, length: number, requestId: string, headers: Record<string, string>): string {
   const lines = [
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}`,
-    `Content-Type: ${PROBLEM_CONTENT_TYPE}`,
-    `Content-Length: ${Buffer.byteLength(body)}`,
+    `Content-Type: ${contentType}`,
+    `Content-Length: ${length}`,
     `X-Request-Id: ${requestId}`,
     `X-Interface-Version: ${INTERFACE_VERSION}`,
     ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
     'Connection: close',
   ];
-  return `${lines.join('\r\n')}\r\n\r\n${body}`;
+  return `${lines.join('\r\n')}\r\n\r\n`;
+}
+
+/** A complete HTTP/1.1 problem+json response that closes the connection. */
+export function rawProblem(code: ProblemCode, detail: string, headers: Record<string, string> = {}): string {
+  const requestId = randomUUID();
+  const body = JSON.stringify(problemBody(code, detail, requestId));
+  return rawHead(PROBLEMS[code].status, PROBLEM_CONTENT_TYPE, Buffer.byteLength(body), requestId, headers) + body;
+}
+
+/** A complete HTTP/1.1 response with another body (a protocol's own error body) that closes the connection. */
+export function rawResponse(status: number, contentType: string, body: string | Uint8Array, headers: Record<string, string> = {}): Buffer {
+  const bytes = typeof body === 'string' ? Buffer.from(body) : body;
+  return Buffer.concat([Buffer.from(rawHead(status, contentType, bytes.byteLength, randomUUID(), headers), 'latin1'), bytes]);
 }
 
 /**
  * Writes the answer and ends the connection; whatever the client still sends is read and
  * dropped until it closes too, or LINGER_MS after our end (closeAfterOurEnd, for every connection).
  */
-export function endWithAnswer(socket: Socket, answer: string): void {
+export function endWithAnswer(socket: Socket, answer: string | Uint8Array): void {
   if (!socket.writable) {
     socket.destroy();
     return;

@@ -5,8 +5,9 @@ import { ExportMetricsServiceRequestSchema, ExportMetricsServiceResponseSchema }
 import { ExportTraceServiceRequestSchema, ExportTraceServiceResponseSchema } from '../../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
 import { PROBLEMS } from '../../errors.js';
 import { callContext, type CallContext } from '../../services/context.js';
-import { CONTENT_TYPE, decodeExport, decompress, encodeMessage, encodeStatus, OtlpHttpError, otlpEncoding, type OtlpEncoding } from '../otlp-codec.js';
-import { problemFromError } from '../problem.js';
+import { CONTENT_TYPE, decodeExport, decompress, encodeMessage, encodeStatus, OTLP_HTTP_PATHS, OtlpHttpError, otlpEncoding, type OtlpEncoding } from '../otlp-codec.js';
+import { problemFromError, type RefusalRouteConfig } from '../problem.js';
+import { retryAfterSeconds } from '../rpc-errors.js';
 import type { RouteDeps } from '../routes.js';
 
 // OTLP/HTTP receivers on the service's port (docs/telemetry.md): POST /v1/traces and /v1/metrics,
@@ -18,12 +19,22 @@ import type { RouteDeps } from '../routes.js';
 const GRPC_CODE_BY_STATUS: Record<number, Code> = { 400: Code.InvalidArgument, 413: Code.ResourceExhausted, 415: Code.InvalidArgument, 429: Code.ResourceExhausted, 503: Code.Unavailable };
 
 function sendStatus(reply: FastifyReply, status: number, message: string, encoding: OtlpEncoding, headers: Record<string, string> = {}) {
+  const retryAfter = retryAfterSeconds(Object.entries(headers).find(([k]) => k.toLowerCase() === 'retry-after')?.[1]);
   return reply
     .code(status)
     .headers(headers)
     .type(CONTENT_TYPE[encoding])
-    .send(encodeStatus(GRPC_CODE_BY_STATUS[status] ?? (status >= 500 ? Code.Internal : Code.InvalidArgument), message, encoding));
+    .send(encodeStatus(GRPC_CODE_BY_STATUS[status] ?? (status >= 500 ? Code.Internal : Code.InvalidArgument), message, encoding, retryAfter));
 }
+
+/**
+ * Refusals made before the handler (the request body budget, a draining process: src/http/problem.ts
+ * sendProblemToCaller) are a google.rpc.Status in the request's encoding too, with their status
+ * and Retry-After, as OTLP/HTTP wants.
+ */
+const config: RefusalRouteConfig = {
+  sendRefusal: (req, reply, code, detail, headers) => sendStatus(reply, PROBLEMS[code].status, detail, otlpEncoding(req.headers['content-type']) ?? 'protobuf', headers),
+};
 
 export function otlpRoutes(app: FastifyInstance, { services }: RouteDeps) {
   const limit = services.otlp.maxExportBytes;
@@ -36,7 +47,7 @@ export function otlpRoutes(app: FastifyInstance, { services }: RouteDeps) {
   ) {
     return [
       path,
-      { bodyLimit: limit },
+      { bodyLimit: limit, config },
       async (req: FastifyRequest, reply: FastifyReply) => {
         const encoding = otlpEncoding(req.headers['content-type']);
         if (encoding === null) throw new OtlpHttpError(415, 'send OTLP as application/x-protobuf or application/json');
@@ -66,7 +77,7 @@ export function otlpRoutes(app: FastifyInstance, { services }: RouteDeps) {
       if (status >= 500) req.log.error({ err }, 'OTLP export failed');
       return sendStatus(reply, status, p.detail, encoding, p.headers);
     });
-    otlp.post(...route('/v1/traces', ExportTraceServiceRequestSchema, ExportTraceServiceResponseSchema, (m, ctx) => services.otlp.exportTraces(m, ctx)));
-    otlp.post(...route('/v1/metrics', ExportMetricsServiceRequestSchema, ExportMetricsServiceResponseSchema, (m, ctx) => services.otlp.exportMetrics(m, ctx)));
+    otlp.post(...route(OTLP_HTTP_PATHS.traces, ExportTraceServiceRequestSchema, ExportTraceServiceResponseSchema, (m, ctx) => services.otlp.exportTraces(m, ctx)));
+    otlp.post(...route(OTLP_HTTP_PATHS.metrics, ExportMetricsServiceRequestSchema, ExportMetricsServiceResponseSchema, (m, ctx) => services.otlp.exportMetrics(m, ctx)));
   });
 }
