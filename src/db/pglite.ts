@@ -1,9 +1,9 @@
 import { PGlite } from '@electric-sql/pglite';
 import { pg_trgm } from '@electric-sql/pglite/contrib/pg_trgm';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Db, Liveness, Queryable, Row } from './db.js';
-import { ensurePrivateDir, tightenTree } from './data-dir.js';
+import { ensurePrivateDir, readOwnFile, tightenTree } from './data-dir.js';
 import { createTransactionGuard, transactionGuardDefault } from './transaction-guard.js';
 
 export class DataDirBusyError extends Error {}
@@ -25,9 +25,12 @@ function pidAlive(pid: number): boolean {
 /**
  * PGlite is a single-process database: two processes on one data directory would corrupt it.
  * A pid lock file makes the second one fail fast with a message that says what to do.
+ * Before anything is read or written there, DATA_DIR and everything in it must be this user's
+ * and hold no symbolic link (src/db/data-dir.ts): otherwise start-up stops with a DataDirError.
  */
 function lockDataDir(dir: string): () => void {
   ensurePrivateDir(dir);
+  tightenTree(dir);
   const lock = join(dir, 'observatory.lock');
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
@@ -35,7 +38,7 @@ function lockDataDir(dir: string): () => void {
       return () => rmSync(lock, { force: true });
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const holder = Number(readFileSync(lock, 'utf8').trim());
+      const holder = Number((readOwnFile('DATA_DIR', lock, 'tighten') ?? '').trim());
       if (Number.isInteger(holder) && holder !== process.pid && pidAlive(holder)) {
         throw new DataDirBusyError(
           `the embedded database in ${resolve(dir)} is in use by process ${holder}; stop it first, or set DATABASE_URL to share a PostgreSQL server`,
@@ -87,7 +90,14 @@ export async function openPglite(dataDir: string | null, opts: PgliteOptions = {
       dataDir === null
         ? await PGlite.create({ parsers, extensions, loadDataDir: opts.loadDataDir })
         : await PGlite.create({ dataDir: join(dataDir, 'pglite'), parsers, extensions });
-    if (dataDir !== null) tightenTree(dataDir);
+    if (dataDir !== null) {
+      try {
+        tightenTree(dataDir); // PGlite's new files are 0666: 0600 now
+      } catch (err) {
+        await pg.close().catch(() => {});
+        throw err;
+      }
+    }
   } catch (err) {
     unlock();
     throw err;
@@ -224,7 +234,10 @@ export async function openPglite(dataDir: string | null, opts: PgliteOptions = {
       if (closed) return;
       closed = true;
       await pg.close();
-      if (dataDir !== null) tightenTree(dataDir);
+      if (dataDir !== null) {
+        // Nobody else can add entries to a 0700 DATA_DIR but root: say so if one did meanwhile.
+        for (const p of tightenTree(dataDir, 'collect').problems) process.emitWarning(p, 'DataDirWarning');
+      }
       unlock();
     },
   };

@@ -1,8 +1,9 @@
 import { indexBundle, lookupBundleEntry, InvalidServerUrl, type BundleIndex, type BundlePayload } from '../domain/bundle.js';
 import { invalidArgument, ObservatoryError } from '../errors.js';
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
+import { checkOwnDir, DataDirError, readOwnFile } from '../db/data-dir.js';
 import { MAX_BUNDLE_JWS_LENGTH, parseJwks, readBundleText, readJwksText, verifyBundle } from '../signing/bundle.js';
 import type { VerificationKey } from '../signing/jws.js';
 import type { GateAssessment, GateBundleRef, GateVerdictSource } from './gate.js';
@@ -14,7 +15,10 @@ import type { GateAssessment, GateBundleRef, GateVerdictSource } from './gate.js
 // through the same decision as the database-backed gate (src/services/gate.ts `decide`).
 // The last good bundle is also kept on disk (GATE_BUNDLE_CACHE_FILE) with the JWKS that verified
 // it, so a gate restarted while its source is down answers from it (verified again on load)
-// instead of 503 until the source is back.
+// instead of 503 until the source is back. Whoever can write that file or its directory could
+// plant a bundle (with a URL pin, together with the JWKS that verifies it), so both must be this
+// user's, not symbolic links and not writable by other users (src/db/data-dir.ts): otherwise
+// start-up stops with one line (DataDirError), and a write finding them so is not made.
 
 export interface MirroredBundle {
   payload: BundlePayload;
@@ -60,6 +64,8 @@ interface CachedBundleFile {
   jwks: string | null;
 }
 const CACHE_FORMAT = 'trust-observatory/gate-bundle-cache/v1';
+/** How refusals about the cache file name it. */
+const CACHE_LABEL = 'GATE_BUNDLE_CACHE_FILE';
 
 /** The JWKS to trust when none is pinned: the source's own, at its origin. */
 export function defaultJwksFor(bundleUrl: string): string {
@@ -124,7 +130,8 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
 
   /**
    * Keeps the bundle just verified on disk: written aside under a name nobody can predict, created
-   * exclusively (never through a link planted there), then renamed, so never half a file.
+   * exclusively (never through a link planted there), then renamed, so never half a file. Not
+   * written into a directory that is another user's, a link, or writable by other users.
    */
   async function persist(jws: string, etag: string | null, at: Date): Promise<void> {
     const file = opts.cacheFile;
@@ -132,8 +139,10 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
     const doc: CachedBundleFile = { format: CACHE_FORMAT, source: opts.url, jws, etag, fetched_at: at.toISOString(), jwks: trusted?.text ?? null };
     const tmp = `${file}.${randomBytes(8).toString('hex')}.tmp`;
     try {
-      // A directory it creates is private; an existing one (perhaps an operator's) is left as it is.
+      // A directory it creates is private; an existing one (perhaps an operator's) is not changed,
+      // only checked.
       await mkdir(dirname(file), { recursive: true, mode: 0o700 });
+      checkOwnDir(CACHE_LABEL, dirname(resolve(file)));
       await writeFile(tmp, JSON.stringify(doc), { mode: 0o600, flag: 'wx' });
       await rename(tmp, file);
     } catch (err) {
@@ -145,18 +154,23 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
   /**
    * The bundle kept on disk by an earlier run, verified again as a fetched one is (signature
    * against the pinned JWKS file, or the JWKS kept with it when the pin is a URL; not expired; a
-   * full bundle of this source). Anything else is ignored and said.
+   * full bundle of this source). Anything else is ignored and said. A file or directory that is
+   * another user's, a link, or writable by other users stops start-up (DataDirError): it is where
+   * a bundle signed by someone else could have been planted.
    */
   async function loadKept(): Promise<void> {
     const file = opts.cacheFile;
     if (!file) return;
-    let text: string;
+    checkOwnDir(CACHE_LABEL, dirname(resolve(file)), false);
+    let text: string | null;
     try {
-      text = await readFile(file, 'utf8');
+      text = readOwnFile(CACHE_LABEL, file, 'refuse-writable');
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') opts.onError?.(new Error(`could not read the kept bundle ${file}: ${(err as Error).message}`));
+      if (err instanceof DataDirError) throw err;
+      opts.onError?.(new Error(`could not read the kept bundle ${file}: ${(err as Error).message}`));
       return;
     }
+    if (text === null) return;
     try {
       if (text.length > MAX_BUNDLE_JWS_LENGTH + 4 * 1024 * 1024) throw new Error('it is larger than a bundle can be');
       const doc = JSON.parse(text) as Partial<CachedBundleFile>;
@@ -229,7 +243,8 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
     refresh,
     usable,
     /**
-     * Loads the bundle kept on disk, if any is still good, then fetches (a failure is recorded,
+     * Loads the bundle kept on disk, if any is still good (a cache file or directory another user
+     * could have written rejects with a DataDirError: start-up stops), then fetches (a failure is recorded,
      * not thrown: without a kept bundle the gate answers 503 until one arrives) and refreshes on
      * the interval.
      */

@@ -1,8 +1,8 @@
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } from 'node:crypto';
-import { existsSync, linkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { linkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ConfigError, type Config } from '../config.js';
-import { ensurePrivateDir, tightenTree } from '../db/data-dir.js';
+import { DataDirError, ensurePrivateDir, readOwnFile, tightenTree } from '../db/data-dir.js';
 import { KEY_ENCRYPTION_SECRET_HELP as SECRET_HELP, parseKeyEncryptionSecret } from './secret-format.js';
 
 // Private signing keys are never stored in clear (issue 17 finding 3): each one is sealed with
@@ -83,30 +83,61 @@ function readSecretFile(path: string, variable = 'KEY_ENCRYPTION_KEY_FILE'): Buf
   } catch (err) {
     throw new ConfigError(variable, `cannot read ${resolve(path)} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
   }
+  return parseSecret(text, path, variable);
+}
+
+function parseSecret(text: string, path: string, variable: string): Buffer {
   const secret = parseKeyEncryptionSecret(text);
   if (!secret) throw new ConfigError(variable, `${resolve(path)} must hold ${SECRET_HELP}`);
   return secret;
 }
 
-/** The generated secret of DATA_DIR: read when present, otherwise created (0600 in a 0700 directory), atomically. */
+/**
+ * The generated secret file, read only when it is this user's own regular file: opened without
+ * following a link (O_NOFOLLOW) and checked on the open file (fstat), so a key-encryption.key
+ * planted by another user, or a link put in its place, stops start-up (DataDirError) instead of
+ * becoming the sealing secret. Group/other bits on our own file are taken off, as in DATA_DIR.
+ * null: there is none.
+ */
+function readGeneratedSecretFile(path: string): Buffer | null {
+  let text: string | null;
+  try {
+    text = readOwnFile('DATA_DIR', path, 'tighten');
+  } catch (err) {
+    if (err instanceof DataDirError) throw err;
+    throw new ConfigError('DATA_DIR', `cannot read ${resolve(path)} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+  }
+  return text === null ? null : parseSecret(text, path, 'DATA_DIR');
+}
+
+/**
+ * The generated secret of DATA_DIR: read when present, otherwise created (0600 in a 0700
+ * directory), atomically. DATA_DIR, everything in it and the directories above it are checked
+ * first (src/db/data-dir.ts): another user's entry or a link stops start-up.
+ */
 function generatedSecret(dataDir: string): { secret: Buffer; path: string; created: boolean } {
   ensurePrivateDir(dataDir);
   tightenTree(dataDir);
   const path = join(dataDir, GENERATED_SECRET_FILE);
-  if (!existsSync(path)) {
-    // Created exclusively under a name nobody can predict: never written through a planted link.
-    const tmp = `${path}.${randomBytes(8).toString('hex')}.tmp`;
-    writeFileSync(tmp, `${randomBytes(32).toString('base64url')}\n`, { mode: 0o600, flag: 'wx' });
-    try {
-      linkSync(tmp, path); // fails if another process created it first: then we read theirs
+  const existing = readGeneratedSecretFile(path);
+  if (existing) return { secret: existing, path, created: false };
+  // Created exclusively under a name nobody can predict: never written through a planted link.
+  const tmp = `${path}.${randomBytes(8).toString('hex')}.tmp`;
+  writeFileSync(tmp, `${randomBytes(32).toString('base64url')}\n`, { mode: 0o600, flag: 'wx' });
+  let created = true;
+  try {
+    linkSync(tmp, path); // fails if another process created it first: then we read theirs
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
       rmSync(tmp, { force: true });
-      return { secret: readSecretFile(path, 'DATA_DIR'), path, created: true };
-    } catch (err) {
-      rmSync(tmp, { force: true });
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      throw err;
     }
+    created = false;
   }
-  return { secret: readSecretFile(path, 'DATA_DIR'), path, created: false };
+  rmSync(tmp, { force: true });
+  const secret = readGeneratedSecretFile(path);
+  if (!secret) throw new ConfigError('DATA_DIR', `${resolve(path)} disappeared while it was being created`);
+  return { secret, path, created };
 }
 
 export interface ResolvedKeyEncryption {
