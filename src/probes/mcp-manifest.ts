@@ -246,6 +246,11 @@ async function attempt(run: ProbeRun, url: string, kind: McpTransportKind, opts:
     }
     return { ...connection, tools, pages };
   } finally {
+    // A stateful server (the 2025 handshake with Mcp-Session-Id) keeps the session the probe
+    // opened until told: end it with the DELETE the transport spec describes (close() alone sends
+    // none). Through the probe's own fetch, within its request limits and deadline; a 405 (the
+    // server allows no DELETE) or any failure changes nothing of what the probe found.
+    if (transport instanceof StreamableHTTPClientTransport) await run.guard(transport.terminateSession()).catch(() => {});
     await client.close().catch(() => {});
   }
 }
