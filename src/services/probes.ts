@@ -9,7 +9,7 @@ import type { CallContext, ServiceDeps } from './context.js';
 import { createProbeSlots, type ProbeSlots } from './probe-slots.js';
 import { requireServerUrl } from './trust.js';
 
-/** GetAgentReadiness (GET /api/agent-readiness): probes five documents and scores them; connects to the MCP endpoint mcp.json names. */
+/** GetAgentReadiness (GET /api/agent-readiness): probes five surfaces (robots.txt, llms.txt, openapi.json, the MCP document, the A2A card; up to seven requests, docs/probes.md) and scores them; connects to the MCP endpoint the MCP document names. */
 export function createProbeService({ config, now }: ServiceDeps, { probeSlots = createProbeSlots(config.probeConcurrency) }: { probeSlots?: ProbeSlots } = {}) {
   const fetcher = createSafeFetcher({ allowPrivate: config.allowPrivateTargets });
 

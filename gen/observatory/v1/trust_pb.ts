@@ -2203,7 +2203,8 @@ export type GetAgentReadinessResponse = Message<"observatory.v1.GetAgentReadines
   transactabilityScore: number;
 
   /**
-   * Surfaces found, e.g. "robots.txt", "llms.txt", "openapi.json", "mcp.json", "agent.json".
+   * Surfaces found, e.g. "robots.txt", "llms.txt", "openapi.json", "mcp.json" (or "mcp/server-card.json"),
+   * "agent-card.json" (or "agent.json").
    *
    * @generated from field: repeated string detected_surfaces = 8;
    */

@@ -208,7 +208,7 @@ export function discoveryRoutes(app: FastifyInstance, { services, config }: Rout
   })));
   app.get('/llms.txt', async (_req, reply) => reply.header('cache-control', DISCOVERY_CACHE_CONTROL).type('text/plain; charset=utf-8').send(llms));
   // Agents and crawlers are welcome everywhere; the pointers help agent-readiness probes (docs/probes.md).
-  const robots = `User-agent: *\nAllow: /\n\n# Agent documents: ${config.publicBaseUrl}/llms.txt, ${config.publicBaseUrl}/openapi.json,\n# ${config.publicBaseUrl}/.well-known/mcp.json, ${config.publicBaseUrl}/.well-known/agent.json\n`;
+  const robots = `User-agent: *\nAllow: /\n\n# Agent documents: ${config.publicBaseUrl}/llms.txt, ${config.publicBaseUrl}/openapi.json,\n# ${config.publicBaseUrl}/.well-known/mcp.json, ${config.publicBaseUrl}/.well-known/agent-card.json\n# (also at ${config.publicBaseUrl}/.well-known/agent.json for A2A 0.2 clients)\n`;
   app.get('/robots.txt', async (_req, reply) => reply.header('cache-control', DISCOVERY_CACHE_CONTROL).type('text/plain; charset=utf-8').send(robots));
   app.get('/logo.svg', async (_req, reply) => reply.header('cache-control', 'public, max-age=86400').type('image/svg+xml').send(LOGO_SVG));
 }
