@@ -108,7 +108,7 @@ describe('(b, c) which server a name or slug means (pure)', () => {
     for (const t of ['alpha-example-mcp', 'alpha.example/mcp (2)', 'weather', 'https://alpha.example/mcp', ' ', 'a b/c']) expect(urlsSpelledBy(t), t).toEqual([]);
   });
 
-  it('the answer for an ambiguous handle never depends on which server came first (property)', () => {
+  it('the answer for an ambiguous handle never depends on the order servers are listed in, and which came first only between equally exact spellings (property)', () => {
     const pool = [
       'https://alpha.example/mcp',
       'http://alpha.example/mcp',
@@ -126,10 +126,21 @@ describe('(b, c) which server a name or slug means (pure)', () => {
           const c = chooseByHandle('alpha-example-mcp', [...order.map((x) => ({ ...x })), { ...cands[holder]!, kind: 'slug' }]);
           return c === null ? null : 'chosen' in c ? c.chosen.url : 'ambiguous';
         };
-        const first = answer(0, cands);
+        const holder = seed % cands.length;
+        const first = answer(holder, cands);
         const shuffled = [...cands].sort((a, b) => ((a.id * 7919 + seed) % 13) - ((b.id * 7919 + seed) % 13));
-        expect(answer(seed % cands.length, shuffled)).toBe(first);
-        if (urls.includes('https://alpha.example/mcp') && !urls.includes('https://alpha-example.mcp')) expect(first).toBe('https://alpha.example/mcp');
+        expect(answer(holder, shuffled)).toBe(first);
+        // The exact https spelling wins whoever holds the handle, unless another spells it as exactly.
+        if (urls.includes('https://alpha.example/mcp') && !urls.includes('https://alpha-example.mcp')) {
+          for (let h = 0; h < cands.length; h++) expect(answer(h, cands)).toBe('https://alpha.example/mcp');
+        }
+        // Two equally exact spellings: the catalogue's, else the holder's, else nobody.
+        const tied = ['https://alpha.example/mcp', 'https://alpha-example.mcp'];
+        if (tied.every((u) => urls.includes(u))) {
+          const inCatalogue = tied.filter((u) => catalogued.includes(u));
+          const expected = inCatalogue.length === 1 ? inCatalogue[0] : tied.includes(urls[holder]!) ? urls[holder] : 'ambiguous';
+          expect(first).toBe(expected);
+        }
       }),
       { numRuns: 500 },
     );
@@ -173,9 +184,29 @@ describe(`look-alikes reported before the real server do not take its name or sl
     expect((await preflight('beta.example/MCP')).server_url).toBe('https://beta.example/MCP');
   });
 
-  it('a slug two tracked URLs spell equally well names neither: no verdict, 404 naming both, nothing charged', async () => {
+  it('a look-alike reported later that spells an established server\'s slug as exactly cannot make it answer nobody', async () => {
+    const REAL = 'https://epsilon.example/mcp';
+    await honestFailures(REAL);
+    await report('https://epsilon-example.mcp', true, freshAddress(), 15);
+    for (const target of ['epsilon-example-mcp', 'epsilon.example/mcp']) expect((await preflight(target)).server_url, target).toBe(REAL);
+    expect((await json(benchmark('epsilon-example-mcp'))).server_url).toBe(REAL);
+    expect((await preflight('epsilon-example.mcp')).server_url).toBe('https://epsilon-example.mcp');
+  });
+
+  it('one reported first that spells it as exactly holds the slug (the URL and host/path still name the real server)', async () => {
+    const REAL = 'https://zeta.example/mcp';
+    const FAKE = 'https://zeta-example.mcp';
+    await report(FAKE, true, freshAddress(), 15);
+    await honestFailures(REAL);
+    expect((await preflight('zeta-example-mcp')).server_url).toBe(FAKE);
+    for (const target of [REAL, 'zeta.example/mcp']) expect((await preflight(target)).server_url, target).toBe(REAL);
+  });
+
+  it('a slug two tracked URLs spell equally well, held by neither, names neither: no verdict, 404 naming both, nothing charged', async () => {
     const REAL = 'https://gamma.example/mcp';
     const FAKE = 'https://gamma-example.mcp';
+    // A third, less exact spelling came first and holds the slug.
+    await report('http://gamma.example/mcp', true, freshAddress(), 1);
     await report(FAKE, true, freshAddress(), 15);
     await honestFailures(REAL);
     const p = await preflight('gamma-example-mcp');

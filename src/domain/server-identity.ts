@@ -212,9 +212,11 @@ export type HandleChoice<T extends HandleCandidate> = { chosen: T } | { ambiguou
  * Which server a handle (name or slug, by its slug form) means (docs/scoring.md "Server
  * identity"), given the server it is bound to and every server whose URL's own slug it is. A
  * registry name's binding is the catalogue's word: it answers. One candidate: it. Several: the
- * handle is ambiguous, and the answer never depends on which of them came first: the one URL the
- * handle spells exactly (spellsUrl; https before http), else, among those or among all when none
- * does, the one catalogue server; otherwise nobody (`ambiguous`, so that the caller can say so).
+ * handle is ambiguous: the one URL the handle spells exactly (spellsUrl; https before http), else,
+ * among those or among all when none does, the one catalogue server, else the one the handle is
+ * bound to among them; otherwise nobody (`ambiguous`, so that the caller can say so). A look-alike
+ * that spells the handle less exactly never wins however early it came; one that spells it as
+ * exactly wins only by holding the handle (it was tracked first) and never over a catalogue server.
  */
 export function chooseByHandle<T extends HandleCandidate>(handle: string, candidates: readonly T[]): HandleChoice<T> {
   const registry = candidates.find((c) => c.kind === 'registry');
@@ -224,12 +226,24 @@ export function chooseByHandle<T extends HandleCandidate>(handle: string, candid
   const all = [...byId.values()].sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0));
   if (all.length === 0) return null;
   if (all.length === 1) return { chosen: all[0]! };
-  if (all.length > MAX_HANDLE_CANDIDATES) return { ambiguous: all };
+  // The server the handle is bound to (its own name or slug), when it spells the handle as well
+  // as any other: a look-alike reported later that spells it equally (https://alpha-example.mcp
+  // beside https://alpha.example/mcp) cannot make an established server's handle answer nobody.
+  const holder = (among: readonly T[]) => {
+    const bound = among.filter((c) => c.kind !== null);
+    return bound.length === 1 ? bound[0]! : null;
+  };
   const spellers = all.filter((c) => spellsUrl(handle, c.url));
   const https = spellers.filter((c) => c.url.startsWith('https:'));
   const pool = https.length > 0 ? https : spellers.length > 0 ? spellers : all;
+  if (all.length > MAX_HANDLE_CANDIDATES) {
+    const held = https.length > 0 ? holder(https) : null;
+    return held ? { chosen: held } : { ambiguous: all };
+  }
   if (pool.length === 1) return { chosen: pool[0]! };
   const catalogued = pool.filter((c) => c.catalogued);
   if (catalogued.length === 1) return { chosen: catalogued[0]! };
+  const held = holder(catalogued.length > 1 ? catalogued : pool);
+  if (held) return { chosen: held };
   return { ambiguous: all };
 }
