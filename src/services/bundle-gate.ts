@@ -1,6 +1,6 @@
 import { indexBundle, lookupBundleEntry, InvalidServerUrl, type BundleIndex, type BundlePayload } from '../domain/bundle.js';
 import { invalidArgument, ObservatoryError } from '../errors.js';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { checkOwnDir, DataDirError, readOwnFile } from '../db/data-dir.js';
@@ -19,6 +19,10 @@ import type { GateAssessment, GateBundleRef, GateVerdictSource } from './gate.js
 // plant a bundle (with a URL pin, together with the JWKS that verifies it), so both must be this
 // user's, not symbolic links and not writable by other users (src/db/data-dir.ts): otherwise
 // start-up stops with one line (DataDirError), and a write finding them so is not made.
+// GATE_BUNDLE_URL (and a GATE_BUNDLE_JWKS URL) may carry a credential: a presigned object-store
+// URL's query, userinfo. Only `fetch` sees the full URL; status (/healthz, /readyz), every message
+// (last_error, the 503 detail of /v1/gate) and log, and the kept file show `displayUrl`: origin
+// and path (ops audit finding 3).
 
 export interface MirroredBundle {
   payload: BundlePayload;
@@ -36,6 +40,7 @@ export interface BundleMirrorStatus {
   last_refresh_at: string | null;
   last_success_at: string | null;
   last_error: string | null;
+  /** GATE_BUNDLE_URL as displayUrl shows it: never its query, fragment or userinfo. */
   source: string;
   refresh_seconds: number;
 }
@@ -55,8 +60,14 @@ export interface BundleMirrorOptions {
 /** What GATE_BUNDLE_CACHE_FILE holds. */
 interface CachedBundleFile {
   format: typeof CACHE_FORMAT;
-  /** The GATE_BUNDLE_URL it was fetched from: a file written for another source is ignored. */
+  /** The GATE_BUNDLE_URL it was fetched from, as displayUrl shows it (a file written by an earlier version: in full). */
   source: string;
+  /**
+   * SHA-256 (hex) of the full GATE_BUNDLE_URL: a file written for another source, or the same
+   * path with another query (GET /v1/bundle filters), is ignored, without keeping a credential
+   * the query may be on disk. Absent in files of earlier versions (then `source` is compared).
+   */
+  source_sha256?: string;
   jws: string;
   etag: string | null;
   fetched_at: string;
@@ -66,6 +77,41 @@ interface CachedBundleFile {
 const CACHE_FORMAT = 'trust-observatory/gate-bundle-cache/v1';
 /** How refusals about the cache file name it. */
 const CACHE_LABEL = 'GATE_BUNDLE_CACHE_FILE';
+
+/**
+ * A URL as it may be shown: origin and path. Userinfo, query and fragment are removed (a presigned
+ * URL's X-Amz-Signature, a token parameter, user:password@).
+ */
+export function displayUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.origin}${u.pathname}`;
+  } catch {
+    return '(a URL that does not parse)';
+  }
+}
+
+/**
+ * `text` with every URL that has a query, fragment or userinfo in it shown as displayUrl shows it:
+ * for messages built elsewhere (fetch quotes the URL it was given when it refuses credentials in
+ * it, the JWKS reader names its source). `known` full URLs are replaced exactly first.
+ */
+function withoutUrlSecrets(text: string, known: readonly string[]): string {
+  let out = text;
+  for (const url of known) {
+    if (!/[?#@]/.test(url)) continue; // nothing to hide (and no prefix of a longer URL to mangle)
+    for (const form of new Set([url, safeHref(url)])) if (form) out = out.split(form).join(displayUrl(url));
+  }
+  return out.replace(/\b[a-z][a-z0-9+.-]*:\/\/[^\s"'<>]+/gi, (m) => (/[?#@]/.test(m) ? displayUrl(m) : m));
+}
+
+function safeHref(url: string): string | null {
+  try {
+    return new URL(url).href;
+  } catch {
+    return null;
+  }
+}
 
 /** The JWKS to trust when none is pinned: the source's own, at its origin. */
 export function defaultJwksFor(bundleUrl: string): string {
@@ -90,13 +136,20 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
   const doFetch = opts.fetch ?? globalThis.fetch;
   const jwksSource = opts.jwks ?? defaultJwksFor(opts.url);
   const pinnedIsUrl = /^https?:\/\//i.test(jwksSource);
+  // What is shown of the source and of a JWKS URL, computed once; the full URLs go to fetch only.
+  const shownUrl = displayUrl(opts.url);
+  const shownJwks = pinnedIsUrl ? displayUrl(jwksSource) : jwksSource;
+  const sourceHash = createHash('sha256').update(opts.url).digest('hex');
+  const clean = (message: string) => withoutUrlSecrets(message, pinnedIsUrl ? [opts.url, jwksSource] : [opts.url]);
+  /** Every message leaving the mirror (onError: logs) goes through here. */
+  const report = (message: string) => opts.onError?.(new Error(clean(message)));
   // The keys bundles are verified against, and the JWKS text they came from when the pin is a
   // URL (kept on disk with the bundle; a pinned file is read again instead).
   type TrustedKeys = { keys: Map<string, VerificationKey>; text: string | null };
   let trusted: TrustedKeys | null = null;
   async function loadTrusted(): Promise<TrustedKeys> {
     const text = await readJwksText(jwksSource, { fetch: doFetch });
-    return { keys: parseJwks(text, jwksSource), text: pinnedIsUrl ? text : null };
+    return { keys: parseJwks(text, shownJwks), text: pinnedIsUrl ? text : null };
   }
   const held = (v: { kid: string; payload: BundlePayload }, etag: string | null, fetchedAt: Date): MirroredBundle => ({
     payload: v.payload,
@@ -114,7 +167,7 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
 
   async function verify(text: string) {
     const read = readBundleText(text);
-    if ('problem' in read) throw new Error(`${opts.url} did not answer a bundle: ${read.problem}`);
+    if ('problem' in read) throw new Error(`${shownUrl} did not answer a bundle: ${read.problem}`);
     trusted ??= await loadTrusted();
     let v = await verifyBundle(read.jws, trusted.keys, opts.now());
     // A key the pinned JWKS does not know yet (a rotation at the source): a JWKS URL is read again
@@ -123,7 +176,7 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
       trusted = await loadTrusted();
       v = await verifyBundle(read.jws, trusted.keys, opts.now());
     }
-    if (!v.valid) throw new Error(`the bundle from ${opts.url} was refused: ${v.reason}`);
+    if (!v.valid) throw new Error(`the bundle from ${shownUrl} was refused: ${v.reason}`);
     if (v.payload.delta !== null) throw new Error('GATE_BUNDLE_URL must name a full bundle, not a delta (no since=)');
     return { ...v, jws: read.jws };
   }
@@ -136,7 +189,7 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
   async function persist(jws: string, etag: string | null, at: Date): Promise<void> {
     const file = opts.cacheFile;
     if (!file) return;
-    const doc: CachedBundleFile = { format: CACHE_FORMAT, source: opts.url, jws, etag, fetched_at: at.toISOString(), jwks: trusted?.text ?? null };
+    const doc: CachedBundleFile = { format: CACHE_FORMAT, source: shownUrl, source_sha256: sourceHash, jws, etag, fetched_at: at.toISOString(), jwks: trusted?.text ?? null };
     const tmp = `${file}.${randomBytes(8).toString('hex')}.tmp`;
     try {
       // A directory it creates is private; an existing one (perhaps an operator's) is not changed,
@@ -147,7 +200,7 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
       await rename(tmp, file);
     } catch (err) {
       await rm(tmp, { force: true }).catch(() => {});
-      opts.onError?.(new Error(`could not keep the bundle in ${file}: ${(err as Error).message}`));
+      report(`could not keep the bundle in ${file}: ${(err as Error).message}`);
     }
   }
 
@@ -167,7 +220,7 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
       text = readOwnFile(CACHE_LABEL, file, 'refuse-writable');
     } catch (err) {
       if (err instanceof DataDirError) throw err;
-      opts.onError?.(new Error(`could not read the kept bundle ${file}: ${(err as Error).message}`));
+      report(`could not read the kept bundle ${file}: ${(err as Error).message}`);
       return;
     }
     if (text === null) return;
@@ -175,7 +228,11 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
       if (text.length > MAX_BUNDLE_JWS_LENGTH + 4 * 1024 * 1024) throw new Error('it is larger than a bundle can be');
       const doc = JSON.parse(text) as Partial<CachedBundleFile>;
       if (doc.format !== CACHE_FORMAT || typeof doc.jws !== 'string' || typeof doc.fetched_at !== 'string') throw new Error(`it is not a ${CACHE_FORMAT} file`);
-      if (doc.source !== opts.url) throw new Error(`it was fetched from ${String(doc.source)}, not ${opts.url}`);
+      const keptFrom = typeof doc.source === 'string' ? displayUrl(doc.source) : '(no source)';
+      if (keptFrom !== shownUrl) throw new Error(`it was fetched from ${keptFrom}, not ${shownUrl}`);
+      if (typeof doc.source_sha256 === 'string' ? doc.source_sha256 !== sourceHash : doc.source !== opts.url) {
+        throw new Error(`it was fetched from ${shownUrl} with another query or userinfo than GATE_BUNDLE_URL has now`);
+      }
       let kept: TrustedKeys;
       if (pinnedIsUrl) {
         if (typeof doc.jwks !== 'string') throw new Error('it holds no JWKS');
@@ -189,7 +246,7 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
       trusted = kept;
       current = held(v, typeof doc.etag === 'string' ? doc.etag : null, fetchedAt);
     } catch (err) {
-      opts.onError?.(new Error(`the kept bundle ${file} is not used: ${(err as Error).message}`));
+      report(`the kept bundle ${file} is not used: ${(err as Error).message}`);
     }
   }
 
@@ -203,7 +260,7 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
       try {
         res = await doFetch(opts.url, { headers, signal: AbortSignal.timeout(Math.max(30_000, opts.refreshSeconds * 1000)) });
       } catch (err) {
-        throw new Error(`cannot reach ${opts.url}: ${(err as Error).message}`);
+        throw new Error(`cannot reach ${shownUrl}: ${(err as Error).message}`);
       }
       if (res.status === 304 && current) {
         await res.body?.cancel().catch(() => {});
@@ -211,18 +268,18 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
       } else if (res.ok) {
         const v = await verify(await readLimited(res, MAX_BUNDLE_JWS_LENGTH + 1024 * 1024));
         // Never move back to an older bundle (a replayed one, or a source restored from backup).
-        if (current && v.payload.iat < current.payload.iat) throw new Error(`the bundle from ${opts.url} is older than the one held (issued ${new Date(v.payload.iat * 1000).toISOString()}); keeping the newer one`);
+        if (current && v.payload.iat < current.payload.iat) throw new Error(`the bundle from ${shownUrl} is older than the one held (issued ${new Date(v.payload.iat * 1000).toISOString()}); keeping the newer one`);
         current = held(v, res.headers.get('etag'), at);
         await persist(v.jws, current.etag, at);
       } else {
         await res.body?.cancel().catch(() => {});
-        throw new Error(`${opts.url} answered HTTP ${res.status}`);
+        throw new Error(`${shownUrl} answered HTTP ${res.status}`);
       }
       lastSuccessAt = at;
       lastError = null;
     } catch (err) {
-      lastError = (err as Error).message;
-      opts.onError?.(err);
+      lastError = clean((err as Error)?.message ?? String(err));
+      opts.onError?.(new Error(lastError));
     }
   }
 
@@ -276,7 +333,7 @@ export function createBundleMirror(opts: BundleMirrorOptions) {
         last_refresh_at: lastRefreshAt?.toISOString() ?? null,
         last_success_at: lastSuccessAt?.toISOString() ?? null,
         last_error: lastError,
-        source: opts.url,
+        source: shownUrl,
         refresh_seconds: opts.refreshSeconds,
       };
     },
