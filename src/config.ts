@@ -7,6 +7,7 @@ import { EXT_AUTHZ_MAX_BYTES, parseGateRoutes, parseTrustedHeaders, type GateRou
 import { parseToolRules, UNLISTED_TOOL_POLICIES, type GateToolPolicy, type ToolRule } from './domain/tool-gate.js';
 import { KEY_ENCRYPTION_SECRET_HELP, parseKeyEncryptionSecret } from './signing/secret-format.js';
 import { DEFAULT_CACHE_MAX_ENTRIES } from './store/cache-limits.js';
+import { DEFAULT_DATABASE_TIMEOUTS, type DatabaseTimeouts } from './db/db.js';
 
 export const INTERFACE_VERSION = '1.3.0';
 
@@ -28,6 +29,13 @@ export interface Config {
    * max_prepared_statements, in transaction mode).
    */
   databasePreparedStatements: boolean;
+  /**
+   * Bounds on every PostgreSQL statement and wait (docs/reliability.md "A database that holds or
+   * stops answering"): DATABASE_STATEMENT_TIMEOUT_MS (default 15000), DATABASE_LOCK_TIMEOUT_MS
+   * (5000), DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS (10000), DATABASE_LONG_STATEMENT_TIMEOUT_MS
+   * (300000, compliance exports and the bundle's read).
+   */
+  databaseTimeouts: DatabaseTimeouts;
   dataDir: string;
   publicBaseUrl: string;
   allowPrivateTargets: boolean;
@@ -326,6 +334,25 @@ function int(env: Env, name: string, def: number, min: number, max: number): num
   return n;
 }
 
+function databaseTimeouts(env: Env): DatabaseTimeouts {
+  const d = DEFAULT_DATABASE_TIMEOUTS;
+  const statementTimeoutMs = int(env, 'DATABASE_STATEMENT_TIMEOUT_MS', d.statementTimeoutMs, 100, 3_600_000);
+  const lockTimeoutMs = int(env, 'DATABASE_LOCK_TIMEOUT_MS', d.lockTimeoutMs, 10, 3_600_000);
+  if (lockTimeoutMs > statementTimeoutMs) {
+    throw new ConfigError('DATABASE_LOCK_TIMEOUT_MS', `must not exceed DATABASE_STATEMENT_TIMEOUT_MS (${statementTimeoutMs}), got ${lockTimeoutMs}`);
+  }
+  const longStatementTimeoutMs = int(env, 'DATABASE_LONG_STATEMENT_TIMEOUT_MS', Math.max(d.longStatementTimeoutMs, statementTimeoutMs), 100, 86_400_000);
+  if (longStatementTimeoutMs < statementTimeoutMs) {
+    throw new ConfigError('DATABASE_LONG_STATEMENT_TIMEOUT_MS', `must be at least DATABASE_STATEMENT_TIMEOUT_MS (${statementTimeoutMs}), got ${longStatementTimeoutMs}`);
+  }
+  return {
+    statementTimeoutMs,
+    lockTimeoutMs,
+    idleInTransactionTimeoutMs: int(env, 'DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS', d.idleInTransactionTimeoutMs, 1000, 3_600_000),
+    longStatementTimeoutMs,
+  };
+}
+
 function bool(env: Env, name: string): boolean {
   const raw = str(env, name);
   if (raw === undefined) return false;
@@ -523,6 +550,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseReadUrl,
     databaseReadMaxLagMs: int(env, 'DATABASE_READ_MAX_LAG_MS', 2000, 100, 600_000),
     databasePreparedStatements: boolDefault(env, 'DATABASE_PREPARED_STATEMENTS', true),
+    databaseTimeouts: databaseTimeouts(env),
     dataDir,
     publicBaseUrl: httpUrl('PUBLIC_BASE_URL', str(env, 'PUBLIC_BASE_URL') ?? `http://localhost:${port}`),
     allowPrivateTargets: bool(env, 'ALLOW_PRIVATE_TARGETS'),

@@ -12,7 +12,49 @@ export interface QueryOptions {
    * cannot carry prepared statements), run it unnamed.
    */
   prepare?: string;
+  /**
+   * A statement that legitimately reads millions of rows (a compliance export over a server's raw
+   * telemetry, the offline bundle's read of every server): on PostgreSQL it runs under
+   * DATABASE_LONG_STATEMENT_TIMEOUT_MS instead of DATABASE_STATEMENT_TIMEOUT_MS (set for it alone
+   * with SET LOCAL, inside a transaction of its own when it has none). PGlite ignores it.
+   */
+  longRunning?: boolean;
 }
+
+/** How a transaction's statements are bounded (PostgreSQL; PGlite ignores them). */
+export interface TransactionOptions {
+  /** statement_timeout for this transaction (SET LOCAL), ms; 0: none. Default: the connection's. */
+  statementTimeoutMs?: number;
+  /** lock_timeout for this transaction (SET LOCAL), ms; 0: none. Default: the connection's. */
+  lockTimeoutMs?: number;
+}
+
+/**
+ * Bounds on every PostgreSQL connection (pool, replica pool, LISTEN), sent as startup parameters
+ * so the server enforces them (docs/reliability.md "A database that holds or stops answering").
+ * The client additionally gives up on an answer READ_TIMEOUT_MARGIN_MS after the statement's
+ * server-side bound: a server (or a proxy) that stops answering cannot hold a caller longer.
+ */
+export interface DatabaseTimeouts {
+  /** DATABASE_STATEMENT_TIMEOUT_MS: statement_timeout. */
+  statementTimeoutMs: number;
+  /** DATABASE_LOCK_TIMEOUT_MS: lock_timeout (a wait for any lock: table, row, advisory). */
+  lockTimeoutMs: number;
+  /** DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS: idle_in_transaction_session_timeout. */
+  idleInTransactionTimeoutMs: number;
+  /** DATABASE_LONG_STATEMENT_TIMEOUT_MS: statement_timeout of the statements marked longRunning. */
+  longStatementTimeoutMs: number;
+}
+
+export const DEFAULT_DATABASE_TIMEOUTS: DatabaseTimeouts = {
+  statementTimeoutMs: 15_000,
+  lockTimeoutMs: 5_000,
+  idleInTransactionTimeoutMs: 10_000,
+  longStatementTimeoutMs: 300_000,
+};
+
+/** How much longer than a statement's server-side timeout the client waits for its answer. */
+export const READ_TIMEOUT_MARGIN_MS = 5_000;
 
 export interface Queryable {
   /** Runs one parameterised statement and returns its rows. */
@@ -28,9 +70,13 @@ export interface Db extends Queryable {
   /** Runs a script of several statements without parameters (migrations). */
   exec(sql: string): Promise<void>;
   /** Runs fn inside one transaction; commits when it resolves, rolls back when it throws. */
-  transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
-  /** True when the database answers a trivial query. */
-  ping(): Promise<boolean>;
+  transaction<T>(fn: (tx: Queryable) => Promise<T>, opts?: TransactionOptions): Promise<T>;
+  /**
+   * True when the database answers, within `timeoutMs` (default 2000), a read of the table every
+   * answer of the service needs (PostgreSQL: `servers`, so a lock held on it counts as not
+   * answering); false otherwise, never later than that.
+   */
+  ping(timeoutMs?: number): Promise<boolean>;
   /**
    * In-process databases only (PGlite): whether the database still finishes statements, within
    * a bounded time. A wedged embedded database is a fault of this process (a restart cures it),
@@ -55,17 +101,35 @@ export interface Db extends Queryable {
   poolStats?(): { total: number; idle: number; waiting: number };
 }
 
-/** Postgres error codes that mean "the database is unreachable right now", not "bad query". */
-export function isConnectionError(err: unknown): boolean {
+/**
+ * The connection itself is gone or cannot be trusted to answer: it must not be used again (no
+ * ROLLBACK on it). Lost (08xxx, an administrator or crash shutdown 57P01-57P03, the server ending
+ * an idle-in-transaction session 25P03, a socket error) or silent (pg's client-side
+ * query_timeout: "Query read timeout").
+ */
+export function isConnectionLost(err: unknown): boolean {
   const e = err as { code?: string; message?: string } | null;
   if (!e) return false;
   if (typeof e.code === 'string') {
-    if (/^(08|57P0)/.test(e.code)) return true; // connection_exception, admin/crash shutdown
+    if (/^(08|57P0)/.test(e.code) || e.code === '25P03') return true;
     if (['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'].includes(e.code)) return true;
   }
-  return /Connection terminated|connection timeout|Client has encountered a connection error|timeout exceeded when trying to connect/i.test(
-    e.message ?? '',
-  );
+  return /Connection terminated|Query read timeout|Client has encountered a connection error/i.test(e.message ?? '');
+}
+
+/**
+ * The database is unavailable right now, not "bad query": answered 503 with Retry-After
+ * (src/http/problem.ts, src/http/rpc-errors.ts), never 500. A lost or silent connection
+ * (isConnectionLost), no connection within the pool's wait, and the bounds every connection runs
+ * under: a statement cancelled by statement_timeout (57014 query_canceled), a lock not obtained
+ * within lock_timeout (55P03 lock_not_available).
+ */
+export function isConnectionError(err: unknown): boolean {
+  if (isConnectionLost(err)) return true;
+  const e = err as { code?: string; message?: string } | null;
+  if (!e) return false;
+  if (e.code === '57014' || e.code === '55P03') return true;
+  return /connection timeout|timeout exceeded when trying to connect/i.test(e.message ?? '');
 }
 
 /**

@@ -21,6 +21,9 @@ export function listMigrations(dir = MIGRATIONS_DIR): { name: string; sql: strin
  */
 export async function migrate(db: Db, dir = MIGRATIONS_DIR): Promise<string[]> {
   const pending = listMigrations(dir);
+  // Migrations run without the statement and lock bounds of the service's own statements (a
+  // migration may rewrite a large table; instances starting together wait for the one applying
+  // them): docs/deployment.md "What the database coordinates".
   return db.transaction(async (tx) => {
     await tx.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
     await tx.query(
@@ -37,7 +40,7 @@ export async function migrate(db: Db, dir = MIGRATIONS_DIR): Promise<string[]> {
       applied.push(m.name);
     }
     return applied;
-  });
+  }, { statementTimeoutMs: 0, lockTimeoutMs: 0 });
 }
 
 /** Splits a migration script into statements. `$$` bodies are kept whole. */

@@ -11,7 +11,7 @@
 // ages out at the bound by itself; one that cannot be reached is dropped at once and retried at
 // the next poll. A read the replica fails for a connection reason or a recovery conflict runs on
 // the primary instead.
-import { isConnectionError, type Db, type Queryable, type QueryOptions, type Row } from './db.js';
+import { isConnectionError, type DatabaseTimeouts, type Db, type Queryable, type QueryOptions, type Row } from './db.js';
 import { openPostgres } from './postgres.js';
 
 export interface ReplicaState {
@@ -43,8 +43,15 @@ export function parseLsn(text: string): bigint {
 /** SQLSTATE of "canceling statement due to conflict with recovery" (and serialization failures). */
 const RECOVERY_CONFLICT = '40001';
 
-export function createReadRouter(primary: Queryable, replicaUrl: string, opts: { maxLagMs: number; pollMs?: number; poolMax?: number; prepared?: boolean }): ReadRouter {
-  const replica = openPostgres(replicaUrl, { max: opts.poolMax ?? 10, connectionTimeoutMillis: 1000, guard: false, prepared: opts.prepared });
+export function createReadRouter(
+  primary: Queryable,
+  replicaUrl: string,
+  opts: { maxLagMs: number; pollMs?: number; poolMax?: number; prepared?: boolean; timeouts?: Partial<DatabaseTimeouts> },
+): ReadRouter {
+  // The replica's connections run under the same bounds as the primary's (statement, lock and
+  // idle-in-transaction timeouts, the client's read timeout, keep-alive): a replica that stops
+  // answering fails its reads (which then run on the primary) instead of holding them.
+  const replica = openPostgres(replicaUrl, { max: opts.poolMax ?? 10, connectionTimeoutMillis: 1000, guard: false, prepared: opts.prepared, timeouts: opts.timeouts });
   const pollMs = opts.pollMs ?? Math.max(50, Math.min(250, Math.floor(opts.maxLagMs / 4)));
   // Primary WAL positions with their (monotonic) times, oldest first; only samples the replica has
   // not yet passed are kept, plus the newest one it has.
@@ -149,7 +156,11 @@ export function createReadRouter(primary: Queryable, replicaUrl: string, opts: {
  * The primary `db` with a replica for stale-tolerant reads: the same Db (everything goes to the
  * primary), plus `staleReads` routed as above; closing it closes both pools.
  */
-export function withReadReplica(db: Db, replicaUrl: string, opts: { maxLagMs: number; pollMs?: number; prepared?: boolean }): Db & { staleReads: ReadRouter } {
+export function withReadReplica(
+  db: Db,
+  replicaUrl: string,
+  opts: { maxLagMs: number; pollMs?: number; prepared?: boolean; timeouts?: Partial<DatabaseTimeouts> },
+): Db & { staleReads: ReadRouter } {
   const router = createReadRouter(db, replicaUrl, opts);
   return {
     ...db,

@@ -24,6 +24,8 @@ export interface PeriodEvents {
   by_tool: { tool_name: string; calls: number; failures: number }[];
 }
 
+const LONG = { longRunning: true } as const;
+
 export function evidenceStore(db: Queryable) {
   return {
     /**
@@ -42,13 +44,17 @@ export function evidenceStore(db: Queryable) {
       return { total: r.n ?? 0, first_observed: r.first, last_observed: r.last, days_observed: r.days };
     },
 
-    /** Telemetry of a server with received_at in [from, to). */
+    /**
+     * Telemetry of a server with received_at in [from, to). Each statement reads every raw row of
+     * the period (millions for a busy server over the retention): they run under the long bound.
+     */
     async events(serverId: number, from: Date, to: Date): Promise<PeriodEvents> {
       const [agg] = await db.query<{ n: number; s: number | null; lat: number | null; first: Date | null; last: Date | null }>(
         `SELECT count(*)::int8 AS n, sum(CASE WHEN success THEN 1 ELSE 0 END)::int8 AS s, avg(latency_ms)::float8 AS lat,
                 min(received_at) AS first, max(received_at) AS last
            FROM telemetry WHERE server_id = $1 AND received_at >= $2 AND received_at < $3`,
         [serverId, from, to],
+        LONG,
       );
       // The same bins as the rollups: width_bucket over the lower edges puts a latency equal to an
       // edge in the bin above it, as latencyBin does.
@@ -56,6 +62,7 @@ export function evidenceStore(db: Queryable) {
         `SELECT width_bucket(latency_ms, $4::float8[])::int4 AS bin, count(*)::int8 AS c
            FROM telemetry WHERE server_id = $1 AND received_at >= $2 AND received_at < $3 GROUP BY 1`,
         [serverId, from, to, LATENCY_BIN_EDGES],
+        LONG,
       );
       const hist = emptyHistogram();
       for (const b of bins) hist[b.bin] = Number(b.c);
@@ -64,6 +71,7 @@ export function evidenceStore(db: Queryable) {
            FROM telemetry WHERE server_id = $1 AND received_at >= $2 AND received_at < $3
           GROUP BY 1 ORDER BY calls DESC, tool_name LIMIT 100`,
         [serverId, from, to],
+        LONG,
       );
       return {
         total: agg!.n,
