@@ -1,53 +1,29 @@
 import { PGlite } from '@electric-sql/pglite';
 import { pg_trgm } from '@electric-sql/pglite/contrib/pg_trgm';
-import { rmSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
+import { lockDataDir } from './data-dir-lock.js';
 import type { Db, Liveness, Queryable, Row } from './db.js';
-import { ensurePrivateDir, readOwnFile, tightenTree } from './data-dir.js';
+import { ensurePrivateDir, tightenTree } from './data-dir.js';
 import { createTransactionGuard, transactionGuardDefault } from './transaction-guard.js';
 
-export class DataDirBusyError extends Error {}
+export { DataDirBusyError } from './data-dir-lock.js';
 
 /** A transaction rolled back by the stall watchdog (see PgliteOptions.stallAfterMs). */
 export class TransactionStalledError extends Error {
   override name = 'TransactionStalledError';
 }
 
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /**
  * PGlite is a single-process database: two processes on one data directory would corrupt it.
- * A pid lock file makes the second one fail fast with a message that says what to do.
  * Before anything is read or written there, DATA_DIR and everything in it must be this user's
  * and hold no symbolic link (src/db/data-dir.ts): otherwise start-up stops with a DataDirError.
+ * Then the lock (src/db/data-dir-lock.ts) makes a second process fail fast with a message that
+ * says what to do, containers included.
  */
-function lockDataDir(dir: string): () => void {
+async function lockPrivateDataDir(dir: string): Promise<() => void> {
   ensurePrivateDir(dir);
   tightenTree(dir);
-  const lock = join(dir, 'observatory.lock');
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      writeFileSync(lock, String(process.pid), { flag: 'wx', mode: 0o600 });
-      return () => rmSync(lock, { force: true });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const holder = Number((readOwnFile('DATA_DIR', lock, 'tighten') ?? '').trim());
-      if (Number.isInteger(holder) && holder !== process.pid && pidAlive(holder)) {
-        throw new DataDirBusyError(
-          `the embedded database in ${resolve(dir)} is in use by process ${holder}; stop it first, or set DATABASE_URL to share a PostgreSQL server`,
-        );
-      }
-      rmSync(lock, { force: true }); // stale lock from a process that died
-    }
-  }
-  throw new DataDirBusyError(`could not lock ${resolve(dir)}`);
+  return lockDataDir(dir);
 }
 
 export interface PgliteOptions {
@@ -79,7 +55,7 @@ export const DEFAULT_LIVENESS_TIMEOUT_MS = 5_000;
 
 /** Opens embedded PostgreSQL. `dataDir` null keeps everything in memory (tests). */
 export async function openPglite(dataDir: string | null, opts: PgliteOptions = {}): Promise<Db> {
-  const unlock = dataDir === null ? () => {} : lockDataDir(dataDir);
+  const unlock = dataDir === null ? () => {} : await lockPrivateDataDir(dataDir);
   let pg: PGlite;
   try {
     // numeric arrives as a string by default; int8 already as a number. Same rule as postgres.ts.
