@@ -40,6 +40,30 @@ export interface CallContext {
    * REST adapters copy it onto the reply. Absent for calls that cannot answer with headers.
    */
   responseHeader?: Headers;
+  /**
+   * Aborted once the caller went away before its answer: Connect's own signal, or for a REST call
+   * a view of its response (callContext's `response`). A write that has not begun when it is
+   * aborted is dropped (src/store/group-commit.ts). Absent: the caller is never known to be gone.
+   */
+  signal?: { readonly aborted: boolean };
+}
+
+/** The parts of a node HTTP/1.1 or HTTP/2 compatibility response that tell whether its client is gone. */
+export interface ResponseState {
+  readonly destroyed?: boolean;
+  readonly writableEnded?: boolean;
+  /** HTTP/2: the stream (its `destroyed` turns true when the client resets it or the session ends). */
+  readonly stream?: { readonly destroyed: boolean };
+}
+
+/** A REST call's "caller gone" (CallContext.signal): its response was destroyed before it was ended. */
+class ResponseGone {
+  constructor(private readonly res: ResponseState) {}
+  get aborted(): boolean {
+    const stream = this.res.stream;
+    if (stream !== undefined) return stream.destroyed;
+    return this.res.destroyed === true && this.res.writableEnded !== true;
+  }
 }
 
 /** The client's address as decided by TRUST_PROXY; in memory only, never stored or logged. */
@@ -54,11 +78,14 @@ class RestCallContext implements CallContext {
   #requestHeader: Headers | undefined;
   #responseHeader: Headers | undefined;
   readonly values: ContextValues;
+  readonly signal: { readonly aborted: boolean } | undefined;
   constructor(
     readonly raw: Record<string, string | string[] | undefined>,
     clientAddress: string | undefined,
+    response: ResponseState | undefined,
   ) {
     this.values = createContextValues().set(clientAddressKey, clientAddress);
+    this.signal = response === undefined ? undefined : new ResponseGone(response);
   }
   get requestHeader(): Headers {
     if (this.#requestHeader === undefined) {
@@ -77,8 +104,9 @@ class RestCallContext implements CallContext {
   }
 }
 
-export function callContext(headers: Record<string, string | string[] | undefined>, clientAddress?: string): CallContext {
-  return new RestCallContext(headers, clientAddress);
+/** A REST call's context; with `response` (the node response), ctx.signal tells when its client went away. */
+export function callContext(headers: Record<string, string | string[] | undefined>, clientAddress?: string, response?: ResponseState): CallContext {
+  return new RestCallContext(headers, clientAddress, response);
 }
 
 /** One request header (lower-case name), as Headers.get gives it, without building Headers for a REST call. */

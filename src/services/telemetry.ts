@@ -152,8 +152,9 @@ export function createTelemetryService({ db, config, now, observe }: ServiceDeps
     async report(req: Partial<ReportRequest>, ctx?: CallContext): Promise<MessageInitShape<typeof ReportResponseSchema>> {
       try {
         const row = await prepare(req, ctx);
-        // Resolves after the group-commit transaction carrying this row committed.
-        await ingest.submit([row]);
+        // Resolves after the group-commit transaction carrying this row committed; not written at
+        // all if the caller leaves before its transaction begins (ctx.signal).
+        await ingest.submit([row], ctx?.signal);
         return { recorded: true, serverUrl: row.report.server_url };
       } catch (err) {
         throw refusedValue(err);
@@ -185,9 +186,9 @@ export function createTelemetryService({ db, config, now, observe }: ServiceDeps
           ok.push(false);
         }
       }
-      const chunks: Promise<void>[] = [];
-      for (let i = 0; i < rows.length; i += INGEST_MAX_BATCH) chunks.push(ingest.submit(rows.slice(i, i + INGEST_MAX_BATCH)));
-      await Promise.all(chunks);
+      // One chunk after the other: the group commit's queue holds a bounded number of rows (an
+      // export of any size fits), and its writes run one at a time anyway.
+      for (let i = 0; i < rows.length; i += INGEST_MAX_BATCH) await ingest.submit(rows.slice(i, i + INGEST_MAX_BATCH), ctx?.signal);
       return { accepted: rows.length, rejected: inputs.length - rows.length, ok };
     },
 
@@ -228,7 +229,7 @@ export function createTelemetryService({ db, config, now, observe }: ServiceDeps
         await writing;
         writing = Promise.all(
           rows.map((r) =>
-            ingest.submit([r.row]).then(
+            ingest.submit([r.row], ctx?.signal).then(
               () => void accepted++,
               (thrown: unknown) => {
                 const err = refusedValue(thrown);

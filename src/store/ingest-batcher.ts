@@ -11,6 +11,9 @@ export const INGEST_MAX_BATCH = 1000;
  * `submit` resolves only after the transaction carrying the rows committed, so a 200 still
  * means "stored". A batch that fails for a reason other than a lost connection is retried
  * caller by caller, so one rejected row cannot fail the reports it happened to travel with.
+ * Bounded like every group commit: at most 8 batches' worth of reports wait (beyond: 503 at once),
+ * none longer than 5 s for its write to begin (then 503), and a report whose request was abandoned
+ * before its write began is not written (src/store/group-commit.ts).
  */
 export function ingestBatcher(db: Db, opts: { onBatch?: (size: number) => void } = {}): GroupCommit<IngestRow> {
   const store = telemetryStore(db);
@@ -25,5 +28,6 @@ export function ingestBatcher(db: Db, opts: { onBatch?: (size: number) => void }
     concurrency: 1,
     onBatch: opts.onBatch,
     isolateOnError: (err) => !isConnectionError(err),
+    what: 'report',
   });
 }

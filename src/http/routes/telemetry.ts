@@ -15,15 +15,16 @@ export function telemetryRoutes(app: FastifyInstance, { services }: RouteDeps) {
   app.post<{ Body: { server_url: string; success: boolean; latency_ms: number; tool_name?: string | null; http_status?: number | null } }>(
     '/api/report',
     { schema: { body: reportBody }, bodyLimit: 16 * 1024 },
-    async (req) => {
+    async (req, reply) => {
       const b = req.body;
+      // With reply.raw, a report whose client leaves before its write begins is not written.
       const res = await services.telemetry.report({
         serverUrl: b.server_url,
         success: b.success,
         latencyMs: b.latency_ms,
         toolName: b.tool_name ?? undefined,
         httpStatus: b.http_status ?? undefined,
-      }, callContext(req.headers, req.ip));
+      }, callContext(req.headers, req.ip, reply.raw));
       return restJson(ReportResponseSchema, res);
     },
   );
