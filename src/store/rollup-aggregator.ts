@@ -12,7 +12,10 @@
 // appends take ids 10 and 11 and may commit 11 first (docs/performance.md).
 //
 // One pass at a time across the cluster: a pass is one transaction holding an advisory lock
-// (pg_advisory_xact_lock, released by the database if the process dies). The fold and the
+// (released by the database if the process dies, or ends an idle transaction: a paused instance
+// holds it at most DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS). The lock is tried, never waited for
+// in the database (pg_try_advisory_xact_lock): while another instance folds, a pass polls for it
+// (no pooled connection held) for at most PASS_LOCK_WAIT_MS, then gives up as `busy`. The fold and the
 // watermark update are in that one transaction, so a crash at any point (before, during or
 // between them) leaves both as they were and the next pass folds the same rows once
 // (test/rollup-aggregator.test.ts kills a process between the fold and the watermark).
@@ -23,7 +26,11 @@
 // are folded by the next pass of any instance: every serving instance runs one every
 // ROLLUP_INTERVAL_MS (250 ms), so an acknowledged report reaches the rollups within that
 // interval plus one pass, even when the instance that took it died right after answering.
+// The wait is bounded: a read whose rollups are not settled within ROLLUP_SETTLE_MAX_MS (another
+// instance paused while folding, a database that stalls) is answered 503 with Retry-After
+// instead of waiting (docs/reliability.md "Reads that wait for the rollups").
 import type { Db, Queryable } from '../db/index.js';
+import { ObservatoryError } from '../errors.js';
 import { BoundedMap } from './cache-limits.js';
 import { foldStatement, notifyServersChanged } from './telemetry.js';
 
@@ -33,12 +40,44 @@ export const ROLLUP_INTERVAL_MS = 250;
 export const FOLD_MAX_ROWS = 20_000;
 /** Advisory lock key of the aggregator (one pass at a time across instances). */
 const AGGREGATOR_LOCK = 7_220_001;
+/** Longest a read waits for the rollups to take in what this process appended; then 503 (Retry-After). */
+export const ROLLUP_SETTLE_MAX_MS = 5_000;
+/** Longest a pass polls for the lock another instance's pass holds before giving up (busy). */
+export const PASS_LOCK_WAIT_MS = 5_000;
+/** Polling of a held lock: first retry after this long, doubling up to LOCK_POLL_MAX_MS. */
+const LOCK_POLL_MIN_MS = 10;
+const LOCK_POLL_MAX_MS = 100;
 
 export interface PassResult {
   /** Raw rows folded by this pass. */
   folded: number;
-  /** False when FOLD_MAX_ROWS cut the pass short (another pass follows at once). */
+  /** False when FOLD_MAX_ROWS cut the pass short (another pass follows at once), or when it did not run (busy). */
   complete: boolean;
+  /** True when it did not run: another instance's pass held the lock for PASS_LOCK_WAIT_MS. */
+  busy?: boolean;
+}
+
+const BUSY: PassResult = Object.freeze({ folded: 0, complete: false, busy: true });
+const TIMED_OUT = Symbol('timed out');
+
+/** `p`, or TIMED_OUT when it has not settled within `ms` (p keeps running; its outcome is handled by its owner). */
+function beforeDeadline<T>(p: Promise<T>, ms: number): Promise<T | typeof TIMED_OUT> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<typeof TIMED_OUT>((resolve) => {
+    timer = setTimeout(resolve, ms, TIMED_OUT);
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** A read that could not be given what this process stored (it was stored: a retry shows it). */
+function notSettled(ms: number): ObservatoryError {
+  return new ObservatoryError('unavailable', `the latest reports are not yet in the scores after ${ms} ms (another instance is folding them, or the database is slow); retry shortly`, {
+    headers: { 'retry-after': '2' },
+  });
 }
 
 export interface AggregatorHooks {
@@ -46,6 +85,8 @@ export interface AggregatorHooks {
   foldMaxRows?: number;
   /** Test hook: runs inside the pass transaction after the fold statement, before the watermark update. */
   afterFold?(): Promise<void> | void;
+  /** Longest a read waits for the rollups (default ROLLUP_SETTLE_MAX_MS; tests use a small one). */
+  settleMaxMs?: number;
 }
 
 interface Aggregator {
@@ -54,10 +95,11 @@ interface Aggregator {
   /**
    * Resolves once a complete pass that began after every append this process committed so far
    * has committed; with `serverIds`, only after the appends of those servers' rows (a read of
-   * a few servers does not wait for passes covering everyone else's reports).
+   * a few servers does not wait for passes covering everyone else's reports). Rejects with a
+   * 503 ObservatoryError when that has not happened within ROLLUP_SETTLE_MAX_MS.
    */
   settle(serverIds?: readonly number[]): Promise<void>;
-  /** Runs one pass now (after any pass in flight). */
+  /** Runs one pass now (after any pass in flight); `busy` when another instance's pass held the lock past PASS_LOCK_WAIT_MS. */
   pass(): Promise<PassResult>;
   /** Starts the background pass (every intervalMs); errors go to onError. */
   start(intervalMs: number, onError: (err: unknown) => void): void;
@@ -97,6 +139,7 @@ const toBig = (v: unknown) => BigInt(String(v));
 
 function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
   const foldMaxRows = hooks.foldMaxRows ?? FOLD_MAX_ROWS;
+  const settleMaxMs = hooks.settleMaxMs ?? ROLLUP_SETTLE_MAX_MS;
   let appendSeq = 0;
   let coveredSeq = 0;
   // The sequence number of each server's latest append (bounded). A server evicted from it, or
@@ -112,10 +155,26 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
   // Several services on one handle in one process (tests of two instances on PGlite) share the timer.
   let starts = 0;
 
+  /** One pass; while another instance's pass holds the lock, polls for it up to PASS_LOCK_WAIT_MS (then BUSY). */
   async function runPass(): Promise<PassResult> {
+    const deadline = performance.now() + PASS_LOCK_WAIT_MS;
+    let pause = LOCK_POLL_MIN_MS;
+    for (;;) {
+      const r = await tryPass();
+      if (r !== null) return r;
+      const left = deadline - performance.now();
+      if (left <= 0) return BUSY;
+      await sleep(Math.min(pause, left));
+      pause = Math.min(pause * 2, LOCK_POLL_MAX_MS);
+    }
+  }
+
+  /** One pass if the lock is free now; null when another instance's pass holds it (nothing done, no wait in the database). */
+  async function tryPass(): Promise<PassResult | null> {
     const startSeq = appendSeq;
-    const { result, serverIds } = await db.transaction(async (tx) => {
-      await tx.query('SELECT pg_advisory_xact_lock($1)', [AGGREGATOR_LOCK]);
+    const out = await db.transaction(async (tx) => {
+      const [lock] = await tx.query<{ ok: boolean }>('SELECT pg_try_advisory_xact_lock($1) AS ok', [AGGREGATOR_LOCK]);
+      if (!lock?.ok) return null;
       const [wm] = await tx.query<{ horizon: string; pending: string[] }>(
         "SELECT horizon::text AS horizon, pending::text[] AS pending FROM rollup_watermark WHERE name = 'rollups'",
       );
@@ -175,6 +234,8 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
       // no commit to flush): the next pass scans [horizon, xmax) again, an empty index range.
       return { result: { folded: folded.folded, complete }, serverIds: folded.server_ids.map(Number) };
     });
+    if (out === null) return null;
+    const { result, serverIds } = out;
     if (result.complete && startSeq > coveredSeq) coveredSeq = startSeq;
     // Scores computed from the rollups before this pass are stale now (rows of other instances included).
     if (serverIds.length > 0) notifyServersChanged(db, serverIds);
@@ -222,7 +283,14 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
         target = forgottenUpTo;
         for (const id of serverIds) target = Math.max(target, lastAppend.get(id) ?? 0);
       }
-      while (coveredSeq < target) await requestPass();
+      if (coveredSeq >= target) return;
+      // Bounded: a pass that cannot run (another instance paused holding the lock) or does not end
+      // (a stalled database) makes this read a 503, not a wait for as long as that lasts.
+      const deadline = performance.now() + settleMaxMs;
+      while (coveredSeq < target) {
+        const left = deadline - performance.now();
+        if (left <= 0 || (await beforeDeadline(requestPass(), left)) === TIMED_OUT) throw notSettled(settleMaxMs);
+      }
     },
     pass: requestPass,
     start(intervalMs, onError) {
@@ -232,7 +300,11 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
       // A cut-short pass is followed at once by the next one. Made once, not per tick: tsx names
       // every closure assigned to a name when it is made (test/hot-path-names.test.ts counts them).
       const passes = async () => {
-        while (!(await requestPass()).complete);
+        // Until complete; a busy pass (another instance folds: it folds every instance's rows) ends the tick.
+        for (;;) {
+          const r = await requestPass();
+          if (r.complete || r.busy) return;
+        }
       };
       const tick = () => {
         if (busy) return;
@@ -261,7 +333,10 @@ function createAggregator(db: Db, hooks: AggregatorHooks): Aggregator {
       await this.settle().catch(() => undefined);
       if (starts === 0) {
         try {
-          while (!(await requestPass()).complete);
+          for (;;) {
+            const r = await requestPass();
+            if (r.complete || r.busy) break;
+          }
         } catch {
           // The database is going away; the next instance folds the rest.
         }
