@@ -4,7 +4,11 @@ import { jobRunStore } from '../store/job-runs.js';
 
 // Periodic background work shared by N instances on one database: every instance keeps a timer,
 // and at each tick claims the current period (advisory lock + job_runs row, see store/job-runs).
-// Exactly one instance runs a job per period; the others skip until the next period.
+// Exactly one instance runs a job per period; the others skip until the next period. A job never
+// overlaps itself: a tick is skipped while this process still runs the job, and a period is not
+// claimed while another instance's run of it is unfinished and its lease (JOB_LEASE_MS, renewed
+// while it runs) has not expired. A run longer than its period makes the periods that start
+// during it skip; the next period after it runs (docs/deployment.md "What the database coordinates").
 
 /** This process's name in job_runs.instance (random, identifies no host or person). */
 export const INSTANCE_ID = randomUUID();
@@ -20,6 +24,9 @@ export const JOB_LOCKS = {
   'demand-retention': 72_620_107,
 } as const;
 export type JobName = keyof typeof JOB_LOCKS;
+
+/** A run's lease (database time): renewed every third of it while the run lasts; an instance that dies mid-run holds the job at most this long. */
+export const JOB_LEASE_MS = 60_000;
 
 export interface PeriodicJob {
   /** Runs the job for the period containing `at` when no instance has yet; true when this one ran it. */
@@ -37,15 +44,34 @@ export function periodicJob(
   periodMs: number,
   now: () => Date,
   run: (at: Date) => Promise<unknown>,
-  opts: { instance?: string; onError?: (err: unknown) => void } = {},
+  opts: { instance?: string; onError?: (err: unknown) => void; leaseMs?: number } = {},
 ): PeriodicJob {
   const store = jobRunStore(db);
   const instance = opts.instance ?? INSTANCE_ID;
+  const leaseMs = opts.leaseMs ?? JOB_LEASE_MS;
+  // This process is claiming or running the job: a tick meanwhile is skipped.
+  let busy = false;
   async function tick(at: Date): Promise<boolean> {
-    const periodStart = new Date(Math.floor(at.getTime() / periodMs) * periodMs);
-    if (!(await store.claim(name, JOB_LOCKS[name], periodStart, instance))) return false;
-    await run(at);
-    return true;
+    if (busy) return false;
+    busy = true;
+    try {
+      const periodStart = new Date(Math.floor(at.getTime() / periodMs) * periodMs);
+      if (!(await store.claim(name, JOB_LOCKS[name], periodStart, instance, leaseMs))) return false;
+      // A failed renewal (database away) only lets the lease run out; the run goes on.
+      const renewal = setInterval(() => {
+        store.renew(name, periodStart, instance, leaseMs).catch(() => {});
+      }, Math.max(1, Math.floor(leaseMs / 3)));
+      renewal.unref();
+      try {
+        await run(at);
+      } finally {
+        clearInterval(renewal);
+        await store.finish(name, periodStart, instance).catch(() => {});
+      }
+      return true;
+    } finally {
+      busy = false;
+    }
   }
   const timer = setInterval(() => {
     tick(now()).catch((err) => opts.onError?.(err));
