@@ -235,6 +235,9 @@ describe.skipIf(backend !== 'postgres')('statement bounds on a real PostgreSQL',
       })).toBe('300ms');
       // A transaction's own bounds (migrations: none).
       expect(await db.transaction((tx) => tx.query('SELECT pg_sleep(1)'), { statementTimeoutMs: 0, lockTimeoutMs: 0 })).toHaveLength(1);
+      // A script (exec: maintenance, set-up) runs under the long bound, which no later statement inherits.
+      await db.exec('SELECT pg_sleep(1); SELECT pg_sleep(0.1)');
+      expect(await db.query<{ st: string }>("SELECT current_setting('statement_timeout') AS st")).toEqual([{ st: '300ms' }]);
       // The pool still works after the refusals (their connections were kept or replaced).
       expect(await db.query('SELECT 1 AS x')).toEqual([{ x: 1 }]);
     } finally {

@@ -214,7 +214,18 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
     query,
     async exec(sql) {
       guard.check('a script');
-      await onConnection({ text: sql });
+      // A script (maintenance such as VACUUM FULL, a benchmark's set-up) may run long and may not
+      // run inside a transaction, so no SET LOCAL: its session gets the long bound, and the
+      // connection is ended afterwards so that setting never reaches another caller.
+      const client = await pool.connect();
+      client.on('error', ignoreConnectionError);
+      const readTimeout = readTimeoutFor(timeouts.longStatementTimeoutMs);
+      try {
+        await client.query({ text: `SET statement_timeout = ${msSetting(timeouts.longStatementTimeoutMs)}`, query_timeout: readTimeout } as Statement);
+        await client.query({ text: sql, query_timeout: readTimeout } as Statement);
+      } finally {
+        releaseClient(client, true);
+      }
     },
     transaction,
     async listen(channel, fn) {
