@@ -106,6 +106,7 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
     keepAlive: true,
     keepAliveInitialDelayMillis: KEEPALIVE_INITIAL_DELAY_MS,
   } satisfies pg.ClientConfig;
+  let poolEnded: Promise<void> | null = null;
   const pool = new pg.Pool({
     ...connection,
     max: opts.max ?? 10,
@@ -306,7 +307,8 @@ export function openPostgres(url: string, opts: PostgresOptions = {}): Db {
       }
     },
     async close() {
-      await pool.end();
+      // Idempotent: two services sharing one database (tests, a gate beside the service) both close it.
+      await (poolEnded ??= pool.end());
     },
     poolStats() {
       return { total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount };
