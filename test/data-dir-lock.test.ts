@@ -127,10 +127,10 @@ const canUnshare = process.getuid?.() === 0 && spawnSync('unshare', ['--pid', '-
 if (!canUnshare) console.log('data-dir-lock: skipping the two-containers test (needs root and unshare --pid)');
 
 describe.skipIf(!canUnshare)('two services as PID 1 of their own namespaces on one data directory', () => {
-  it('the second is refused (it waited for the first one\'s heartbeat to lapse, which never happens)', async () => {
+  it('the second is refused (it waits for the first one\'s heartbeat to lapse, which never happens)', async () => {
     const dir = fresh();
-    const start = (holdMs: number) => {
-      const p = spawn('unshare', ['--pid', '--fork', '--kill-child', '--mount-proc', process.execPath, '--import', 'tsx', HOLDER, dir, String(holdMs)], { cwd: ROOT, detached: true });
+    const start = (holdMs: number, ...mode: string[]) => {
+      const p = spawn('unshare', ['--pid', '--fork', '--kill-child', '--mount-proc', process.execPath, '--import', 'tsx', HOLDER, dir, String(holdMs), ...mode], { cwd: ROOT, detached: true });
       let out = '';
       p.stdout.on('data', (c: Buffer) => (out += c.toString()));
       const exited = new Promise<string>((done) => p.on('exit', () => done(out.trim())));
@@ -140,7 +140,9 @@ describe.skipIf(!canUnshare)('two services as PID 1 of their own namespaces on o
     for (let i = 0; i < 600 && !first.opened(); i++) await new Promise((r) => setTimeout(r, 100));
     expect(first.opened()).toBe(true);
     expect(held(dir).pid).toBe(1);
-    const second = await start(0).exited;
+    // The second takes the same lock the embedded database takes, with a 6 s heartbeat window
+    // instead of 30 s (the test's time): it cannot see the first, so it waits for its heartbeat.
+    const second = await start(0, 'lock', '6000').exited;
     process.kill(-first.p.pid!, 'SIGKILL');
     await first.exited;
     expect(second).toMatch(/^busy: the embedded database in .* is in use by process 1 of another container or host/);
