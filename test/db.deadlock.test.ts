@@ -8,23 +8,13 @@ import type { Db } from '../src/db/index.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 import { startMcpTarget } from './support/mcp-target.js';
+import { within } from './support/within.js';
 
 // Issue 17 finding 1: a statement sent through the outer database handle from inside an open
 // transaction froze the embedded database for good (recordBaseline signed the drift receipt inside
 // its transaction, and a stale key ring re-read the keys through the outer handle). PGlite has one
 // connection; PostgreSQL is run here with a pool of one connection, where the same mistake waits
 // the same way (until the pool's connect timeout).
-
-/** Rejects with a recognisable error when `p` has not settled in `ms`: a hang becomes a failure, not a stuck run. */
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p.finally(() => clearTimeout(timer)),
-    new Promise<T>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`HUNG: ${what} did not settle within ${ms} ms`)), ms);
-    }),
-  ]);
-}
 
 function deferred<T = void>() {
   let resolve!: (v: T) => void;

@@ -7,6 +7,7 @@ import { problemFromError } from '../src/http/problem.js';
 import { loadConfig } from '../src/config.js';
 import { expectProblem, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+import { within } from './support/within.js';
 
 // Audit finding 1: no statement, lock, read or keep-alive bound on any database connection. A
 // `LOCK TABLE servers` held from psql left trust reads unanswered for as long as it was held
@@ -18,17 +19,6 @@ import { backend, createTestDatabase, type TestDatabase } from './support/db.js'
 // No timing assertion: each request must simply answer (with the expected status) before a
 // deadline far longer than the bounds and far shorter than the hold, so the code before the fix,
 // which waits for the hold to end, fails the test instead of passing it late.
-
-/** Rejects when `p` has not settled in `ms`: a hang becomes a failure, not a stuck run. */
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p.finally(() => clearTimeout(timer)),
-    new Promise<T>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`HUNG: ${what} did not settle within ${ms} ms`)), ms);
-    }),
-  ]);
-}
 
 /**
  * A PostgreSQL that accepts a connection, completes the start-up (AuthenticationOk, then

@@ -7,6 +7,7 @@ import { groupCommit, MAX_QUEUE_WAIT_MS, QUEUED_BATCHES } from '../src/store/gro
 import { callContext } from '../src/services/context.js';
 import { expectProblem, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+import { within } from './support/within.js';
 
 // Audit finding 2: the group-commit queues had no bound, no deadline and ignored callers that had
 // gone. With the database silent, 400 clients reporting got no 503, RSS grew 157 -> 514 MB, and
@@ -17,16 +18,6 @@ import { backend, createTestDatabase, type TestDatabase } from './support/db.js'
 // the write that blocks the queue is still held (the code before waits for its release).
 
 const tick = () => new Promise<void>((r) => setImmediate(r));
-
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p.finally(() => clearTimeout(timer)),
-    new Promise<T>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`HUNG: ${what} did not settle within ${ms} ms`)), ms);
-    }),
-  ]);
-}
 
 /** A writer whose first write is held until released: the database stalled with a write in flight. */
 function stalledWriter() {

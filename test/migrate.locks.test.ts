@@ -5,6 +5,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MigrationLockError, migrate, MIGRATIONS_DIR } from '../src/db/migrate.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+import { within } from './support/within.js';
 
 // Audit finding 5: the migration transaction had no lock_timeout. During a rollout, a new
 // migration's ALTER TABLE (ACCESS EXCLUSIVE) queued behind an old instance's long transaction on
@@ -15,16 +16,6 @@ import { backend, createTestDatabase, type TestDatabase } from './support/db.js'
 // complete while the long transaction is still open (the code before waits for it to end).
 
 if (backend !== 'postgres') console.log('SKIP migrations against a conflicting lock: needs PostgreSQL (set DATABASE_URL); on PGlite only one process ever migrates');
-
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p.finally(() => clearTimeout(timer)),
-    new Promise<T>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`HUNG: ${what} did not settle within ${ms} ms`)), ms);
-    }),
-  ]);
-}
 
 describe.skipIf(backend !== 'postgres')('a migration meeting a lock another session holds (PostgreSQL)', () => {
   let tdb: TestDatabase;

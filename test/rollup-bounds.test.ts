@@ -7,6 +7,7 @@ import { serverStore } from '../src/store/servers.js';
 import { telemetryStore } from '../src/store/telemetry.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+import { within } from './support/within.js';
 
 // Audit finding 3: one instance paused (SIGSTOP) while its rollup pass held the aggregator's
 // advisory lock froze trust reads and the leaderboard on every other instance for as long as it
@@ -15,16 +16,6 @@ import { backend, createTestDatabase, type TestDatabase } from './support/db.js'
 // the lock is tried (polled, no connection held waiting), and a read whose rollups are not
 // settled within its bound is answered 503 with Retry-After. No timing assertion: each read must
 // answer before a deadline far shorter than the hold, which the code before waits out.
-
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p.finally(() => clearTimeout(timer)),
-    new Promise<T>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`HUNG: ${what} did not settle within ${ms} ms`)), ms);
-    }),
-  ]);
-}
 
 describe(`a read waiting for the rollups has a deadline (${backend})`, () => {
   it('a pass that does not end (a stalled database) makes the settle a 503 with Retry-After, not a wait; once it ends the read settles', async () => {
