@@ -12,6 +12,8 @@ import {
 import { INTERFACE_VERSION } from '../config.js';
 import { MCP_TOOLS, mcpToolDescriptors } from './mcp-tools.js';
 import { SkillError, type AgentSkills, type JsonObject } from './skills.js';
+import { logFailure, problemFromError } from '../http/problem.js';
+import { PROBLEMS } from '../errors.js';
 
 // The MCP server proper, on the official v2 SDK (@modelcontextprotocol/server): loaded on first
 // use by src/agents/mcp.ts, so the SDK and zod (about a second of start-up on a busy machine) are
@@ -46,7 +48,7 @@ const LIST_CACHE_HINT = { ttlMs: 300_000, cacheScope: 'public' } as const;
 /** `_meta` key of a refused tool call: the service's problem code and HTTP status, beside the detail text. */
 export const PROBLEM_META_KEY = 'dev.trust-observatory/problem';
 
-type Log = Pick<FastifyInstance['log'], 'error'>;
+type Log = Pick<FastifyInstance['log'], 'error' | 'warn'>;
 
 function ok(answer: JsonObject): CallToolResult {
   // The text block carries the same JSON for clients that ignore structuredContent (MCP 2025-06-18).
@@ -63,7 +65,11 @@ async function run(log: Log, tool: string, fn: () => Promise<JsonObject>): Promi
   } catch (err) {
     // A refusal reads exactly as REST's problem detail, with its code (e.g. GET /api/trust's 400).
     if (err instanceof SkillError) return toolError(err.message, { code: err.code, status: err.status });
-    log.error({ err, tool }, 'mcp tool failed');
+    // What the service could not do reads as REST's answer would: a lost database is
+    // `unavailable` (503, logged once a second), anything else an internal error.
+    const p = problemFromError(err);
+    logFailure(log, err, p.code, { tool });
+    if (p.code === 'unavailable') return toolError(p.detail, { code: p.code, status: PROBLEMS[p.code].status });
     return toolError('internal error; retry later');
   }
 }

@@ -1,4 +1,4 @@
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ConnectError } from '@connectrpc/connect';
 import { isConnectionError, isRefusedValueError } from '../db/index.js';
 import { rpcProtocolOf, sendRpcProblem, sendUnknownMethod, RPC_CONTENT_TYPES } from './rpc-errors.js';
@@ -63,33 +63,32 @@ export function sendProblemToCaller(req: FastifyRequest, reply: FastifyReply, co
 }
 
 /**
- * Logs a request that failed on the service's side. A database that is unavailable fails every
- * request that needs it at once (an outage measured 3,182 error lines in 30 s, one per request):
- * those are one warning a second per instance, saying how many were not logged since the last.
+ * Logs a call that failed on the service's side (REST, Connect and MCP tools alike). A database
+ * that is unavailable fails every call that needs it at once (an outage measured 3,182 error
+ * lines in 30 s, one per request): those are one warning a second per process, saying how many
+ * were not logged since the last.
  */
-function logFailure(app: FastifyInstance, req: FastifyRequest, err: unknown, code: ProblemCode): void {
+export function logFailure(log: Pick<FastifyBaseLogger, 'error' | 'warn'>, err: unknown, code: ProblemCode, fields: Record<string, unknown> = {}): void {
   if (PROBLEMS[code].status < 500) return;
   if (code !== 'unavailable' || !isConnectionError(err)) {
-    req.log.error({ err }, 'request failed');
+    log.error({ err, ...fields }, 'request failed');
     return;
   }
-  const outage = outages.get(app) ?? { loggedAt: 0, unlogged: 0 };
-  outages.set(app, outage);
   const now = Date.now();
   if (now - outage.loggedAt < 1_000) {
     outage.unlogged++;
     return;
   }
-  req.log.warn({ err, unlogged_since_last: outage.unlogged }, 'database unavailable: answered 503');
+  log.warn({ err, ...fields, unlogged_since_last: outage.unlogged }, 'database unavailable: answered 503');
   outage.loggedAt = now;
   outage.unlogged = 0;
 }
-const outages = new WeakMap<FastifyInstance, { loggedAt: number; unlogged: number }>();
+const outage = { loggedAt: 0, unlogged: 0 };
 
 export function installProblemHandlers(app: FastifyInstance) {
   app.setErrorHandler((err, req: FastifyRequest, reply: FastifyReply) => {
     const p = problemFromError(err);
-    logFailure(app, req, err, p.code);
+    logFailure(req.log, err, p.code);
     // Connect, gRPC and gRPC-Web callers get their own protocol's error (src/http/rpc-errors.ts).
     const rpc = rpcProtocolOf(req);
     if (rpc) {
