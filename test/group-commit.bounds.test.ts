@@ -225,4 +225,65 @@ describe.skipIf(backend !== 'postgres')('reports while the telemetry insert is s
       await release();
     }
   }, 120_000);
+
+  it('an OTLP export whose client leaves while its rows wait is not written; one whose client stays is', async () => {
+    holder = new pg.Client({ connectionString: tdb.url! });
+    holder.on('error', () => {});
+    await holder.connect();
+    await holder.query('BEGIN');
+    await holder.query('LOCK TABLE telemetry IN SHARE MODE');
+    const safety = setTimeout(() => void release(), 60_000);
+    try {
+      const a = postJson(`${app.base}/api/report`, { server_url: url, success: true, latency_ms: 10, tool_name: 'otlp-case-in-flight' });
+      for (let i = 0; i < 200; i++) {
+        const [w] = await tdb.db.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO telemetry%'");
+        if (w!.n > 0) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const exportOf = (tool: string, spanId: string) =>
+        JSON.stringify({
+          resourceSpans: [
+            {
+              resource: { attributes: [] },
+              scopeSpans: [
+                {
+                  spans: [
+                    {
+                      traceId: '5B8EFFF798038103D269B633813FC60C',
+                      spanId,
+                      name: `tools/call ${tool}`,
+                      kind: 3,
+                      startTimeUnixNano: '1760000000000000000',
+                      endTimeUnixNano: '1760000000010000000',
+                      attributes: [
+                        { key: 'mcp.method.name', value: { stringValue: 'tools/call' } },
+                        { key: 'gen_ai.tool.name', value: { stringValue: tool } },
+                        { key: 'url.full', value: { stringValue: url } },
+                      ],
+                    },
+                  ],
+                },
+              ],
+            },
+          ],
+        });
+      const gone = exportOf('otlp-abandoned', 'EEE19B7EC3C1B174');
+      const port = Number(new URL(app.base).port);
+      const c = http.request({ port, host: '127.0.0.1', method: 'POST', path: '/v1/traces', headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(gone) } });
+      c.on('error', () => {});
+      c.end(gone);
+      const staying = postJson(`${app.base}/v1/traces`, JSON.parse(exportOf('otlp-stayed', 'EEE19B7EC3C1B175')));
+      await new Promise((r) => setTimeout(r, 800)); // both exports' rows are queued behind the held write
+      c.destroy();
+      await new Promise((r) => setTimeout(r, 300));
+      await release(); // well within the queue's 5 s: what is dropped is dropped for its client leaving
+      expect((await a).status).toBe(200);
+      expect((await staying).status).toBe(200);
+      expect(await stored('otlp-stayed')).toBe(1);
+      expect(await stored('otlp-abandoned')).toBe(0);
+    } finally {
+      clearTimeout(safety);
+      await release();
+    }
+  }, 120_000);
 });

@@ -31,7 +31,9 @@ function sourceContext(ctx: CallContext | undefined): CallContext {
   const headers = new Headers();
   const auth = requestHeaderValue(ctx, 'authorization');
   if (auth) headers.set('authorization', auth);
-  return { requestHeader: headers, values: createContextValues().set(clientAddressKey, ctx?.values.get(clientAddressKey)) };
+  // The export's "caller gone" travels with its rows: rows of an export whose client left before
+  // their write began are not written (src/store/group-commit.ts), as for a REST report.
+  return { requestHeader: headers, values: createContextValues().set(clientAddressKey, ctx?.values.get(clientAddressKey)), signal: ctx?.signal };
 }
 
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;

@@ -54,7 +54,8 @@ export function otlpRoutes(app: FastifyInstance, { services }: RouteDeps) {
         const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
         const body = await decompress(raw, req.headers['content-encoding'] as string | undefined, limit);
         const msg = decodeExport(reqSchema, body, encoding);
-        const res = await handle(msg, callContext(req.headers, req.ip));
+        // With reply.raw, an export whose client leaves before its rows' write begins is not written.
+        const res = await handle(msg, callContext(req.headers, req.ip, reply.raw));
         return reply.type(CONTENT_TYPE[encoding]).send(encodeMessage(resSchema, res, encoding));
       },
     ] as const;
