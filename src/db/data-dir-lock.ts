@@ -15,8 +15,9 @@
 // lock is still fresh. A stale lock is taken over atomically: renamed aside (only one of two
 // processes racing can), checked to be the file judged stale, then replaced.
 import { randomUUID } from 'node:crypto';
-import { linkSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import { linkSync, lstatSync, readFileSync, readlinkSync, renameSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { readOwnFile } from './data-dir.js';
 
 export class DataDirBusyError extends Error {}
 
@@ -124,13 +125,15 @@ export async function lockDataDir(dir: string, opts: { staleMs?: number; heartbe
       rmSync(temp, { force: true });
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
-    let text: string;
+    // Read as every file of DATA_DIR is (src/db/data-dir.ts): never through a symbolic link, and
+    // refused when another user owns it.
+    const text = readOwnFile('DATA_DIR', lock, 'tighten');
+    if (text === null) continue; // released meanwhile
     let ageMs: number;
     try {
-      text = readFileSync(lock, 'utf8');
-      ageMs = Date.now() - statSync(lock).mtimeMs;
+      ageMs = Date.now() - lstatSync(lock).mtimeMs;
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue; // released meanwhile
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue;
       throw err;
     }
     const held = parse(text);
