@@ -90,6 +90,7 @@ export function groupCommit<T>(opts: GroupCommitOptions<T>): GroupCommit<T> {
   let expiry: NodeJS.Timeout | null = null;
 
   const unavailable = (detail: string) => new ObservatoryError('unavailable', detail, { headers: { 'retry-after': RETRY_AFTER_S } });
+  const abandoned = () => unavailable(`the request was abandoned before its ${what} was written; nothing was stored`);
 
   /** Refuses the queued items that waited maxWaitMs (they are at the head: the queue is in arrival order), then waits for the next head. */
   function expire(): void {
@@ -100,7 +101,7 @@ export function groupCommit<T>(opts: GroupCommitOptions<T>): GroupCommit<T> {
       queuedItems -= p.items.length;
       p.reject(
         p.gone?.aborted === true
-          ? unavailable(`the request was abandoned before its ${what} was written; nothing was stored`)
+          ? abandoned()
           : unavailable(`the database did not take this ${what} within ${maxWaitMs} ms; it was not stored, retry shortly`),
       );
     }
@@ -168,7 +169,7 @@ export function groupCommit<T>(opts: GroupCommitOptions<T>): GroupCommit<T> {
         queuedItems -= p.items.length;
         // A caller gone before its write began: its items are not written (its retry would be a duplicate).
         if (p.gone?.aborted === true) {
-          p.reject(unavailable(`the request was abandoned before its ${what} was written; nothing was stored`));
+          p.reject(abandoned());
           continue;
         }
         n += p.items.length;
