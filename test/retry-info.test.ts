@@ -1,9 +1,8 @@
 // Refusals that say when to retry say it in every protocol (docs/grpc.md "Errors per protocol",
 // docs/telemetry.md "Answers and errors"). OTLP exporters that follow the specification (the
 // Collector's, Go's) retry RESOURCE_EXHAUSTED only when the status carries a google.rpc.RetryInfo,
-// and drop the batch otherwise: an OTLP/gRPC export refused by the request body budget (a gRPC
-// export declares no length and reserves the whole 4 MiB, so the 9th at once from one network is
-// refused by default) was answered grpc-status 8 with an HTTP Retry-After only, and lost. Every
+// and drop the batch otherwise: an OTLP/gRPC export refused by the request body budget (its
+// network's share of bodies in flight full) was answered grpc-status 8 with an HTTP Retry-After only, and lost. Every
 // gRPC, gRPC-Web and Connect refusal with a Retry-After now carries RetryInfo with the same delay
 // (the OTLP/HTTP side: test/otlp.refusals.test.ts).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -56,13 +55,20 @@ async function heldBytes(port: number): Promise<number> {
   return Number(/observatory_http_request_body_bytes\{state="held"\} (\d+)/.exec(m)?.[1] ?? NaN);
 }
 
-/** An OTLP/gRPC export that declares no length and is never finished: it holds the whole 4 MiB of its network's share. */
+/**
+ * An OTLP/gRPC export that declares no length and is never finished, its last bytes unsent: it
+ * holds the whole 4 MiB of its network's share (a body of no stated length grows its reservation
+ * as it arrives, to the route's 4 MiB once past half of it).
+ */
 function holdExport(base: string): http2.ClientHttp2Session {
   const s = http2.connect(base);
   s.on('error', () => {});
   const stream = s.request({ ':method': 'POST', ':path': TRACES_GRPC, 'content-type': 'application/grpc', te: 'trailers' });
   stream.on('error', () => {});
-  stream.write(Buffer.from([0, 0, 0, 0, 10]));
+  const length = 4 * MiB - 64;
+  const envelope = Buffer.alloc(5 + length - 16, 0);
+  envelope.writeUInt32BE(length, 1);
+  stream.write(envelope);
   return s;
 }
 

@@ -15,8 +15,9 @@ import { withRouteHook } from './route-hooks.js';
 //
 // A request reserves, before its body is read, what it may hold: its Content-Length (capped at the
 // route's limit, which refuses more anyway), or the route's whole limit when it declares none
-// (chunked, or HTTP/2 without content-length, as gRPC clients send). The reservation ends with the
-// response. Over the process's budget: 503 (gRPC UNAVAILABLE); over the client network's share:
+// (chunked, or HTTP/2 without content-length); on the Connect and gRPC routes, which read their
+// bodies as they arrive, a body of no stated length (every gRPC client's) reserves a first step
+// and grows (growBodyReservation). The reservation ends with the response. Over the process's budget: 503 (gRPC UNAVAILABLE); over the client network's share:
 // 429 (gRPC RESOURCE_EXHAUSTED); both with Retry-After, in the caller's protocol, the body unread
 // (sendProblemToCaller: gRPC and Connect with a google.rpc.RetryInfo, the OTLP/HTTP receivers a
 // google.rpc.Status in the export's encoding, everyone else problem+json).
@@ -24,10 +25,23 @@ import { withRouteHook } from './route-hooks.js';
 /** Methods whose requests may carry a body the route reads. */
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
-/** What a route's config may say: `{ bodyDrained: true }`, it never keeps its body (the gate). */
+/**
+ * What a route's config may say: `{ bodyDrained: true }`, it never keeps its body (the gate);
+ * `{ bodyGrowable: true }`, it reads its body as it arrives and grows the reservation of a body of
+ * no stated length with growBodyReservation (the Connect and gRPC routes, src/http/connect-adapter.ts).
+ */
 export interface BodyBudgetRouteConfig {
   bodyDrained?: boolean;
+  bodyGrowable?: boolean;
 }
+
+/**
+ * What a growable body of no stated length reserves first, and the least it grows by: gRPC clients
+ * send no Content-Length, and an OTLP/gRPC export reserving the route's 4 MiB before a byte was
+ * read let a client network have eight in flight (an OpenTelemetry Collector runs ten export
+ * workers by default).
+ */
+export const GROW_STEP_BYTES = 64 * 1024;
 
 export interface BodyBudget {
   /** The process's budget in bytes. */
@@ -51,7 +65,55 @@ interface State {
 const kState = Symbol('bodyBudget');
 const kBytes = Symbol('bodyBudgetBytes');
 const kNetwork = Symbol('bodyBudgetNetwork');
-type Reserved = (http.ServerResponse | http2.Http2ServerResponse) & { [kState]?: State; [kBytes]?: number; [kNetwork]?: string };
+const kCap = Symbol('bodyBudgetCap');
+type Reserved = (http.ServerResponse | http2.Http2ServerResponse) & { [kState]?: State; [kBytes]?: number; [kNetwork]?: string; [kCap]?: number };
+
+const OVER_BUDGET = 'the service holds as many request bodies as it may (HTTP_BODY_BUDGET_BYTES); retry shortly';
+const OVER_SHARE = "this client network's request bodies in flight reach its share of HTTP_BODY_BUDGET_BYTES; send fewer at once, or retry once some are answered";
+
+/** Why `n` more bytes cannot be reserved for `network` now, or null when they can. */
+function overBy(s: State, network: string, n: number): 'unavailable' | 'rate_limited' | null {
+  if (s.total + n > s.limit) {
+    s.refused.total++;
+    return 'unavailable';
+  }
+  if ((s.byNetwork.get(network) ?? 0) + n > s.perClient) {
+    s.refused.perClient++;
+    return 'rate_limited';
+  }
+  return null;
+}
+
+export interface BodyRefusal {
+  problem: 'unavailable' | 'rate_limited';
+  detail: string;
+  /** Seconds, as the refusal before the body is read says them. */
+  retryAfter: number;
+}
+
+/**
+ * A growable reservation (a body of no stated length on a `bodyGrowable` route) grows to hold
+ * `bytes` read so far: by at least GROW_STEP_BYTES or its own size, never past the route's limit
+ * (the route refuses more anyway). Null when it holds them; a refusal when they would pass the
+ * process's budget or the client network's share, which the route answers in its protocol, its
+ * body unread (the reservation ends with the response as always). Responses of routes without a
+ * reservation (no budget installed, a stated length) are never refused here.
+ */
+export function growBodyReservation(res: http.ServerResponse | http2.Http2ServerResponse, bytes: number): BodyRefusal | null {
+  const r = res as Reserved;
+  const held = r[kBytes];
+  const cap = r[kCap];
+  if (held === undefined || cap === undefined || bytes <= held || held >= cap) return null;
+  const s = r[kState]!;
+  const network = r[kNetwork]!;
+  const target = Math.min(cap, Math.max(bytes, held + Math.max(GROW_STEP_BYTES, held)));
+  const over = overBy(s, network, target - held);
+  if (over !== null) return { problem: over, detail: over === 'unavailable' ? OVER_BUDGET : OVER_SHARE, retryAfter: 2 };
+  s.total += target - held;
+  addToNetwork(s.byNetwork, network, target - held);
+  r[kBytes] = target;
+  return null;
+}
 
 /** The response is gone (sent, or the client left): its request's reservation ends. Module level: one function for every request. */
 function release(this: Reserved): void {
@@ -92,24 +154,23 @@ export function installBodyBudget(app: FastifyInstance, opts: { limit: number; d
     const methods = Array.isArray(route.method) ? route.method : [route.method];
     if (!methods.some((m) => BODY_METHODS.has(m)) || (route.config as BodyBudgetRouteConfig | undefined)?.bodyDrained) return;
     const routeLimit = route.bodyLimit ?? opts.defaultLimit;
+    const growable = (route.config as BodyBudgetRouteConfig | undefined)?.bodyGrowable === true;
     const hook = (req: FastifyRequest, reply: FastifyReply, done: () => void) => {
-      const n = bytesOf(req, routeLimit);
+      let n = bytesOf(req, routeLimit);
       if (n === 0) return done();
-      if (s.total + n > s.limit) {
-        s.refused.total++;
-        return refuse(req, reply, 'unavailable', 'the service holds as many request bodies as it may (HTTP_BODY_BUDGET_BYTES); retry shortly');
-      }
+      // A body of no stated length on a route that grows its reservation: a first step now.
+      const grows = growable && n === routeLimit && req.headers['content-length'] === undefined;
+      if (grows) n = Math.min(routeLimit, GROW_STEP_BYTES);
       const network = clientNetwork(req.ip);
-      if ((s.byNetwork.get(network) ?? 0) + n > s.perClient) {
-        s.refused.perClient++;
-        return refuse(req, reply, 'rate_limited', "this client network's request bodies in flight reach its share of HTTP_BODY_BUDGET_BYTES; send fewer at once, or retry once some are answered");
-      }
+      const over = overBy(s, network, n);
+      if (over !== null) return refuse(req, reply, over, over === 'unavailable' ? OVER_BUDGET : OVER_SHARE);
       s.total += n;
       addToNetwork(s.byNetwork, network, n);
       const res = reply.raw as Reserved;
       res[kState] = s;
       res[kBytes] = n;
       res[kNetwork] = network;
+      if (grows) res[kCap] = routeLimit;
       res.once('close', release);
       done();
     };

@@ -32,7 +32,8 @@ import * as protoGrpc from '@connectrpc/connect/protocol-grpc';
 import * as protoGrpcWeb from '@connectrpc/connect/protocol-grpc-web';
 import { compressionBrotli, compressionGzip, universalResponseToNodeResponse } from '@connectrpc/connect-node';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { retryInfoOnRefusals, rpcProtocolOf, sendRpcProblem } from './rpc-errors.js';
+import { growBodyReservation, type BodyBudgetRouteConfig } from './body-budget.js';
+import { retryInfoOnRefusals, rpcProtocolOf, sendRpcProblem, withRetryInfo } from './rpc-errors.js';
 
 export interface ConnectPluginOptions extends ConnectRouterOptions {
   routes: (router: ConnectRouter) => void;
@@ -70,7 +71,8 @@ export function connectPlugin(instance: FastifyInstance, opts: ConnectPluginOpti
   instance.addContentTypeParser(protoGrpcWeb.contentTypeRegExp, noop);
   instance.addContentTypeParser(protoConnect.contentTypeRegExp, noop);
   for (const uHandler of router.handlers) {
-    instance.all(uHandler.requestPath, { bodyLimit: serviceMaxBytes.get(uHandler.service.typeName) ?? readMaxBytes }, async (req, reply) => {
+    const config: BodyBudgetRouteConfig = { bodyGrowable: true };
+    instance.all(uHandler.requestPath, { bodyLimit: serviceMaxBytes.get(uHandler.service.typeName) ?? readMaxBytes, config }, async (req, reply) => {
       try {
         const uRes = await uHandler(await universalRequest(req.raw, reply.raw, readMaxBytes, opts.contextValues?.(req)));
         // fastify keeps the headers set in hooks (request id, interface version) on the reply and
@@ -203,7 +205,7 @@ async function universalRequest(req: NodeRequest, res: NodeResponse, readMaxByte
     method: req.method ?? '',
     url,
     header,
-    body: await bodyOf(req, readMaxBytes),
+    body: await bodyOf(req, res, readMaxBytes),
     signal: controller.signal,
     contextValues,
   };
@@ -212,10 +214,12 @@ async function universalRequest(req: NodeRequest, res: NodeResponse, readMaxByte
 /**
  * A body whose Content-Length is stated and within readMaxBytes, read whole (node's parser never
  * delivers more than the stated length); otherwise the request stream itself, which the handler
- * reads up to readMaxBytes and refuses beyond.
+ * reads up to readMaxBytes and refuses beyond. A body of no stated length (gRPC clients send none)
+ * grows its reservation in the request body budget as its bytes arrive (src/http/body-budget.ts).
  */
-function bodyOf(req: NodeRequest, readMaxBytes: number): Promise<AsyncIterable<Uint8Array>> | AsyncIterable<Uint8Array> {
+function bodyOf(req: NodeRequest, res: NodeResponse, readMaxBytes: number): Promise<AsyncIterable<Uint8Array>> | AsyncIterable<Uint8Array> {
   const stated = req.headers['content-length'];
+  if (stated === undefined && !req.readableEnded) return metered(req as AsyncIterable<Uint8Array>, res);
   const length = stated === undefined ? NaN : Number(stated);
   if (!Number.isSafeInteger(length) || length < 0 || length > readMaxBytes || req.readableEnded) return req as AsyncIterable<Uint8Array>;
   // Inline listeners settled once by a flag (no named closures: see universalRequest).
@@ -241,6 +245,25 @@ function bodyOf(req: NodeRequest, readMaxBytes: number): Promise<AsyncIterable<U
       reject(new ConnectError('the client closed the call while sending its request', Code.Canceled));
     });
   });
+}
+
+/**
+ * The request stream, its reservation grown to what has arrived before each chunk is passed on.
+ * Past the client network's share or the process's budget the call ends with the refusal the
+ * budget makes before a body is read, in the call's protocol (RESOURCE_EXHAUSTED or UNAVAILABLE
+ * with Retry-After and a RetryInfo), the rest of the body unread.
+ */
+async function* metered(body: AsyncIterable<Uint8Array>, res: NodeResponse): AsyncGenerator<Uint8Array> {
+  let read = 0;
+  for await (const chunk of body) {
+    read += chunk.byteLength;
+    const refusal = growBodyReservation(res, read);
+    if (refusal !== null) {
+      const code = refusal.problem === 'rate_limited' ? Code.ResourceExhausted : Code.Unavailable;
+      throw withRetryInfo(new ConnectError(refusal.detail, code, { 'retry-after': String(refusal.retryAfter) }));
+    }
+    yield chunk;
+  }
 }
 
 function oneChunk(body: Uint8Array): AsyncIterable<Uint8Array> {
