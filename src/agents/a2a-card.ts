@@ -174,7 +174,7 @@ export function a2aDescriptor(config: Config) {
       '-32600': 'invalid request (jsonrpc not "2.0", method missing or not a string, bad id type)',
       '-32601': 'method not found (or a method of the other protocol version)',
       '-32602': 'invalid params',
-      '-32603': 'internal error',
+      '-32603': 'internal error; or, with data naming the problem "unavailable" and retry_after_seconds (HTTP 503 + Retry-After when alone), the database is unavailable: retry shortly',
       '-32001': 'task not found',
       '-32002': 'task not cancelable (it has ended)',
       '-32003': 'push notifications not supported',

@@ -1,6 +1,7 @@
 // JSON-RPC pieces both A2A versions share: the error codes (JSON-RPC 2.0 and A2A; the numbers
 // are the same in 0.3 and 1.0), the error the method handlers throw, and parameter readers.
 import type { A2aErrorKind } from '../services/a2a.js';
+import { problemBody, PROBLEMS, type ProblemCode } from '../errors.js';
 
 export const RPC = {
   parseError: -32700,
@@ -50,6 +51,38 @@ export class RpcError extends Error {
     readonly data?: unknown,
   ) {
     super(message);
+  }
+}
+
+/**
+ * A call the service could not serve for a reason of its own that is not a bug: the database is
+ * unavailable (REST's 503 `unavailable` with Retry-After), an upstream failed. A2A names JSON-RPC
+ * -32603 for system errors (A2A 1.0 section 3.3.2, "Database connection failure"); the problem,
+ * its HTTP status and when to retry go in the error's data, in each version's form (a2a-v1.ts,
+ * a2a-v03.ts), and on HTTP in the status and Retry-After when the error is the whole answer.
+ */
+export class ServiceProblemError extends RpcError {
+  constructor(
+    readonly problem: ProblemCode,
+    message: string,
+    /** Seconds after which a retry may succeed (REST's Retry-After); undefined: none given. */
+    readonly retryAfterSeconds?: number,
+  ) {
+    super(RPC.internal, message);
+  }
+
+  get status(): number {
+    return PROBLEMS[this.problem].status;
+  }
+
+  /** The problem as REST's problem+json names it: type URI, code, HTTP status, seconds to wait. */
+  get detail(): { type: string; code: ProblemCode; status: number; retry_after_seconds?: number } {
+    return {
+      type: problemBody(this.problem, '').type,
+      code: this.problem,
+      status: this.status,
+      ...(this.retryAfterSeconds !== undefined ? { retry_after_seconds: this.retryAfterSeconds } : {}),
+    };
   }
 }
 

@@ -15,6 +15,7 @@ import {
   optionalStrings,
   RPC,
   RpcError,
+  ServiceProblemError,
   type MethodContext,
   type MethodHandler,
   type Params,
@@ -195,5 +196,9 @@ const methods = new Map<string, MethodHandler<A2aService>>([
 export const a2aV03: VersionBinding<A2aService> = {
   version: A2A_V03_VERSION,
   methods,
-  errorObject: (err) => (err.data === undefined ? { code: err.code, message: err.message } : { code: err.code, message: err.message, data: err.data }),
+  errorObject: (err) => {
+    // A call the service could not serve: the problem as REST names it, in the error's data.
+    if (err instanceof ServiceProblemError) return { code: err.code, message: err.message, data: err.detail };
+    return err.data === undefined ? { code: err.code, message: err.message } : { code: err.code, message: err.message, data: err.data };
+  },
 };

@@ -19,6 +19,7 @@ import {
   requiredId,
   RPC,
   RpcError,
+  ServiceProblemError,
   type MethodContext,
   type MethodHandler,
   type Params,
@@ -328,10 +329,29 @@ async function* map<T, U>(source: AsyncIterable<T>, fn: (t: T) => U): AsyncItera
   for await (const x of source) yield fn(x);
 }
 
+/** Our own ErrorInfo domain (A2A's errors use a2a-protocol.org): the problem types' host. */
+const SERVICE_ERROR_DOMAIN = 'trust-observatory.dev';
+
+/**
+ * A call the service could not serve, in 1.0's error model (section 3.3.2: details are
+ * google.rpc types): an ErrorInfo naming the problem (reason UNAVAILABLE, metadata with REST's
+ * problem type, code, status and retry_after_seconds) and, when a retry may succeed, a RetryInfo
+ * with the delay, as our gRPC and Connect refusals carry it.
+ */
+function serviceProblemObject(err: ServiceProblemError) {
+  const d = err.detail;
+  const metadata: Record<string, string> = { type: d.type, code: d.code, status: String(d.status) };
+  if (d.retry_after_seconds !== undefined) metadata.retry_after_seconds = String(d.retry_after_seconds);
+  const data: Record<string, unknown>[] = [{ '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: d.code.toUpperCase(), domain: SERVICE_ERROR_DOMAIN, metadata }];
+  if (d.retry_after_seconds !== undefined) data.push({ '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: `${d.retry_after_seconds}s` });
+  return { code: err.code, message: err.message, data };
+}
+
 export const a2aV1: VersionBinding<A2aService> = {
   version: A2A_V1_VERSION,
   methods,
   errorObject(err) {
+    if (err instanceof ServiceProblemError) return serviceProblemObject(err);
     const reason = A2A_ERROR_REASONS[err.code];
     const detail = isObject(err.data) ? (err.data as Record<string, string>) : {};
     if (reason) {

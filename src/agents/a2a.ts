@@ -1,14 +1,16 @@
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from 'fastify';
 import type { RouteDeps } from '../http/routes.js';
 import { A2A_LIMITS, createA2aService, SkillRefused, type A2aService, type A2aSkillRunner } from '../services/a2a.js';
 import { A2A_SKILLS, A2A_VERSIONS, a2aDescriptor } from './a2a-card.js';
-import { isObject, RPC, RpcError, type AnswerBudget, type MethodContext, type VersionBinding } from './a2a-rpc.js';
+import { isObject, RPC, RpcError, ServiceProblemError, type AnswerBudget, type MethodContext, type VersionBinding } from './a2a-rpc.js';
 import { a2aV03, A2A_V03_VERSION } from './a2a-v03.js';
 import { a2aV1, A2A_V1_VERSION } from './a2a-v1.js';
 import { createAgentSkills, SkillError, type AgentSkills, type JsonObject } from './skills.js';
 import { a2aSkillLimit, type RateLimitedRpcError } from './rate-limit.js';
 import { unstorableJson } from '../domain/storable-text.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../domain/json-depth.js';
+import { logFailure, problemFromError } from '../http/problem.js';
+import { PROBLEMS } from '../errors.js';
 
 // /a2a: A2A over JSON-RPC 2.0, protocol versions 1.0 and 0.3 on one endpoint (docs/agents.md).
 // The A2A-Version header (or ?A2A-Version=) picks the version; none means 0.3 (A2A 1.0 section
@@ -20,7 +22,7 @@ export { RPC } from './a2a-rpc.js';
 type Id = string | number | null;
 type RpcErrorObject = { code: number; message: string; data?: unknown };
 type RpcResponse = { jsonrpc: '2.0'; id: Id; result: unknown } | { jsonrpc: '2.0'; id: Id; error: RpcErrorObject };
-type Log = { error(o: object, m: string): void };
+type Log = Pick<FastifyBaseLogger, 'error' | 'warn'>;
 /** Counts one skill invocation (and the bytes of its params) against the caller's limits; the error when refused (src/agents/rate-limit.ts). */
 type SkillLimit = { take(paramsBytes: number): RateLimitedRpcError | null; read(): RateLimitedRpcError | null };
 /** Methods that read stored tasks: each call takes one token of the caller's `a2a_reads` limit. */
@@ -77,9 +79,31 @@ function summary(skillId: string, answer: JsonObject): string {
   return `Trust score for ${String(server.url)}: ${String(server.trust_score)} (${String(answer.verdict)}) over ${String(metrics.total_interactions)} interactions.`;
 }
 
+/**
+ * A call's failure that is not a refusal of its input, as the other doors answer it (REST's
+ * problemFromError, the MCP tools): a database that is unavailable is REST's 503 `unavailable`
+ * with its detail ("the database is unavailable; retry shortly") and Retry-After, logged as one
+ * warning a second (logFailure); a bug is "Internal error", logged each time. Text the database
+ * refused (NUL) is the caller's input.
+ */
+export function unservedError(err: unknown, log: Log, fields: Record<string, unknown> = {}): RpcError {
+  const p = problemFromError(err);
+  logFailure(log, err, p.code, fields);
+  if (PROBLEMS[p.code].status < 500) return new RpcError(RPC.invalidParams, p.detail);
+  if (p.code === 'internal') return new RpcError(RPC.internal, 'Internal error');
+  const retryAfter = Number(p.headers?.['retry-after']);
+  return new ServiceProblemError(p.code, p.detail, Number.isInteger(retryAfter) && retryAfter >= 0 ? retryAfter : undefined);
+}
+
 /** The skills the A2A service runs: the same functions the MCP tools call. */
-export function a2aSkillRunner(skills: AgentSkills): A2aSkillRunner {
+export function a2aSkillRunner(skills: AgentSkills, log: Log): A2aSkillRunner {
   return {
+    failed(err, skill) {
+      // The task ends failed saying what REST would have said; the problem rides in the status
+      // message's metadata (retry guidance for a task that was already stored as working).
+      const rpc = unservedError(err, log, { skill });
+      return { text: rpc instanceof ServiceProblemError ? rpc.message : 'internal error; retry later', ...(rpc instanceof ServiceProblemError ? { metadata: { problem: rpc.detail } } : {}) };
+    },
     async run(skill, server) {
       const def = A2A_SKILLS.find((s) => s.id === skill)!;
       try {
@@ -92,6 +116,13 @@ export function a2aSkillRunner(skills: AgentSkills): A2aSkillRunner {
     },
   };
 }
+
+/** What the calls of one HTTP request share besides the method context. */
+type CallContext = MethodContext & {
+  limit?: SkillLimit;
+  /** The calls the service could not serve (database unavailable): the HTTP status and Retry-After say so. */
+  unserved: ServiceProblemError[];
+};
 
 /** `text`: the body already serialised (a batch's, measured call by call), sent as it is. */
 type Answer = { kind: 'json'; body: RpcResponse | RpcResponse[]; text?: string } | { kind: 'none' } | { kind: 'stream'; id: Id; binding: VersionBinding<A2aService>; events: AsyncIterable<unknown> };
@@ -113,7 +144,7 @@ export function createA2aHandler(a2a: A2aService) {
   }
 
   /** One JSON-RPC element. */
-  async function one(req: unknown, version: VersionBinding<A2aService> | RpcError, ctx: MethodContext & { inBatch: boolean; limit?: SkillLimit }, log: Log): Promise<Answer> {
+  async function one(req: unknown, version: VersionBinding<A2aService> | RpcError, ctx: CallContext & { inBatch: boolean }, log: Log): Promise<Answer> {
     if (!isObject(req)) return { kind: 'json', body: plain(null, RPC.invalidRequest, 'Invalid Request: not a JSON-RPC request object') };
     const hasId = 'id' in req;
     const idOk = !hasId || req.id === null || typeof req.id === 'string' || (typeof req.id === 'number' && Number.isFinite(req.id));
@@ -154,14 +185,14 @@ export function createA2aHandler(a2a: A2aService) {
       }
       return { kind: 'stream', id, binding, events };
     } catch (err) {
-      if (err instanceof RpcError) return done(fail(id, binding, err));
-      log.error({ err }, 'a2a request failed');
-      return done(plain(id, RPC.internal, 'Internal error'));
+      const rpc = err instanceof RpcError ? err : unservedError(err, log, { method: req.method });
+      if (rpc instanceof ServiceProblemError) ctx.unserved.push(rpc);
+      return done(fail(id, binding, rpc));
     }
   }
 
   /** A parsed body: one request or a batch (JSON-RPC 2.0 section 6). */
-  async function handle(body: unknown, versionHeader: string | undefined, ctx: MethodContext & { limit?: SkillLimit }, log: Log): Promise<Answer> {
+  async function handle(body: unknown, versionHeader: string | undefined, ctx: CallContext, log: Log): Promise<Answer> {
     const version = negotiateVersion(versionHeader);
     // One HTTP answer carries at most A2A_LIMITS.maxAnswerBytes of JSON: the methods that return
     // tasks cut them to what is left (ListTasks pages, task histories), and a batch stops running
@@ -249,8 +280,7 @@ async function sendEventStream(reply: FastifyReply, answer: Extract<Answer, { ki
       await event({ jsonrpc: '2.0', id: answer.id, result: step.value });
     }
   } catch (err) {
-    const rpc = err instanceof RpcError ? err : new RpcError(RPC.internal, 'Internal error');
-    if (!(err instanceof RpcError)) log.error({ err }, 'a2a stream failed');
+    const rpc = err instanceof RpcError ? err : unservedError(err, log, { stream: true });
     if (!raw.destroyed) await event({ jsonrpc: '2.0', id: answer.id, error: answer.binding.errorObject(rpc) });
   } finally {
     await it.return?.();
@@ -258,8 +288,22 @@ async function sendEventStream(reply: FastifyReply, answer: Extract<Answer, { ki
   }
 }
 
+/**
+ * The HTTP side of calls the service could not serve: Retry-After (the longest any of them asks,
+ * beside a rate limit's) and, when one such error is the whole answer, its status (503), as
+ * REST answers; a batch stays 200 with each call's own answer. Both A2A SDK lines read the
+ * JSON-RPC error of a non-2xx answer.
+ */
+function unservedStatus(reply: FastifyReply, unserved: readonly ServiceProblemError[], answer: Answer): void {
+  if (unserved.length === 0) return;
+  const retryAfter = Math.max(-1, ...unserved.map((e) => e.retryAfterSeconds ?? -1));
+  const already = Number(reply.getHeader('retry-after') ?? -1);
+  if (retryAfter >= 0 && retryAfter > already) reply.header('retry-after', String(retryAfter));
+  if (answer.kind === 'json' && !Array.isArray(answer.body) && 'error' in answer.body) void reply.code(unserved[0]!.status);
+}
+
 export function a2aRoutes(app: FastifyInstance, { services, db, config, now }: RouteDeps) {
-  const a2a = createA2aService({ db, now }, a2aSkillRunner(createAgentSkills(services)));
+  const a2a = createA2aService({ db, now }, a2aSkillRunner(createAgentSkills(services), app.log));
   const handler = createA2aHandler(a2a);
 
   void app.register(async (scope) => {
@@ -290,8 +334,10 @@ export function a2aRoutes(app: FastifyInstance, { services, db, config, now }: R
       const aborted = new AbortController();
       reply.raw.once('close', () => aborted.abort());
       const limit = a2aSkillLimit(services.limits, req.ip);
-      const answer = await handler.handle(body, version, { signal: aborted.signal, client: req.ip, limit }, req.log);
+      const unserved: ServiceProblemError[] = [];
+      const answer = await handler.handle(body, version, { signal: aborted.signal, client: req.ip, limit, unserved }, req.log);
       limit.finish(reply, answer.kind === 'json' ? answer.body : undefined);
+      unservedStatus(reply, unserved, answer);
       if (answer.kind === 'none') return reply.code(204).send();
       if (answer.kind === 'stream') return sendEventStream(reply, answer, req.log);
       return reply.type('application/json').send(answer.text ?? answer.body);

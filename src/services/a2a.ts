@@ -90,6 +90,12 @@ export class SkillRefused extends Error {}
 /** Runs a skill; the adapter supplies it (the MCP tools and A2A skills share one implementation). */
 export interface A2aSkillRunner {
   run(skill: AgentSkillId, server: string): Promise<SkillAnswer>;
+  /**
+   * What a task says as it ends failed because its skill threw `err` (not a refusal of the
+   * input: the database was unavailable, a bug), with metadata for its status message; the
+   * runner also reports the failure. Absent: a generic text.
+   */
+  failed?(err: unknown, skill: AgentSkillId): { text: string; metadata?: Record<string, unknown> };
 }
 
 export interface SendOptions {
@@ -140,6 +146,13 @@ export const A2A_LIMITS = {
    * task waiting for input lasts subscribeMaxMs, so one network could otherwise hold them all.
    */
   maxSubscriptions: 200,
+  /**
+   * A task still `working` this long after it started is failed when next read: the instance
+   * that ran its skill stopped, or lost the database, before it could store the answer or the
+   * failure. Skills answer in milliseconds and every statement they run is bounded
+   * (DATABASE_STATEMENT_TIMEOUT_MS), so no instance is still working on it.
+   */
+  workingMaxMs: 10 * 60_000,
 } as const;
 
 /** The per-client-network share of the open subscriptions. */
@@ -161,7 +174,7 @@ const sameStatus = (a: StoredTask, b: StoredTask) => a.status.state === b.status
 export function createA2aService(
   deps: { db: Queryable; now: () => Date },
   runner: A2aSkillRunner,
-  limits: { pollMs?: number; subscribeMaxMs?: number; maxSubscriptions?: number; maxSubscriptionsPerClient?: number } = {},
+  limits: { pollMs?: number; subscribeMaxMs?: number; maxSubscriptions?: number; maxSubscriptionsPerClient?: number; workingMaxMs?: number } = {},
 ) {
   const { now } = deps;
   const store = a2aTaskStore(deps.db);
@@ -169,6 +182,7 @@ export function createA2aService(
   const subscribeMaxMs = limits.subscribeMaxMs ?? A2A_LIMITS.subscribeMaxMs;
   const maxSubscriptions = limits.maxSubscriptions ?? A2A_LIMITS.maxSubscriptions;
   const perClient = limits.maxSubscriptionsPerClient ?? subscriptionsPerClient(maxSubscriptions);
+  const workingMaxMs = limits.workingMaxMs ?? A2A_LIMITS.workingMaxMs;
   let openSubscriptions = 0;
   /** Open subscriptions per client network (rateLimitKey), dropped at zero. */
   const openByClient = new Map<string, number>();
@@ -187,8 +201,31 @@ export function createA2aService(
   const watchers = new Map<string, Set<() => void>>();
   const changed = (id: string) => watchers.get(id)?.forEach((wake) => wake());
 
-  function agentMessage(text: string, taskId: string, contextId: string): TaskMessage {
-    return { kind: 'message', role: 'agent', messageId: randomUUID(), taskId, contextId, parts: [{ kind: 'text', text }] };
+  function agentMessage(text: string, taskId: string, contextId: string, metadata?: Record<string, unknown>): TaskMessage {
+    return { kind: 'message', role: 'agent', messageId: randomUUID(), taskId, contextId, parts: [{ kind: 'text', text }], ...(metadata ? { metadata } : {}) };
+  }
+
+  /** The task ended `failed` with the agent's message `text` (and its metadata). */
+  function failedTask(task: StoredTask, text: string, metadata?: Record<string, unknown>): StoredTask {
+    const msg = agentMessage(text, task.id, task.contextId, metadata);
+    return { ...task, status: { state: 'failed', timestamp: now().toISOString(), message: msg }, history: bounded([...((task.history as TaskMessage[] | undefined) ?? []), msg]) };
+  }
+
+  /**
+   * A stored task as it is: one left `working` past workingMaxMs is failed (and stored so, unless
+   * another request moved it on first, whose version is then the answer).
+   */
+  async function settled(task: StoredTask): Promise<StoredTask> {
+    if (task.status.state !== 'working' || now().getTime() - Date.parse(task.status.timestamp) <= workingMaxMs) return task;
+    const failed = failedTask(
+      task,
+      `The task did not finish: the skill's answer was never stored (the instance running it stopped or lost its database). Send the message again.`,
+    );
+    if (await store.replaceIfState(failed, 'working')) {
+      changed(task.id);
+      return failed;
+    }
+    return (await store.get(task.id)) ?? failed;
   }
 
   /** The text a message carries; refuses messages with no text part as the spec asks. */
@@ -266,8 +303,9 @@ export function createA2aService(
       const base: StoredTask = { id, contextId, status: { state: 'submitted', timestamp: now().toISOString() }, artifacts: [], history: [user], kind: 'task' };
       return { base, previous: null as StoredTask | null, understood: understandRequest(text), modes };
     }
-    const previous = await store.get(message.taskId);
-    if (!previous) throw new A2aError('task_not_found', `task ${message.taskId} not found`, { taskId: message.taskId });
+    const stored = await store.get(message.taskId);
+    if (!stored) throw new A2aError('task_not_found', `task ${message.taskId} not found`, { taskId: message.taskId });
+    const previous = await settled(stored);
     if (message.contextId !== undefined && message.contextId !== previous.contextId) {
       throw new A2aError('invalid_params', `task ${previous.id} belongs to context ${previous.contextId}, not ${message.contextId}`, { field: 'message.contextId' });
     }
@@ -314,7 +352,15 @@ export function createA2aService(
     // the first event must not leave it working until the retention deletes it. null: canceled
     // (or otherwise moved on) while the skill ran, and the stored state is the truth.
     const concluded = (async () => {
-      const task = await conclude(working, understood, modes);
+      let task: StoredTask;
+      try {
+        task = await conclude(working, understood, modes);
+      } catch (err) {
+        // The task was stored as working: it ends failed, saying why (the database was
+        // unavailable: "retry shortly"), rather than staying working.
+        const why = runner.failed?.(err, understood.kind === 'ask' ? understood.skill : 'check_trust') ?? { text: 'The skill failed; send the message again.' };
+        task = failedTask(working, why.text, why.metadata);
+      }
       if (!(await store.replaceIfState(task, 'working'))) return null;
       changed(task.id);
       return task;
@@ -345,7 +391,7 @@ export function createA2aService(
   async function get(id: string): Promise<StoredTask> {
     const task = await store.get(id);
     if (!task) throw new A2aError('task_not_found', `task ${id} not found`, { taskId: id });
-    return task;
+    return settled(task);
   }
 
   /**
@@ -376,7 +422,7 @@ export function createA2aService(
     const [{ tasks: page, more }, totalSize] = await Promise.all([store.list(filter, after, pageSize, maxBytes), store.count(filter)]);
     const last = page[page.length - 1];
     const nextPageToken = more && last ? encodePageToken({ updatedAt: last.updatedAt, id: last.task.id }) : '';
-    return { tasks: page.map((r) => r.task), nextPageToken, pageSize, totalSize };
+    return { tasks: await Promise.all(page.map((r) => settled(r.task))), nextPageToken, pageSize, totalSize };
   }
 
   /** CancelTask / tasks/cancel: a task that is still waiting (or working) ends canceled. */
@@ -433,7 +479,8 @@ export function createA2aService(
       const deadline = performance.now() + subscribeMaxMs;
       while (!signal?.aborted && performance.now() < deadline) {
         await waitForChange(id, Math.min(pollMs, deadline - performance.now()), signal);
-        const current = await store.get(id);
+        const stored = await store.get(id);
+        const current = stored && (await settled(stored));
         if (!current || sameStatus(current, seen)) continue;
         const known = new Set(((seen.artifacts as TaskArtifact[] | undefined) ?? []).map((a) => a.artifactId));
         for (const artifact of (current.artifacts as TaskArtifact[] | undefined) ?? []) {
