@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { Client, SdkHttpError, SSEClientTransport, SseError, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
-import { manifestToolOf, type ManifestTool } from '../domain/drift.js';
+import { CONTEXT_ITEM_SHAPES, contextItemOf, manifestToolOf, type ContextItem, type ContextListing, type ContextListPart, type LiveContext, type ManifestTool } from '../domain/drift.js';
 import { cutAt } from '../domain/text-diff.js';
 import { storableCopy } from '../domain/storable-text.js';
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../domain/json-depth.js';
@@ -28,13 +28,31 @@ import { ProbeFailed, responseTls, Slots, TargetRefused, untilAborted, type Safe
 export const MANIFEST_LIMITS = { maxPages: 50, maxTools: 2000, maxBytes: 4 * 1024 * 1024, maxNameLength: 512, totalTimeoutMs: 20_000 } as const;
 
 /**
+ * What one probe takes of a server's prompts, resources and resource templates (docs/probes.md
+ * "Drift of what else the server says"), read after its tools: pages and bytes of JSON kept for
+ * the three lists together, items per list, the length of an item's key (a prompt's name, a
+ * resource's uri), and how long one request may take. Over a limit, or when the server fails a
+ * list, that list is unavailable (the check says why) and the probe goes on: never a failed probe.
+ * The lists are read only within the probe's deadline, less CONTEXT_DEADLINE_RESERVE_MS (at most
+ * a quarter of it), so a server stalling them cannot fail the probe either.
+ */
+export const CONTEXT_LIMITS = { maxPages: 50, maxItems: 2000, maxBytes: 4 * 1024 * 1024, maxKeyLength: 2048, requestTimeoutMs: 10_000 } as const;
+export const CONTEXT_DEADLINE_RESERVE_MS = 2_000;
+
+/** The method listing each context list. */
+const CONTEXT_METHODS = { prompts: 'prompts/list', resources: 'resources/list', resource_templates: 'resources/templates/list' } as const satisfies Record<ContextListPart, string>;
+/** The member of each list's result that holds its items. */
+const CONTEXT_RESULT_MEMBERS = { prompts: 'prompts', resources: 'resources', resource_templates: 'resourceTemplates' } as const satisfies Record<ContextListPart, string>;
+
+/**
  * The HTTP requests one probe may make, whatever the server does (docs/probes.md "The MCP probe"):
- * in all (a read of 50 pages takes about 56 with the handshake), at once (each is its own socket),
+ * in all (50 pages of tools and 50 of prompts, resources and templates take about 106 with the
+ * handshake and the session's DELETE), at once (each is its own socket),
  * and the answers to the server's own requests (ping, sampling, roots: the SDK client answers each
  * with a POST, unawaited). A server that answered initialize with 5,000 pings in one SSE body made
  * one probe open 3,000-5,000 sockets and grow by hundreds of MiB; beyond these the probe fails.
  */
-export const MCP_REQUEST_LIMITS = { total: 64, inFlight: 4, serverRequests: 8 } as const;
+export const MCP_REQUEST_LIMITS = { total: 120, inFlight: 4, serverRequests: 8 } as const;
 
 export type McpRequestLimits = { -readonly [K in keyof typeof MCP_REQUEST_LIMITS]: number };
 
@@ -86,6 +104,8 @@ export interface McpConnection {
 export interface LiveManifest extends McpConnection {
   tools: ManifestTool[];
   pages: number;
+  /** The server's instructions, prompts, resources and resource templates, as far as they could be read. */
+  context: LiveContext;
 }
 
 /** One HTTP exchange of the probe, as the safe client saw it (agency checklist evidence). */
@@ -140,6 +160,8 @@ async function probe(fetcher: SafeFetcher, url: string, opts: ManifestReadOption
   const limits: McpRequestLimits = { ...MCP_REQUEST_LIMITS };
   for (const k of Object.keys(limits) as (keyof McpRequestLimits)[]) limits[k] = Math.min(limits[k], opts.requestLimits?.[k] ?? Infinity);
   const run = new ProbeRun(fetcher, controller, url, limits, opts.onExchange);
+  run.deadline = performance.now() + timeoutMs;
+  run.contextReserveMs = Math.min(CONTEXT_DEADLINE_RESERVE_MS, timeoutMs / 4);
   try {
     // Refusal is decided before the SDK is involved, so a refused target never looks like an MCP
     // error; the lookup counts against the probe's deadline like everything else.
@@ -244,7 +266,17 @@ async function attempt(run: ProbeRun, url: string, kind: McpTransportKind, opts:
         cursor = page.nextCursor;
       } while (cursor);
     }
-    return { ...connection, tools, pages };
+    // After the tools, and never failing the probe: what else the server gives the model.
+    const instructions = client.getInstructions();
+    const budget = { pages: 0, bytes: 0 };
+    const notOffered: ContextListing = { status: 'not_offered' };
+    const context: LiveContext = {
+      instructions: typeof instructions === 'string' ? storableCopy(instructions) : null,
+      prompts: caps?.prompts ? await readContextList(run, client, 'prompts', budget) : notOffered,
+      resources: caps?.resources ? await readContextList(run, client, 'resources', budget) : notOffered,
+      resource_templates: caps?.resources ? await readContextList(run, client, 'resource_templates', budget) : notOffered,
+    };
+    return { ...connection, tools, pages, context };
   } finally {
     // A stateful server (the 2025 handshake with Mcp-Session-Id) keeps the session the probe
     // opened until told: end it with the DELETE the transport spec describes (close() alone sends
@@ -253,6 +285,68 @@ async function attempt(run: ProbeRun, url: string, kind: McpTransportKind, opts:
     if (transport instanceof StreamableHTTPClientTransport) await run.guard(transport.terminateSession()).catch(() => {});
     await client.close().catch(() => {});
   }
+}
+
+/**
+ * Reads every page of one context list (prompts/list, resources/list, resources/templates/list)
+ * within CONTEXT_LIMITS (`budget`: pages and bytes the probe's lists have used so far), the
+ * probe's request limit and its deadline less the reserve. Whatever the server does with the
+ * list (an error, Method not found, a malformed or oversized answer, no answer) the list is
+ * unavailable with a reason; only a failure that ends the whole probe (the safe client's, its
+ * deadline, a flood of server requests) is thrown.
+ */
+async function readContextList(run: ProbeRun, client: Client, part: ContextListPart, budget: { pages: number; bytes: number }): Promise<ContextListing> {
+  const method = CONTEXT_METHODS[part];
+  const member = CONTEXT_RESULT_MEMBERS[part];
+  const key = CONTEXT_ITEM_SHAPES[part].key;
+  const unavailable = (detail: string): ContextListing => ({ status: 'unavailable', detail: cutAt(detail, 500) });
+  const items: ContextItem[] = [];
+  let pages = 0;
+  let cursor: string | undefined;
+  do {
+    if (budget.pages >= CONTEXT_LIMITS.maxPages) return unavailable(`${method}: more than ${CONTEXT_LIMITS.maxPages} pages of prompts, resources and resource templates together`);
+    const left = Math.floor(run.contextTimeLeft());
+    if (left <= 0) return unavailable(`${method}: no time left within the probe's deadline`);
+    // The request, a cancellation the SDK may send for it, and the session's DELETE.
+    if (run.requestsLeft() < 3) return unavailable(`${method}: the probe's limit of ${run.requestLimit} requests was reached`);
+    let page: Record<string, unknown> & { nextCursor?: string };
+    const timeout = Math.min(left, CONTEXT_LIMITS.requestTimeoutMs);
+    try {
+      const signal = AbortSignal.any([run.controller.signal, AbortSignal.timeout(timeout)]);
+      const params = cursor === undefined ? {} : { cursor };
+      // (One call per method: the SDK types each result by its method.)
+      page =
+        part === 'prompts'
+          ? await run.guard(client.request({ method: 'prompts/list', params }, { signal, timeout }))
+          : part === 'resources'
+            ? await run.guard(client.request({ method: 'resources/list', params }, { signal, timeout }))
+            : await run.guard(client.request({ method: 'resources/templates/list', params }, { signal, timeout }));
+    } catch (err) {
+      // The probe itself failed or ran out of time: that ends it, as for the tools.
+      if (run.failed || run.controller.signal.aborted) throw err;
+      const e = err as { name?: unknown; message?: unknown; code?: unknown } | null;
+      const timedOut = e?.name === 'TimeoutError' || e?.name === 'AbortError' || e?.code === -32001 || /timed? ?out/i.test(String(e?.message ?? ''));
+      return unavailable(timedOut ? `${method} was not answered within ${timeout} ms` : `${method} failed: ${String(e?.message ?? err)}`);
+    }
+    pages++;
+    budget.pages++;
+    const entries = page[member];
+    if (!Array.isArray(entries)) return unavailable(`${method} answered without a ${member} list`);
+    for (const raw of entries as unknown[]) {
+      if (typeof raw !== 'object' || raw === null) return unavailable(`${method} lists an entry that is not an object`);
+      if (nestedDeeperThan(raw, MAX_JSON_DEPTH)) return unavailable(`${method} lists an entry whose JSON nests deeper than ${MAX_JSON_DEPTH} levels`);
+      const item = contextItemOf(part, raw as Record<string, unknown>);
+      if (item === null) return unavailable(`${method} lists an entry without a string ${key}`);
+      if (item.key.length > CONTEXT_LIMITS.maxKeyLength) return unavailable(`${method} lists a ${key} longer than ${CONTEXT_LIMITS.maxKeyLength} characters`);
+      const kept = storableCopy(item);
+      budget.bytes += Buffer.byteLength(JSON.stringify(kept));
+      items.push(kept);
+    }
+    if (items.length > CONTEXT_LIMITS.maxItems) return unavailable(`${method} lists more than ${CONTEXT_LIMITS.maxItems} entries`);
+    if (budget.bytes > CONTEXT_LIMITS.maxBytes) return unavailable(`${method}: the prompts, resources and resource templates are more than ${CONTEXT_LIMITS.maxBytes} bytes of JSON together`);
+    cursor = typeof page.nextCursor === 'string' && page.nextCursor !== '' ? page.nextCursor : undefined;
+  } while (cursor);
+  return { status: 'read', items, pages };
 }
 
 /**
@@ -268,6 +362,10 @@ class ProbeRun {
    */
   getStreamEssential = false;
 
+  /** When the probe's deadline passes (performance.now()), and the part of it the context lists may not use. */
+  deadline = Infinity;
+  contextReserveMs = 0;
+
   /** Requests made so far, and answers to the server's requests sent. */
   private requests = 0;
   private answers = 0;
@@ -281,6 +379,25 @@ class ProbeRun {
     private readonly onExchange?: (e: McpExchange) => void,
   ) {
     this.slots = new Slots(limits.inFlight);
+  }
+
+  /** Whether a failure (of the safe client, or a limit) has ended the probe. */
+  get failed(): boolean {
+    return this.failure !== null;
+  }
+
+  /** The probe's limit on requests, and how many it may still make. */
+  get requestLimit(): number {
+    return this.limits.total;
+  }
+
+  requestsLeft(): number {
+    return this.limits.total - this.requests;
+  }
+
+  /** Milliseconds the context lists may still take. */
+  contextTimeLeft(): number {
+    return this.deadline - this.contextReserveMs - performance.now();
   }
 
   /** Server-to-client requests delivered to the SDK client so far (each is answered with a POST). */
@@ -350,10 +467,11 @@ class ProbeRun {
     if (this.failure) throw this.failure;
     const signal = init?.signal ? AbortSignal.any([init.signal, this.controller.signal]) : this.controller.signal;
     const method = (init?.method ?? 'GET').toUpperCase();
-    const essential = method !== 'GET' || this.getStreamEssential;
+    const { answers, optional } = bodyFacts(init?.body);
+    // A context list's request (or its cancellation) may fail without ending the probe: that list is then unavailable.
+    const essential = (method !== 'GET' || this.getStreamEssential) && !optional;
     // Counted before anything waits or leaves, so a flood is refused at once, not queued.
     if (++this.requests > this.limits.total) throw this.overLimit(`the probe of ${this.url} would make more than ${this.limits.total} requests`);
-    const answers = answersIn(init?.body);
     if (answers > 0 && (this.answers += answers) > this.limits.serverRequests) {
       throw this.tooManyServerRequests();
     }
@@ -434,17 +552,25 @@ function asNodeFetch(given: RequestInit['headers']): Headers {
   return headers;
 }
 
-/** How many JSON-RPC responses (answers to the server's requests) a request body carries. */
-function answersIn(body: RequestInit['body']): number {
-  if (typeof body !== 'string') return 0;
+/** Requests whose failure does not end the probe: the context lists' (and cancellations the SDK sends for them). */
+const OPTIONAL_METHODS: ReadonlySet<string> = new Set([...Object.values(CONTEXT_METHODS), 'notifications/cancelled']);
+
+/**
+ * What a request body carries: how many JSON-RPC responses (answers to the server's requests),
+ * and whether it is only requests of OPTIONAL_METHODS.
+ */
+function bodyFacts(body: RequestInit['body']): { answers: number; optional: boolean } {
+  if (typeof body !== 'string') return { answers: 0, optional: false };
   let msg: unknown;
   try {
     msg = JSON.parse(body);
   } catch {
-    return 0;
+    return { answers: 0, optional: false };
   }
   const isAnswer = (m: unknown) => typeof m === 'object' && m !== null && !('method' in m) && 'id' in m;
-  return Array.isArray(msg) ? msg.filter(isAnswer).length : isAnswer(msg) ? 1 : 0;
+  const isOptional = (m: unknown) => typeof m === 'object' && m !== null && typeof (m as { method?: unknown }).method === 'string' && OPTIONAL_METHODS.has((m as { method: string }).method);
+  const all = Array.isArray(msg) ? msg : [msg];
+  return { answers: all.filter(isAnswer).length, optional: all.length > 0 && all.every(isOptional) };
 }
 
 /** A TargetRefused or ProbeFailed thrown by the safe client, possibly wrapped by the SDK (cause chain). */
