@@ -3,7 +3,7 @@
 // errors with google.rpc.ErrorInfo details. The work is done by the A2A service; this file only
 // reads 1.0 requests and writes 1.0 results.
 import { A2A_LIMITS, A2aError, type A2aService, type ListQuery, type StoredTask, type TaskArtifact, type TaskEvent, type TaskMessage, type TaskPart, type TaskStatus } from '../services/a2a.js';
-import { answerWithin, lastMessages } from '../domain/a2a-task.js';
+import { answerWithin, lastMessages, storableTime } from '../domain/a2a-task.js';
 import {
   A2A_ERROR_CODES,
   A2A_ERROR_REASONS,
@@ -153,8 +153,8 @@ function readState(v: unknown): string | undefined {
 
 function readTimestamp(v: unknown, where: string): Date | undefined {
   if (v === undefined || v === null || v === '') return undefined;
-  if (typeof v !== 'string' || !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/.test(v) || Number.isNaN(Date.parse(v))) {
-    throw invalidParams(`${where} must be an RFC 3339 timestamp such as 2026-01-31T12:00:00Z`);
+  if (typeof v !== 'string' || !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/.test(v) || !storableTime(new Date(v))) {
+    throw invalidParams(`${where} must be an RFC 3339 timestamp from year 0001 to 9999 (UTC), such as 2026-01-31T12:00:00Z`);
   }
   return new Date(v);
 }

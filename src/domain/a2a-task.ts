@@ -22,6 +22,16 @@ export interface PagePosition {
   id: string;
 }
 
+/**
+ * Whether a time is one PostgreSQL's timestamptz and our RFC 3339 strings both hold: UTC years
+ * 1 to 9999. JavaScript dates reach years -271821 to 275760 (and year 0), which the database
+ * refuses as out of range: a page token or a timestamp naming one is the caller's error.
+ */
+export function storableTime(d: Date): boolean {
+  const year = d.getUTCFullYear();
+  return !Number.isNaN(d.getTime()) && year >= 1 && year <= 9999;
+}
+
 /** The opaque `nextPageToken`: base64url of the last task's status time and id. */
 export function encodePageToken(p: PagePosition): string {
   return Buffer.from(JSON.stringify([p.updatedAt.toISOString(), p.id]), 'utf8').toString('base64url');
@@ -34,7 +44,7 @@ export function decodePageToken(token: string): PagePosition | null {
     const v = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as unknown;
     if (!Array.isArray(v) || v.length !== 2 || typeof v[0] !== 'string' || typeof v[1] !== 'string') return null;
     const at = new Date(v[0]);
-    if (Number.isNaN(at.getTime()) || at.toISOString() !== v[0] || v[1] === '' || v[1].length > 256) return null;
+    if (!storableTime(at) || at.toISOString() !== v[0] || v[1] === '' || v[1].length > 256) return null;
     return { updatedAt: at, id: v[1] };
   } catch {
     return null;

@@ -1,0 +1,64 @@
+import { createServer } from 'node:net';
+import { SendMessageRequest, TaskState, type Task } from '@a2a-js/sdk';
+import { ClientFactory } from '@a2a-js/sdk/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { json, postJson, startTestApp, type TestApp } from './support/app.js';
+import { backend } from './support/db.js';
+
+// /a2a audited as an attacker would use it (docs/agents.md "A2A"). Each finding here failed before
+// its fix; what was checked and found sound is listed in docs/agents.md.
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+    s.on('error', reject);
+  });
+}
+
+let app: TestApp;
+const lines: { level: number; msg: string }[] = [];
+
+beforeAll(async () => {
+  const port = await freePort();
+  const logStream = { write: (l: string) => void lines.push(...l.split('\n').filter((x) => x.trim()).map((x) => JSON.parse(x))) };
+  app = await startTestApp({ PORT: String(port), PUBLIC_BASE_URL: `http://127.0.0.1:${port}`, LOG_LEVEL: 'warn' }, { logStream });
+}, 120_000);
+afterAll(async () => app?.close());
+
+const V1 = { 'A2A-Version': '1.0' };
+const rpc1 = (method: string, params: unknown) => json(postJson(`${app.base}/a2a`, { jsonrpc: '2.0', id: 1, method, params }, V1));
+const token = (position: unknown) => Buffer.from(JSON.stringify(position), 'utf8').toString('base64url');
+
+describe(`ListTasks with hostile page tokens and timestamps (${backend})`, () => {
+  it('a token or statusTimestampAfter naming a time the database cannot hold is -32602, not an internal error logged per call', async () => {
+    const client = await new ClientFactory().createFromUrl(app.base);
+    const task = (await client.sendMessage(SendMessageRequest.fromJSON({ message: { role: 'ROLE_USER', messageId: crypto.randomUUID(), parts: [{ text: 'trust score for' }] } }))) as Task;
+    expect(task.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+    const from = lines.length;
+    // Each decodes to a real JavaScript date that round-trips through toISOString, as ours do;
+    // PostgreSQL's timestamptz holds none of them.
+    const tokens = ['-271821-04-20T00:00:00.000Z', '+275760-09-13T00:00:00.000Z', '0000-01-01T00:00:00.000Z', '-000001-01-01T00:00:00.000Z', '+010000-01-01T00:00:00.000Z'];
+    for (const at of tokens) {
+      const r = await rpc1('ListTasks', { contextId: task.contextId, pageToken: token([at, 'x']) });
+      expect(r.error, at).toMatchObject({ code: -32602, message: expect.stringMatching(/pageToken/) });
+    }
+    // RFC 3339 allows year 0000, and an offset can carry 0001-01-01 into year 0 UTC.
+    for (const at of ['0000-01-01T00:00:00Z', '0001-01-01T00:00:00+14:00']) {
+      const r = await rpc1('ListTasks', { contextId: task.contextId, statusTimestampAfter: at });
+      expect(r.error, at).toMatchObject({ code: -32602, message: expect.stringMatching(/statusTimestampAfter/) });
+    }
+    // The SDK client gets the same refusal.
+    const list = { tenant: '', contextId: task.contextId, status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: token(['0000-01-01T00:00:00.000Z', 'x']), historyLength: undefined, statusTimestampAfter: undefined, includeArtifacts: false };
+    await expect(client.listTasks(list)).rejects.toMatchObject({ envelopeCode: -32602 });
+    expect(lines.slice(from).filter((l) => l.level >= 50)).toEqual([]);
+    // The edges that PostgreSQL does hold still answer.
+    for (const at of ['0001-01-01T00:00:00Z', '9999-12-31T23:59:59Z']) {
+      expect((await rpc1('ListTasks', { contextId: task.contextId, statusTimestampAfter: at })).result, at).toBeDefined();
+    }
+    expect((await rpc1('ListTasks', { contextId: task.contextId, pageToken: token(['9999-12-31T23:59:59.999Z', 'x']) })).result.tasks.map((t: { id: string }) => t.id)).toEqual([task.id]);
+  });
+});
