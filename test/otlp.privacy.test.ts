@@ -58,11 +58,15 @@ async function emit(exporter: SpanExporter, tag: string): Promise<void> {
         'mcp.protocol.version': mark(`${tag}-protocol`),
         'enduser.id': mark(`${tag}-user`),
         'custom.list': [mark(`${tag}-list-a`), mark(`${tag}-list-b`)],
+        // What the 3.x SDK also sends (any AnyValue): maps, bytes, mixed arrays.
+        'custom.map': { secret: mark(`${tag}-map-value`), deeper: { list: [mark(`${tag}-map-list`), 1, null] } },
+        'custom.bytes': new TextEncoder().encode(mark(`${tag}-bytes`)),
+        'custom.mixed': [mark(`${tag}-mixed`), 7, true],
       },
     },
     ROOT_CONTEXT,
   );
-  span.addEvent(mark(`${tag}-event`), { detail: mark(`${tag}-event-attr`) });
+  span.addEvent(mark(`${tag}-event`), { detail: mark(`${tag}-event-attr`), 'detail.map': { k: mark(`${tag}-event-map`) } });
   span.addLink({ context: { traceId: 'ab'.repeat(16), spanId: 'cd'.repeat(8), traceFlags: 1 }, attributes: { why: mark(`${tag}-link-attr`) } });
   markers.add(span.spanContext().traceId).add(span.spanContext().spanId);
   const child = tracer.startSpan(

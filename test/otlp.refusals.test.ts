@@ -6,16 +6,18 @@
 // delay, as OTLP/gRPC does (test/retry-info.test.ts).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import http from 'node:http';
-import http2 from 'node:http2';
 import { create, createRegistry, fromBinary, fromJson, toBinary } from '@bufbuild/protobuf';
 import { anyUnpack } from '@bufbuild/protobuf/wkt';
 import { Code } from '@connectrpc/connect';
 import { RetryInfoSchema } from '../gen/google/rpc/error_details_pb.js';
 import { StatusSchema, type Status } from '../gen/google/rpc/status_pb.js';
 import { ExportTraceServiceRequestSchema } from '../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
-import { startTestApp, type TestApp } from './support/app.js';
+import { OTLPTraceExporter as JsonTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { OTLPTraceExporter as ProtoTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import { json, startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
-import { eventually, rawConnect, rawGet } from './support/connections.js';
+import { eventually, rawConnect } from './support/connections.js';
+import { exportThrottled, holdBodyShare, recordingSpanExporter } from './support/otel.js';
 
 const MiB = 1024 * 1024;
 const STATUS_JSON = createRegistry(RetryInfoSchema);
@@ -47,22 +49,15 @@ function postOtlp(base: string, path: string, type: string, body: Buffer | strin
 
 describe(`OTLP/HTTP refusals before the receiver are google.rpc.Status (${backend})`, () => {
   let t: TestApp;
-  let holder: http2.ClientHttp2Session;
+  let hold: { release(): Promise<void> } | undefined;
   beforeAll(async () => {
     // The smallest budget: one client network's share is one OTLP export (4 MiB), which an
     // unfinished export without a length holds.
     t = await startTestApp({ HTTP_BODY_BUDGET_BYTES: String(32 * MiB) });
-    const port = Number(new URL(t.base).port);
-    holder = http2.connect(t.base);
-    holder.on('error', () => {});
-    const stream = holder.request({ ':method': 'POST', ':path': '/v1/traces', 'content-type': 'application/x-protobuf' });
-    stream.on('error', () => {});
-    stream.write(Buffer.alloc(1024));
-    const held = async () => Number(/observatory_http_request_body_bytes\{state="held"\} (\d+)/.exec(await rawGet(port, '/metrics'))?.[1] ?? NaN);
-    expect(await eventually(async () => (await held()) >= 4 * MiB, 10_000)).toBe(true);
+    hold = await holdBodyShare(t.base);
   });
   afterAll(async () => {
-    holder?.destroy();
+    await hold?.release();
     await t?.close();
   });
 
@@ -155,4 +150,31 @@ describe(`a draining process (${backend})`, () => {
       await app.close();
     }
   });
+});
+
+describe(`the stock OTLP/HTTP exporters and a refused export (${backend})`, () => {
+  it('the 3.x exporters read the 429\'s Retry-After, retry after it, and the export lands once', async () => {
+    const app = await startTestApp({ HTTP_BODY_BUDGET_BYTES: String(32 * MiB) });
+    try {
+      for (const [kind, Exporter] of [
+        ['proto', ProtoTraceExporter],
+        ['json', JsonTraceExporter],
+      ] as const) {
+        const SERVER = `https://otlp-throttled-${kind}.example.com/mcp`;
+        const rec = recordingSpanExporter(new Exporter({ url: `${app.base}/v1/traces` }));
+        const { retryAfterMs, retryDelaysMs } = await exportThrottled(app.base, rec.exporter, [
+          { url: SERVER, tool: 'slow_tool', latencyMs: 25 },
+          { url: SERVER, tool: 'slow_tool', latencyMs: 35 },
+        ]);
+        expect(retryAfterMs, kind).toBeGreaterThan(0);
+        // The exporter's first retry waited what the service said (its own backoff is 1 s +-20%).
+        expect(retryDelaysMs[0], kind).toBe(retryAfterMs);
+        expect(rec.results, kind).toHaveLength(1);
+        expect(rec.ok(), kind).toBe(true);
+        expect((await json(fetch(`${app.base}/api/trust?url=${encodeURIComponent(SERVER)}`))).metrics.total_interactions, kind).toBe(2);
+      }
+    } finally {
+      await app.close();
+    }
+  }, 60_000);
 });

@@ -10,6 +10,7 @@ import { OTLPTraceExporter as ProtoTraceExporter } from '@opentelemetry/exporter
 import { CompressionAlgorithm } from '@opentelemetry/otlp-exporter-base';
 import http2 from 'node:http2';
 import { gzipSync } from 'node:zlib';
+import type { Attributes } from '@opentelemetry/api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StatusSchema } from '../gen/google/rpc/status_pb.js';
 import { ExportMetricsServiceRequestSchema, ExportMetricsServiceResponseSchema } from '../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
@@ -149,7 +150,8 @@ describe(`OTLP receivers with the OpenTelemetry JS SDK (${backend})`, () => {
     ]);
     expect(jsonx.ok()).toBe(true);
 
-    const grpc = recordingSpanExporter(new GrpcTraceExporter({ url: t.base }));
+    // gzip over gRPC too (grpc-encoding: gzip): each encoding x compression the exporters offer is sent once here or below.
+    const grpc = recordingSpanExporter(new GrpcTraceExporter({ url: t.base, compression: CompressionAlgorithm.GZIP }));
     await sendToolCalls(grpc.exporter, [
       { url: GRPC, tool: 'run_query', latencyMs: 80 },
       { url: GRPC, tool: 'run_query', latencyMs: 90 },
@@ -185,6 +187,48 @@ describe(`OTLP receivers with the OpenTelemetry JS SDK (${backend})`, () => {
     // The initialize span and the chat span are not tool calls: OTLP partial success, which the
     // stock exporters log as a warning (and never retry).
     expect(sdkWarnings.some((w) => w.includes('Partial Success') && w.includes('not MCP client tool calls'))).toBe(true);
+  }, 60_000);
+
+  it('attribute values of any kind (3.x: bytes, maps, empty values, mixed arrays) are read past, in protobuf, OTLP/JSON and gRPC', async () => {
+    // Since @opentelemetry/api 1.10 / SDK 3.x an attribute is any OTLP AnyValue: the 2.x SDK dropped
+    // these, the 3.x exporters send bytesValue (base64 in OTLP/JSON), kvlistValue, an AnyValue with
+    // no value ({} in JSON) and arrays of mixed kinds. Only the mapped keys' scalars are read; a
+    // mapped key with a value of another kind counts as absent.
+    const anyValues = (tag: string): Attributes => ({
+      'custom.bytes': new Uint8Array([0, 1, 2, 0xfe, 0xff]),
+      'custom.map': { tag, nested: { n: 1, flags: [true, 'mixed', 2.5, null] } },
+      'custom.empty': null,
+      'custom.mixed': ['a', 1, false, new Uint8Array([7])],
+      'error.type': null,
+    });
+    const kinds = [
+      ['proto', (u: string) => new ProtoTraceExporter({ url: u })],
+      ['json', (u: string) => new JsonTraceExporter({ url: u })],
+      ['grpc', () => new GrpcTraceExporter({ url: t.base })],
+    ] as const;
+    for (const [kind, make] of kinds) {
+      const SERVER = `https://otlp-anyvalue-${kind}.example.com/mcp`;
+      const rec = recordingSpanExporter(make(`${t.base}/v1/traces`));
+      await sendToolCalls(
+        rec.exporter,
+        [
+          { url: SERVER, tool: 'any_tool', latencyMs: 30, extra: anyValues(kind) },
+          { url: SERVER, tool: 'any_tool', latencyMs: 60, extra: { ...anyValues(kind), 'gen_ai.tool.name': { name: 'not a string' } }, outcome: 'tool_error' },
+        ],
+        { unrelated: false },
+      );
+      expect(rec.ok(), kind).toBe(true);
+      // The SDK kept them (the exporter was handed them to encode).
+      const mcp = rec.spans.filter((x) => x.attributes['mcp.method.name'] === 'tools/call');
+      expect(mcp).toHaveLength(2);
+      expect(mcp[0]!.attributes['custom.bytes']).toBeInstanceOf(Uint8Array);
+      expect(mcp[0]!.attributes['custom.map']).toEqual({ tag: kind, nested: { n: 1, flags: [true, 'mixed', 2.5, null] } });
+      expect(mcp[0]!.attributes['custom.empty']).toBeNull();
+      expect((await rows(SERVER)).map((r) => [r.success, r.latency_ms, r.tool_name])).toEqual([
+        [true, 30, 'any_tool'],
+        [false, 60, null],
+      ]);
+    }
   }, 60_000);
 
   it('answers partial success with exact counts, in protobuf and in OTLP/JSON', async () => {
@@ -285,7 +329,7 @@ describe(`OTLP receivers with the OpenTelemetry JS SDK (${backend})`, () => {
   it('mcp.client.operation.duration: cumulative points become deltas (a re-export adds nothing), with bucket latencies', async () => {
     const HOST = 'metrics-proto.example.com';
     const SERVER = `https://${HOST}`;
-    const proto = recordingMetricExporter(new ProtoMetricExporter({ url: `${t.base}/v1/metrics` }));
+    const proto = recordingMetricExporter(new ProtoMetricExporter({ url: `${t.base}/v1/metrics`, compression: CompressionAlgorithm.GZIP }));
     const meter = mcpMeter(proto.exporter, { 'service.instance.id': 'metrics-proto' });
     meter.record(0.12, { 'gen_ai.tool.name': 'm_tool', 'server.address': HOST, 'server.port': 443 });
     meter.record(0.12, { 'gen_ai.tool.name': 'm_tool', 'server.address': HOST, 'server.port': 443 });
