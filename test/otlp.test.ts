@@ -231,6 +231,46 @@ describe(`OTLP receivers with the OpenTelemetry JS SDK (${backend})`, () => {
     }
   }, 60_000);
 
+  it('an integer attribute beyond int64 (the JSON exporter writes it as a bare JSON number) does not cost the export its tool calls', async () => {
+    // The stock OTLP/JSON exporters (2.x and 3.x alike) write every integer-valued number as
+    // {"intValue": <number>}: 2 ** 64 or 1e21 are out of int64's range, which the proto3 JSON
+    // mapping refuses. The binary exporters send such a value wrapped, and it is read past like any
+    // attribute the mapping does not use; over JSON the whole export was refused 400 (not retried),
+    // with every tool call in it.
+    const SERVER = 'https://otlp-huge-int.example.com/mcp';
+    const HOST = 'otlp-huge-int-metrics.example.com';
+    const huge = { 'app.bytes.total': 2 ** 64, 'app.ratio.max': 1e21, 'app.floor': -(2 ** 63) - 4096 };
+    const spans = recordingSpanExporter(new JsonTraceExporter({ url: `${t.base}/v1/traces` }));
+    // The SDK's flush rejects with a failed export's error; the recorded result is what is checked.
+    await sendToolCalls(spans.exporter, [{ url: SERVER, tool: 'huge_tool', latencyMs: 45, extra: huge }], { unrelated: false }).catch(() => {});
+    expect(spans.results.map((r) => r.error?.message ?? 'ok')).toEqual(['ok']);
+    expect((await rows(SERVER)).map((r) => [r.success, r.latency_ms, r.tool_name])).toEqual([[true, 45, 'huge_tool']]);
+
+    const points = recordingMetricExporter(new JsonMetricExporter({ url: `${t.base}/v1/metrics`, temporalityPreference: AggregationTemporalityPreference.DELTA }));
+    const meter = mcpMeter(points.exporter, { 'service.instance.id': 'huge-int' });
+    meter.record(0.3, { 'gen_ai.tool.name': 'huge_tool', 'server.address': HOST, ...huge });
+    await meter.flush().catch(() => {});
+    await meter.shutdown().catch(() => {});
+    expect(points.results.map((r) => r.error?.message ?? 'ok')).toEqual(['ok']);
+    expect((await trust(`https://${HOST}`)).body?.metrics.total_interactions).toBe(1);
+
+    // An integer gauge or sum point beyond int64 (asInt) in the same export is read past as well.
+    const gauge = {
+      resourceMetrics: [
+        {
+          resource: { attributes: [{ key: 'service.name', value: { stringValue: 'huge-int-gauge' } }] },
+          scopeMetrics: [{ metrics: [{ name: 'app.disk.bytes', gauge: { dataPoints: [{ asInt: 1e21, timeUnixNano: '1760000000000000000' }] } }] }],
+        },
+      ],
+    };
+    const g = await postJson(`${t.base}/v1/metrics`, gauge);
+    expect(g.status).toBe(200);
+    expect(((await g.json()) as { partialSuccess: { rejectedDataPoints: string } }).partialSuccess.rejectedDataPoints).toBe('1');
+    // A value that is not a number at all is still malformed.
+    const bad = await postJson(`${t.base}/v1/metrics`, { resourceMetrics: [{ scopeMetrics: [{ metrics: [{ name: 'x', gauge: { dataPoints: [{ asInt: 'many' }] } }] }] }] });
+    expect(bad.status).toBe(400);
+  });
+
   it('answers partial success with exact counts, in protobuf and in OTLP/JSON', async () => {
     const tool = [str('mcp.method.name', 'tools/call'), str('gen_ai.tool.name', 'lookup')];
     const body = traceExport([

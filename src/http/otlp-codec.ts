@@ -64,9 +64,19 @@ export function decompress(body: Buffer, contentEncoding: string | undefined, ma
 
 const ID_FIELDS = new Set(['traceId', 'spanId', 'parentSpanId', 'trace_id', 'span_id', 'parent_span_id']);
 const HEX = /^(?:[0-9a-fA-F]{2})*$/;
+/** The int64 oneof members of AnyValue and of a number data point (or exemplar), and the double beside each. */
+const INT_TO_DOUBLE: Record<string, string> = { intValue: 'doubleValue', int_value: 'double_value', asInt: 'asDouble', as_int: 'as_double' };
+const INT64_MIN = -(2 ** 63);
+const INT64_END = 2 ** 63;
 
-/** OTLP/JSON ids are hex; the proto3 JSON mapping wants base64: every id field is rewritten in place. */
-function hexIdsToBase64(root: unknown): void {
+/**
+ * Rewrites an OTLP/JSON body in place for the proto3 JSON mapping: ids are hex in OTLP/JSON and
+ * base64 there; and an int64 value written as a JSON number outside int64's range (the stock
+ * JavaScript exporters write any integer-valued number as intValue: 2 ** 64, 1e21) becomes the
+ * double it is, which the mapping would refuse, the whole export with it. The binary exporters
+ * send such a value wrapped and it decodes; here as there it is only ever read past.
+ */
+function normalizeOtlpJson(root: unknown): void {
   const stack: unknown[] = [root];
   while (stack.length > 0) {
     const v = stack.pop();
@@ -78,6 +88,9 @@ function hexIdsToBase64(root: unknown): void {
         if (ID_FIELDS.has(k) && typeof x === 'string') {
           if (!HEX.test(x)) throw new OtlpHttpError(400, `${k} must be hex-encoded in OTLP/JSON`);
           o[k] = Buffer.from(x, 'hex').toString('base64');
+        } else if (typeof x === 'number' && k in INT_TO_DOUBLE && !(x >= INT64_MIN && x < INT64_END)) {
+          delete o[k];
+          o[INT_TO_DOUBLE[k]!] = x;
         } else if (x !== null && typeof x === 'object') stack.push(x);
       }
     }
@@ -90,7 +103,7 @@ export function decodeExport<Desc extends DescMessage>(schema: Desc, body: Buffe
     if (encoding === 'protobuf') return fromBinary(schema, body);
     const json: unknown = JSON.parse(body.toString('utf8'));
     if (json === null || typeof json !== 'object' || Array.isArray(json)) throw new OtlpHttpError(400, 'the JSON body must be an object');
-    hexIdsToBase64(json);
+    normalizeOtlpJson(json);
     // OTLP/JSON receivers must ignore unknown fields (forward compatibility).
     return fromJson(schema, json as never, { ignoreUnknownFields: true });
   } catch (err) {
