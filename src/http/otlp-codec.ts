@@ -65,7 +65,12 @@ export function decompress(body: Buffer, contentEncoding: string | undefined, ma
 const ID_FIELDS = new Set(['traceId', 'spanId', 'parentSpanId', 'trace_id', 'span_id', 'parent_span_id']);
 const HEX = /^(?:[0-9a-fA-F]{2})*$/;
 /** The int64 oneof members of AnyValue and of a number data point (or exemplar), and the double beside each. */
-const INT_TO_DOUBLE: Record<string, string> = { intValue: 'doubleValue', int_value: 'double_value', asInt: 'asDouble', as_int: 'as_double' };
+const INT_TO_DOUBLE = new Map([
+  ['intValue', 'doubleValue'],
+  ['int_value', 'double_value'],
+  ['asInt', 'asDouble'],
+  ['as_int', 'as_double'],
+]);
 const INT64_MIN = -(2 ** 63);
 const INT64_END = 2 ** 63;
 
@@ -88,9 +93,10 @@ function normalizeOtlpJson(root: unknown): void {
         if (ID_FIELDS.has(k) && typeof x === 'string') {
           if (!HEX.test(x)) throw new OtlpHttpError(400, `${k} must be hex-encoded in OTLP/JSON`);
           o[k] = Buffer.from(x, 'hex').toString('base64');
-        } else if (typeof x === 'number' && k in INT_TO_DOUBLE && !(x >= INT64_MIN && x < INT64_END)) {
+        } else if (typeof x === 'number' && INT_TO_DOUBLE.has(k) && !(x >= INT64_MIN && x < INT64_END)) {
+          // A Map, not an object: a key such as "__proto__" or "constructor" is no int64 member.
           delete o[k];
-          o[INT_TO_DOUBLE[k]!] = x;
+          o[INT_TO_DOUBLE.get(k)!] = x;
         } else if (x !== null && typeof x === 'object') stack.push(x);
       }
     }
