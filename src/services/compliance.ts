@@ -191,7 +191,7 @@ export function createComplianceService({ db, config, now, receipts }: ServiceDe
         verdict,
         anomalies: drifts.map((d): { flag: string; description: string; detectedAt?: string } => ({
           flag: DRIFT_FLAG,
-          description: `tool manifest changed: ${d.added} added, ${d.removed} removed, ${d.changed} changed (baseline ${d.baseline_id})`,
+          description: `tool manifest changed: ${d.added} added, ${d.removed} removed, ${d.changed} changed${d.context.length > 0 ? `; ${d.context.join(', ')} changed` : ''} (baseline ${d.baseline_id})`,
           detectedAt: d.recorded_at.toISOString(),
         })).concat(activeFlags.map((f) => ({ flag: f, description: `active anomaly on the trust record at export time: ${f}`, }))),
         receipts: rcpts.map((r) => ({ receiptId: r.receipt_id, kind: r.kind, issuedAt: r.issued_at.toISOString(), verdict: r.verdict ?? undefined })),

@@ -1,7 +1,32 @@
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import type { GetDriftRequest, GetDriftResponseSchema } from '../../gen/observatory/v1/trust_pb.js';
 import type { Queryable } from '../db/index.js';
-import { diffManifests, DRIFT_FLAG, DRIFT_FLAG_WINDOW_MS, driftFlagActive, hashManifest, hasDrift, TOOL_PARTS, type ManifestDiff, type ManifestTool, type ToolHashes } from '../domain/drift.js';
+import {
+  changedContextParts,
+  CONTEXT_LIST_PARTS,
+  CONTEXT_PARTS,
+  contextHashOf,
+  diffContext,
+  diffManifests,
+  DRIFT_FLAG,
+  DRIFT_FLAG_WINDOW_MS,
+  driftFlagActive,
+  hashContext,
+  hashManifest,
+  hasContextDrift,
+  hasDrift,
+  TOOL_PARTS,
+  CONTEXT_ITEM_SHAPES,
+  type BaselineContext,
+  type ContextDiff,
+  type ContextItemHashes,
+  type ContextListPart,
+  type ContextPart,
+  type LiveContext,
+  type ManifestDiff,
+  type ManifestTool,
+  type ToolHashes,
+} from '../domain/drift.js';
 import { clipForDisplay, diffLines, newDisplayBudget, readablePart, splitLines, withContext, type DiffLine, type ShownLines } from '../domain/text-diff.js';
 import { invalidArgument, notTracked } from '../errors.js';
 import { probeError } from '../probes/probe-errors.js';
@@ -152,6 +177,33 @@ export interface BaselineResult {
   manifestHash: string;
   receiptId: string;
   receipt: string | null;
+  /** The server's context as this baseline keeps it, what changed of it, and whether that is a drift. */
+  context: BaselineContext;
+  contextDiff: ContextDiff;
+  contextDrift: boolean;
+}
+
+/** What a drift check records: the tools, and what else the server gives the model when it was read (absent: every part carried). */
+export type BaselineManifest = ManifestTool[] | { tools: ManifestTool[]; context?: LiveContext | null };
+
+/** Whether two contexts say the same (status, hash and count of every part; the wording of a reason aside). */
+function sameContext(a: BaselineContext | null, b: BaselineContext): boolean {
+  return a !== null && CONTEXT_PARTS.every((p) => a[p]?.status === b[p].status && a[p]?.hash === b[p].hash && a[p]?.count === b[p].count);
+}
+
+/**
+ * The context changes of a diff as GET /api/drift lists them, one entry per change: the
+ * instructions, then per list its added, removed and changed entries.
+ */
+export function contextChangeEntries(d: ContextDiff): { part: ContextPart; change: 'added' | 'removed' | 'changed'; name?: string; changes: string[] }[] {
+  const out: ReturnType<typeof contextChangeEntries> = [];
+  if (d.instructions) out.push({ part: 'instructions', change: 'changed', changes: [] });
+  for (const part of CONTEXT_LIST_PARTS) {
+    for (const name of d[part].added) out.push({ part, change: 'added', name, changes: [] });
+    for (const name of d[part].removed) out.push({ part, change: 'removed', name, changes: [] });
+    for (const c of d[part].changed) out.push({ part, change: 'changed', name: c.key, changes: c.changes });
+  }
+  return out;
 }
 
 /** GetDrift (GET /api/drift): live manifest (and Server Card) -> signed baseline -> per-tool drift report. */
@@ -167,7 +219,9 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
    * `refreshAfterMs`, an unchanged manifest whose latest baseline is younger than that is not
    * recorded again (observation probes often; the baseline only needs re-signing now and then).
    */
-  async function recordBaseline(server: { id: number; url: string }, tools: ManifestTool[], opts: { refreshAfterMs?: number } = {}): Promise<BaselineResult> {
+  async function recordBaseline(server: { id: number; url: string }, manifest: BaselineManifest, opts: { refreshAfterMs?: number } = {}): Promise<BaselineResult> {
+    const tools = Array.isArray(manifest) ? manifest : manifest.tools;
+    const live = Array.isArray(manifest) ? null : (manifest.context ?? null);
     const hashed = hashManifest(tools);
     const result = await db.transaction(async (tx): Promise<BaselineResult> => {
       const store = driftStore(tx);
@@ -177,19 +231,46 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
       // on it) counts as none: this check records a first baseline again.
       const prev = latest !== null && latest.tools !== null ? latest : null;
       const diff = prev ? diffManifests(prev.tools, hashed.tools) : { added: [], removed: [], changed: [] };
+      // The context: compared part by part with the previous baseline's, when both are known (a
+      // baseline from before contexts were recorded has none: the first check after the upgrade
+      // records it and reports no drift). Only the lists whose hash changed are read.
+      const prevContext = prev?.context ?? null;
+      const ctx = hashContext(live, prevContext);
+      const changedLists = CONTEXT_LIST_PARTS.flatMap((p) => {
+        const before = prevContext?.[p]?.hash;
+        return before && ctx.context[p].status !== 'unavailable' && ctx.context[p].hash !== before ? [before] : [];
+      });
+      const contextDiff = diffContext(prevContext, ctx.context, await store.contextLists(changedLists), ctx.lists);
+      const contextDrift = prev !== null && hasContextDrift(contextDiff);
       // A changed manifest hash is a drift, whatever the per-name diff says: the hash covers exactly
       // the parts compared, so the two agree (diffManifests is exact, even for a name listed
-      // twice); should a stored list ever disagree with its own hash, the hash wins.
-      const drift = prev !== null && (hasDrift(diff) || prev.manifest_hash !== hashed.manifest_hash);
+      // twice); should a stored list ever disagree with its own hash, the hash wins. A change of
+      // the context is a drift too (docs/probes.md "Drift of what else the server says").
+      const drift = prev !== null && (hasDrift(diff) || prev.manifest_hash !== hashed.manifest_hash || contextDrift);
       const recordedAt = now();
       if (
         opts.refreshAfterMs !== undefined &&
         prev !== null &&
         !drift &&
         prev.manifest_hash === hashed.manifest_hash &&
+        sameContext(prevContext, ctx.context) &&
         recordedAt.getTime() - prev.recorded_at.getTime() < opts.refreshAfterMs
       ) {
-        return { recorded: false, baselineId: prev.baseline_id, recordedAt: prev.recorded_at, previous: null, driftDetected: false, diff, toolCount: prev.tool_count, manifestHash: prev.manifest_hash, receiptId: prev.receipt_id, receipt: null };
+        return {
+          recorded: false,
+          baselineId: prev.baseline_id,
+          recordedAt: prev.recorded_at,
+          previous: null,
+          driftDetected: false,
+          diff,
+          toolCount: prev.tool_count,
+          manifestHash: prev.manifest_hash,
+          receiptId: prev.receipt_id,
+          receipt: null,
+          context: prevContext ?? ctx.context,
+          contextDiff,
+          contextDrift: false,
+        };
       }
       const baselineId = newReceiptId();
       const receipt = await receipts.issue(
@@ -204,13 +285,20 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
           tools_added: diff.added.length,
           tools_removed: diff.removed.length,
           tools_changed: diff.changed.length,
+          context_hash: contextHashOf(ctx.context),
+          previous_context_hash: prevContext ? contextHashOf(prevContext) : null,
+          context_changed: contextDrift ? changedContextParts(contextDiff) : [],
           hash_algorithm: 'sha256(RFC 8785 JCS)',
         },
         { db: tx },
       );
       // The texts are the server's own: within its daily allowance they are kept for /drift, beyond it the baseline keeps hashes only.
       const allowance = config.driftTextBytesPerServerPerDay;
-      const textBytes = allowance === 0 || (await store.textBytesSince(server.id, new Date(recordedAt.getTime() - TEXT_ALLOWANCE_WINDOW_MS))) < allowance ? await store.saveTexts(hashed.texts, recordedAt) : 0;
+      const texts = ctx.texts.size === 0 ? hashed.texts : new Map([...hashed.texts, ...ctx.texts]);
+      const textBytes = allowance === 0 || (await store.textBytesSince(server.id, new Date(recordedAt.getTime() - TEXT_ALLOWANCE_WINDOW_MS))) < allowance ? await store.saveTexts(texts, recordedAt) : 0;
+      // Context lists once per list, like tool lists: the previous baseline's are stored (and kept) already.
+      const known = new Set(prevContext ? CONTEXT_LIST_PARTS.map((p) => prevContext[p]?.hash) : []);
+      await store.saveContextLists(new Map([...ctx.lists].filter(([h]) => !known.has(h))), recordedAt);
       await store.insert({
         baseline_id: baselineId,
         server_id: server.id,
@@ -222,9 +310,26 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
         drift_detected: drift,
         changes: diff,
         receipt_id: receipt.receiptId,
+        context: ctx.context,
+        context_changes: contextDrift ? contextDiff : null,
+        instructions_drift_at: contextDrift && contextDiff.instructions ? recordedAt : (latest?.instructions_drift_at ?? null),
       }, textBytes, prev !== null && prev.manifest_stored && prev.manifest_hash === hashed.manifest_hash);
       if (drift) await store.recordToolChanges(server.id, baselineId, recordedAt, diff);
-      return { recorded: true, baselineId, recordedAt, previous: prev, driftDetected: drift, diff, toolCount: hashed.tools.length, manifestHash: hashed.manifest_hash, receiptId: receipt.receiptId, receipt: receipt.jws };
+      return {
+        recorded: true,
+        baselineId,
+        recordedAt,
+        previous: prev,
+        driftDetected: drift,
+        diff,
+        toolCount: hashed.tools.length,
+        manifestHash: hashed.manifest_hash,
+        receiptId: receipt.receiptId,
+        receipt: receipt.jws,
+        context: ctx.context,
+        contextDiff,
+        contextDrift,
+      };
     });
     // Committed: trust reads and pre-flights in this process see a new baseline at once.
     if (result.recorded) forgetDrift(db, server.id);
@@ -254,13 +359,51 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
       shown.flatMap((x) => [...x.changed.map((c) => c.name), ...x.added, ...x.removed]),
     );
     const toolsOf = (baselineId: string | null) => new Map((baselineId ? (hashes.get(baselineId) ?? []) : []).map((t) => [t.name, t]));
-    const views = rows.map((r, k) => ({ r, shown: shown[k]!, before: toolsOf(r.previous_baseline_id), after: toolsOf(r.baseline_id) }));
+    // The context changes of each drift, as many entries as its tools leave of DRIFT_PAGE_LIMITS.toolsPerDrift.
+    const shownContext = rows.map((r, k) => {
+      const d = r.context_changes;
+      const entries: { part: ContextListPart; change: 'added' | 'removed' | 'changed'; key: string; changes: string[] }[] = [];
+      let total = 0;
+      if (d) {
+        for (const part of CONTEXT_LIST_PARTS) {
+          const c = r.context_counts?.[part];
+          total += c ? c.added + c.removed + c.changed : 0;
+          for (const x of d[part]?.changed ?? []) entries.push({ part, change: 'changed', key: x.key, changes: x.changes });
+          for (const key of d[part]?.added ?? []) entries.push({ part, change: 'added', key, changes: [] });
+          for (const key of d[part]?.removed ?? []) entries.push({ part, change: 'removed', key, changes: [] });
+        }
+      }
+      const room = Math.max(1, per - shown[k]!.changed.length - shown[k]!.added.length - shown[k]!.removed.length);
+      const kept = entries.slice(0, room);
+      return { instructions: d?.instructions === true, entries: kept, more: total - kept.length };
+    });
+    const listHash = (c: BaselineContext | null, part: ContextListPart) => c?.[part]?.hash ?? null;
+    const items = await store.contextItems(
+      rows.flatMap((r) => CONTEXT_LIST_PARTS.flatMap((p) => [listHash(r.context, p), listHash(r.prev_context, p)])).filter((h): h is string => h !== null),
+      shownContext.flatMap((x) => x.entries.map((e) => e.key)),
+    );
+    const itemsOf = (c: BaselineContext | null, part: ContextListPart) => new Map((items.get(listHash(c, part) ?? '') ?? []).map((i) => [i.key, i]));
+    const views = rows.map((r, k) => ({
+      r,
+      shown: shown[k]!,
+      before: toolsOf(r.previous_baseline_id),
+      after: toolsOf(r.baseline_id),
+      ctx: shownContext[k]!,
+      ctxBefore: Object.fromEntries(CONTEXT_LIST_PARTS.map((p) => [p, itemsOf(r.prev_context, p)])) as Record<ContextListPart, Map<string, ContextItemHashes>>,
+      ctxAfter: Object.fromEntries(CONTEXT_LIST_PARTS.map((p) => [p, itemsOf(r.context, p)])) as Record<ContextListPart, Map<string, ContextItemHashes>>,
+    }));
+    const itemParts = (part: ContextListPart) => Object.values(CONTEXT_ITEM_SHAPES[part].fields) as string[];
     // Texts in the order the page shows them, read while the page's allowance lasts.
     const wanted: string[] = [];
-    for (const { shown: x, before, after } of views) {
+    for (const { r, shown: x, before, after, ctx, ctxBefore, ctxAfter } of views) {
       for (const c of x.changed) for (const part of c.changes) wanted.push(before.get(c.name)?.[part] ?? '', after.get(c.name)?.[part] ?? '');
       for (const n of x.added) wanted.push(...TOOL_PARTS.map((p) => after.get(n)?.[p] ?? ''));
       for (const n of x.removed) wanted.push(...TOOL_PARTS.map((p) => before.get(n)?.[p] ?? ''));
+      if (ctx.instructions) wanted.push(r.prev_context?.instructions?.hash ?? '', r.context?.instructions?.hash ?? '');
+      for (const e of ctx.entries) {
+        if (e.change === 'changed') for (const part of e.changes) wanted.push(ctxBefore[e.part].get(e.key)?.parts[part] ?? '', ctxAfter[e.part].get(e.key)?.parts[part] ?? '');
+        else wanted.push(...itemParts(e.part).map((p) => (e.change === 'added' ? ctxAfter : ctxBefore)[e.part].get(e.key)?.parts[p] ?? ''));
+      }
     }
     const sizes = await store.textSizes(wanted.filter(Boolean));
     const toRead = new Set<string>();
@@ -282,12 +425,20 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
     };
     const budget = newDisplayBudget();
     const whole = (op: '+' | '-', text: string): ShownPart => ({ kind: 'lines', ...clipForDisplay(splitLines(text).map((t): DiffLine => ({ op, text: t })), budget) });
+    /** A changed part: the line diff of its two texts, or why not. */
+    const changedText = (b: string | null, a: string | null): ShownPart => {
+      const bt = textOf(b);
+      const at = textOf(a);
+      return typeof bt === 'string' && typeof at === 'string'
+        ? { kind: 'lines', ...clipForDisplay(withContext(diffLines(splitLines(bt), splitLines(at), budget)), budget) }
+        : whyNotShown(bt, at);
+    };
     // Parts the tool does not have (their canonical text is null, readable as '') are left out.
     const toolText = (op: '+' | '-', t: ToolHashes | undefined) =>
       TOOL_PARTS.map((part) => ({ part, text: textOf(t?.[part]) }))
         .filter((p) => p.text !== '')
         .map(({ part, text }) => ({ part, text: typeof text === 'string' ? whole(op, text) : text }));
-    return views.map(({ r, shown: x, before, after }) => ({
+    return views.map(({ r, shown: x, before, after, ctx, ctxBefore, ctxAfter }) => ({
       serverUrl: r.url,
       name: r.name,
       slug: r.slug,
@@ -314,6 +465,30 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
           return { part, before: b, after: a, diff };
         }),
       })),
+      /** What changed of the server's context (null: nothing did): its instructions, and the prompts, resources and templates shown. */
+      context: r.context_changes
+        ? {
+            instructions: ctx.instructions
+              ? { before: r.prev_context?.instructions?.hash ?? null, after: r.context?.instructions?.hash ?? null, diff: changedText(r.prev_context?.instructions?.hash ?? null, r.context?.instructions?.hash ?? null) }
+              : null,
+            entries: ctx.entries.map((e) => {
+              const b = ctxBefore[e.part].get(e.key);
+              const a = ctxAfter[e.part].get(e.key);
+              if (e.change === 'changed') {
+                return { part: e.part, change: e.change, key: e.key, parts: e.changes.map((p) => ({ part: p, before: b?.parts[p] ?? null, after: a?.parts[p] ?? null, diff: changedText(b?.parts[p] ?? null, a?.parts[p] ?? null) })) };
+              }
+              const op = e.change === 'added' ? '+' : '-';
+              const item = e.change === 'added' ? a : b;
+              const parts = itemParts(e.part)
+                .map((p) => ({ part: p, hash: item?.parts[p] ?? null, text: textOf(item?.parts[p]) }))
+                .filter((p) => p.text !== '')
+                .map((p) => ({ part: p.part, before: e.change === 'removed' ? p.hash : null, after: e.change === 'added' ? p.hash : null, diff: typeof p.text === 'string' ? whole(op, p.text) : p.text }));
+              return { part: e.part, change: e.change, key: e.key, parts };
+            }),
+            /** Entries of this drift not detailed here. */
+            more: ctx.more,
+          }
+        : null,
     }));
   }
   // One page of drifts costs up to DRIFT_PAGE_LIMITS of reading and comparing: computed at most
@@ -354,7 +529,9 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
         throw probeError(err);
       }
       const { manifest, view } = probed;
-      const b = await recordBaseline(server, manifest.tools);
+      const b = await recordBaseline(server, manifest);
+      const prevContext = b.previous?.context ?? null;
+      const changedParts = new Set(b.contextDrift ? changedContextParts(b.contextDiff) : []);
       return {
         serverUrl: server.url,
         name: server.name,
@@ -374,6 +551,22 @@ export function createDriftService(deps: ServiceDeps, services: { mcpProbe?: Mcp
         protocolVersion: manifest.protocol_version,
         transport: manifest.transport,
         serverCard: view.serverCard ?? undefined,
+        contextDriftDetected: b.contextDrift,
+        contextChanges: b.contextDrift ? contextChangeEntries(b.contextDiff) : [],
+        context: CONTEXT_PARTS.map((part) => {
+          const c = b.context[part];
+          return {
+            part,
+            status: c.status,
+            hash: c.hash ?? undefined,
+            previousHash: prevContext?.[part]?.hash ?? undefined,
+            count: c.count ?? undefined,
+            detail: c.detail ?? undefined,
+            changed: changedParts.has(part),
+          };
+        }),
+        contextHash: contextHashOf(b.context),
+        previousContextHash: prevContext ? contextHashOf(prevContext) : undefined,
       };
     },
 

@@ -90,7 +90,7 @@ export function createObservationService(
       const latencyMs = performance.now() - started;
       result = { ...base, outcome: 'ok', latencyMs, httpStatus: 200, toolCount: manifest.tools.length, recorded: true, detail: null };
       await services.telemetry.recordObservation({ serverId: server.id, serverUrl: server.url, success: true, latencyMs, httpStatus: 200 });
-      const b = await services.drift.recordBaseline(server, manifest.tools, { refreshAfterMs: BASELINE_REFRESH_MS });
+      const b = await services.drift.recordBaseline(server, manifest, { refreshAfterMs: BASELINE_REFRESH_MS });
       result.driftDetected = b.driftDetected;
     } catch (err) {
       const latencyMs = performance.now() - started;

@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/index.js';
-import type { ManifestDiff, ToolHashes, ToolPart } from '../domain/drift.js';
+import { changedContextParts, type BaselineContext, type ContextDiff, type ContextItemHashes, type ContextLists, type ManifestDiff, type ToolHashes, type ToolPart } from '../domain/drift.js';
 
 export interface DriftBaselineRow {
   baseline_id: string;
@@ -12,6 +12,12 @@ export interface DriftBaselineRow {
   drift_detected: boolean;
   changes: ManifestDiff;
   receipt_id: string;
+  /** The server's instructions, prompts, resources and templates as of this baseline; null before migration 1670. */
+  context: BaselineContext | null;
+  /** What of them changed since the previous baseline; null when nothing did (or dropped by the storage job). */
+  context_changes: ContextDiff | null;
+  /** The server's latest change of instructions as of this baseline (carried forward). */
+  instructions_drift_at: Date | null;
 }
 
 /** A server's latest baseline as the /drift page lists it. */
@@ -34,6 +40,12 @@ export interface DriftSummaryRow extends Omit<BaselineSummaryRow, 'drift_detecte
   prev_recorded_at: Date | null;
   changes: ManifestDiff;
   counts: { added: number; removed: number; changed: number };
+  /** This baseline's and the previous one's context (null before migration 1670). */
+  context: BaselineContext | null;
+  prev_context: BaselineContext | null;
+  /** Cut like `changes`: each list to its first names; `context_counts` has the whole lengths. */
+  context_changes: ContextDiff | null;
+  context_counts: Record<'prompts' | 'resources' | 'resource_templates', { added: number; removed: number; changed: number }> | null;
 }
 
 /** One tool's drift (drift_tool_changes). */
@@ -43,7 +55,11 @@ export interface ToolDriftRow {
   parts: ToolPart[];
 }
 
-const COLUMNS = 'baseline_id, server_id, recorded_at, manifest_hash, tool_count, tools, previous_baseline_id, drift_detected, changes, receipt_id';
+const COLUMNS = 'baseline_id, server_id, recorded_at, manifest_hash, tool_count, tools, previous_baseline_id, drift_detected, changes, receipt_id, context, context_changes, instructions_drift_at';
+
+/** The context lists a change list names (jsonb paths of context and context_changes), and the same as a VALUES list. */
+const CONTEXT_LISTS = ['prompts', 'resources', 'resource_templates'] as const;
+const CONTEXT_LIST_VALUES = `(VALUES ${CONTEXT_LISTS.map((l) => `('${l}')`).join(', ')})`;
 
 export function driftStore(db: Queryable) {
   return {
@@ -88,7 +104,8 @@ export function driftStore(db: Queryable) {
         ]);
       }
       await db.query(
-        `INSERT INTO drift_baselines (${COLUMNS}, text_bytes, tools_added, tools_removed, tools_changed) VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8, $9, $10, $11, $12, $13)`,
+        `INSERT INTO drift_baselines (${COLUMNS}, text_bytes, tools_added, tools_removed, tools_changed, context_changed)
+         VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
         [
           r.baseline_id,
           r.server_id,
@@ -99,12 +116,56 @@ export function driftStore(db: Queryable) {
           r.drift_detected,
           JSON.stringify(r.changes),
           r.receipt_id,
+          r.context === null ? null : JSON.stringify(r.context),
+          r.context_changes === null ? null : JSON.stringify(r.context_changes),
+          r.instructions_drift_at,
           textBytes,
           r.changes.added.length,
           r.changes.removed.length,
           r.changes.changed.length,
+          r.context_changes === null ? [] : changedContextParts(r.context_changes),
         ],
       );
+    },
+
+    /**
+     * Stores context lists by hash (the hash fixes the list), marking each used now: a list
+     * already stored keeps its row with used_at moved (and locked), so a concurrent storage job
+     * keeps it. The caller leaves out lists it knows are stored and kept (the previous baseline's).
+     */
+    async saveContextLists(lists: ContextLists, at: Date): Promise<void> {
+      if (lists.size === 0) return;
+      const hashes = [...lists.keys()].sort();
+      await db.query(
+        `INSERT INTO drift_context_lists AS l (list_hash, items, used_at)
+         SELECT h, i::jsonb, $3 FROM unnest($1::text[], $2::text[]) AS t(h, i) ORDER BY h
+         ON CONFLICT (list_hash) DO UPDATE SET used_at = EXCLUDED.used_at`,
+        [hashes, hashes.map((h) => JSON.stringify(lists.get(h))), at],
+      );
+    },
+
+    /** The stored entries of these context lists (unknown hashes are absent). */
+    async contextLists(hashes: string[]): Promise<ContextLists> {
+      if (hashes.length === 0) return new Map();
+      const rows = await db.query<{ list_hash: string; items: ContextItemHashes[] }>('SELECT list_hash, items FROM drift_context_lists WHERE list_hash = ANY($1::text[])', [[...new Set(hashes)]]);
+      return new Map(rows.map((r) => [r.list_hash, r.items]));
+    },
+
+    /** The entries with these keys of these context lists, by list hash (the /drift page reads only what it shows). */
+    async contextItems(hashes: string[], keys: string[]): Promise<ContextLists> {
+      const out: ContextLists = new Map();
+      if (hashes.length === 0 || keys.length === 0) return out;
+      const rows = await db.query<{ list_hash: string; item: ContextItemHashes }>(
+        `SELECT l.list_hash, e.item FROM drift_context_lists l, jsonb_array_elements(l.items) AS e(item)
+          WHERE l.list_hash = ANY($1::text[]) AND e.item->>'key' = ANY($2::text[])`,
+        [[...new Set(hashes)], [...new Set(keys)]],
+      );
+      for (const r of rows) {
+        let list = out.get(r.list_hash);
+        if (!list) out.set(r.list_hash, (list = []));
+        list.push(r.item);
+      }
+      return out;
     },
 
     /**
@@ -226,11 +287,12 @@ export function driftStore(db: Queryable) {
     /**
      * Detected drifts of a server within [from, to), oldest first, at most `limit` (compliance
      * exports, which list receipts to the same bound): how many tools each added, removed and
-     * changed (columns: the lists of old baselines are dropped by collectGarbage).
+     * changed, and which parts of the server's context changed (columns: the lists of old
+     * baselines are dropped by collectGarbage).
      */
-    async driftsBetween(serverId: number, from: Date, to: Date, limit = 1000): Promise<{ baseline_id: string; recorded_at: Date; added: number; removed: number; changed: number }[]> {
+    async driftsBetween(serverId: number, from: Date, to: Date, limit = 1000): Promise<{ baseline_id: string; recorded_at: Date; added: number; removed: number; changed: number; context: string[] }[]> {
       return db.query(
-        `SELECT baseline_id, recorded_at, tools_added AS added, tools_removed AS removed, tools_changed AS changed
+        `SELECT baseline_id, recorded_at, tools_added AS added, tools_removed AS removed, tools_changed AS changed, context_changed AS context
            FROM drift_baselines WHERE server_id = $1 AND drift_detected AND recorded_at >= $2 AND recorded_at < $3 ORDER BY recorded_at, seq LIMIT $4`,
         [serverId, from, to, limit],
       );
@@ -244,17 +306,24 @@ export function driftStore(db: Queryable) {
      * read separately, for the tools shown only (toolHashes).
      */
     async recentDrifts(limit: number, namesPerList: number): Promise<DriftSummaryRow[]> {
-      const firstNames = (list: string) =>
-        `coalesce((SELECT jsonb_agg(e.v ORDER BY e.o) FROM jsonb_array_elements(x.changes->'${list}') WITH ORDINALITY AS e(v, o) WHERE e.o <= $2), '[]'::jsonb)`;
+      const firstOf = (path: string) =>
+        `coalesce((SELECT jsonb_agg(e.v ORDER BY e.o) FROM jsonb_array_elements(${path}) WITH ORDINALITY AS e(v, o) WHERE e.o <= $2), '[]'::jsonb)`;
+      const firstNames = (list: string) => firstOf(`x.changes->'${list}'`);
+      const lengths = (path: string) => `jsonb_build_object('added', jsonb_array_length(${path}->'added'), 'removed', jsonb_array_length(${path}->'removed'), 'changed', jsonb_array_length(${path}->'changed'))`;
+      const cutList = (l: string) => `'${l}', jsonb_build_object('added', ${firstOf(`x.context_changes->'${l}'->'added'`)}, 'removed', ${firstOf(`x.context_changes->'${l}'->'removed'`)}, 'changed', ${firstOf(`x.context_changes->'${l}'->'changed'`)})`;
       return db.query(
         `SELECT x.baseline_id, x.server_id, x.recorded_at, x.manifest_hash, x.tool_count, x.previous_baseline_id, x.receipt_id,
                 x.url, x.name, x.slug, p.recorded_at AS prev_recorded_at,
                 jsonb_build_object('added', ${firstNames('added')}, 'removed', ${firstNames('removed')}, 'changed', ${firstNames('changed')}) AS changes,
-                jsonb_build_object('added', jsonb_array_length(x.changes->'added'), 'removed', jsonb_array_length(x.changes->'removed'),
-                                   'changed', jsonb_array_length(x.changes->'changed')) AS counts
+                ${lengths('x.changes')} AS counts,
+                x.context, p.context AS prev_context,
+                CASE WHEN x.context_changes IS NULL THEN NULL
+                     ELSE jsonb_build_object('instructions', x.context_changes->'instructions', ${CONTEXT_LISTS.map(cutList).join(', ')}) END AS context_changes,
+                CASE WHEN x.context_changes IS NULL THEN NULL
+                     ELSE jsonb_build_object(${CONTEXT_LISTS.map((l) => `'${l}', ${lengths(`x.context_changes->'${l}'`)}`).join(', ')}) END AS context_counts
            FROM (SELECT * FROM (
                    SELECT DISTINCT ON (d.server_id) d.baseline_id, d.server_id, d.recorded_at, d.manifest_hash, d.tool_count,
-                          d.previous_baseline_id, d.receipt_id, d.changes, s.url, s.name, s.slug
+                          d.previous_baseline_id, d.receipt_id, d.changes, d.context, d.context_changes, s.url, s.name, s.slug
                      FROM drift_baselines d JOIN servers s ON s.id = d.server_id
                     WHERE d.drift_detected ORDER BY d.server_id, d.recorded_at DESC, d.seq DESC) y
                   ORDER BY recorded_at DESC LIMIT $1) x
@@ -285,15 +354,16 @@ export function driftStore(db: Queryable) {
 
     /**
      * Drops what no reader needs any more (the drift storage job): tool lists (drift_manifests,
-     * and the copies baselines kept before migration 1610), part texts and change lists (the counts
-     * stay, in columns) stored before `cutoff` that belong to no server's latest baseline, latest
+     * and the copies baselines kept before migration 1610), context lists (drift_context_lists),
+     * part texts and change lists (the counts stay, in columns; a context change list goes whole)
+     * stored before `cutoff` that belong to no server's latest baseline, latest
      * drift or the baseline that drift was measured against. Those are all that recordBaseline (the latest), /drift (the latest drift
      * and its predecessor) and nothing else read; the per-tool gate reads drift_tool_changes and
      * the compliance export the change counts. The baselines themselves (hashes, counts, receipt)
      * stay. So what a server's manifests occupy is bounded by its three kept manifests, however
      * often it changes them.
      */
-    async collectGarbage(cutoff: Date): Promise<{ manifests: number; copies: number; texts: number; changeLists: number }> {
+    async collectGarbage(cutoff: Date): Promise<{ manifests: number; copies: number; texts: number; changeLists: number; contextLists: number; contextChanges: number }> {
       const kept = `kept AS (
           SELECT baseline_id FROM (SELECT DISTINCT ON (server_id) baseline_id FROM drift_baselines ORDER BY server_id, recorded_at DESC, seq DESC) l
           UNION
@@ -304,9 +374,22 @@ export function driftStore(db: Queryable) {
         `WITH ${kept},
          lists AS (SELECT coalesce(b.tools, m.tools) AS tools FROM kept JOIN drift_baselines b USING (baseline_id)
                      LEFT JOIN drift_manifests m ON m.manifest_hash = b.manifest_hash),
-         keep AS (SELECT DISTINCT v.h FROM lists, jsonb_array_elements(lists.tools) e,
-                    LATERAL (VALUES (e->>'description'), (e->>'input_schema'), (e->>'output_schema'), (e->>'annotations')) v(h)),
+         ctx AS (SELECT b.context FROM kept JOIN drift_baselines b USING (baseline_id) WHERE b.context IS NOT NULL),
+         ctx_lists AS (SELECT DISTINCT ctx.context->p.part->>'hash' AS h FROM ctx, ${CONTEXT_LIST_VALUES} p(part)),
+         keep AS (SELECT v.h FROM lists, jsonb_array_elements(lists.tools) e,
+                    LATERAL (VALUES (e->>'description'), (e->>'input_schema'), (e->>'output_schema'), (e->>'annotations')) v(h)
+                  UNION SELECT ctx.context->'instructions'->>'hash' FROM ctx
+                  UNION SELECT t.v FROM ctx_lists JOIN drift_context_lists cl ON cl.list_hash = ctx_lists.h, jsonb_array_elements(cl.items) i,
+                    jsonb_each_text(i->'parts') t(k, v)),
          gone AS (DELETE FROM drift_part_texts t WHERE t.first_seen_at < $1 AND NOT EXISTS (SELECT 1 FROM keep WHERE keep.h = t.hash) RETURNING 1)
+         SELECT count(*)::int AS n FROM gone`,
+        [cutoff],
+      );
+      const contextLists = await db.query<{ n: number }>(
+        `WITH ${kept},
+         gone AS (DELETE FROM drift_context_lists l WHERE l.used_at < $1
+                    AND NOT EXISTS (SELECT 1 FROM kept JOIN drift_baselines b USING (baseline_id), ${CONTEXT_LIST_VALUES} p(part)
+                                     WHERE b.context->p.part->>'hash' = l.list_hash) RETURNING 1)
          SELECT count(*)::int AS n FROM gone`,
         [cutoff],
       );
@@ -332,7 +415,22 @@ export function driftStore(db: Queryable) {
          SELECT count(*)::int AS n FROM gone`,
         [cutoff],
       );
-      return { manifests: manifests[0]?.n ?? 0, copies: copies[0]?.n ?? 0, texts: texts[0]?.n ?? 0, changeLists: lists[0]?.n ?? 0 };
+      const contextChanges = await db.query<{ n: number }>(
+        `WITH ${kept},
+         gone AS (UPDATE drift_baselines b SET context_changes = NULL
+                   WHERE b.context_changes IS NOT NULL AND b.recorded_at < $1
+                     AND NOT EXISTS (SELECT 1 FROM kept WHERE kept.baseline_id = b.baseline_id) RETURNING 1)
+         SELECT count(*)::int AS n FROM gone`,
+        [cutoff],
+      );
+      return {
+        manifests: manifests[0]?.n ?? 0,
+        copies: copies[0]?.n ?? 0,
+        texts: texts[0]?.n ?? 0,
+        changeLists: lists[0]?.n ?? 0,
+        contextLists: contextLists[0]?.n ?? 0,
+        contextChanges: contextChanges[0]?.n ?? 0,
+      };
     },
 
     /** Every server's latest baseline (drifted or not), newest first, with the server's identity; no tool lists. */

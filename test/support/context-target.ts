@@ -48,7 +48,7 @@ export interface ContextState {
   pageSize?: number;
 }
 
-const TOOL = { name: 'get_forecast', description: 'Forecast for a city', inputSchema: { type: 'object' as const, properties: { city: { type: 'string' } } } };
+export const TOOL = { name: 'get_forecast', description: 'Forecast for a city', inputSchema: { type: 'object' as const, properties: { city: { type: 'string' } } } };
 
 export async function startContextTarget(initial: ContextState, opts: { modernOnly?: boolean; sdk1?: boolean; name?: string } = {}) {
   let state: ContextState = initial;
