@@ -45,6 +45,8 @@ export interface ToolHashes {
 }
 
 export type ToolPart = 'description' | 'input_schema' | 'output_schema' | 'annotations';
+/** What a drift changed of a tool as the per-tool gate judges it: its own parts, or its server's instructions. */
+export type ToolDriftPart = ToolPart | 'instructions';
 export const TOOL_PARTS: readonly ToolPart[] = ['description', 'input_schema', 'output_schema', 'annotations'];
 
 export function sha256Hex(s: string): string {

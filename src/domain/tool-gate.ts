@@ -4,7 +4,7 @@
 // reading the body. Pure: no I/O, the clock passed in.
 
 import { canonicalServerUrl, InvalidServerUrl } from './server-identity.js';
-import type { ToolPart } from './drift.js';
+import type { ToolDriftPart, ToolPart } from './drift.js';
 import type { GateDecision } from './gate.js';
 import type { PreflightVerdict } from './verdict.js';
 
@@ -158,8 +158,8 @@ export function toolRuleMatches(rules: readonly ToolRule[], upstream: string, to
 /** How a tool drifted: changed since the baseline before, or added (absent from it). */
 export interface ToolDrift {
   change: 'changed' | 'added';
-  /** Parts that changed (empty when added). */
-  parts: ToolPart[];
+  /** Parts that changed (empty when added), and `instructions` when the server's instructions changed. */
+  parts: ToolDriftPart[];
   detectedAt: Date;
 }
 

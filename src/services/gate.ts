@@ -101,6 +101,12 @@ function manifestNames(db: Queryable, latest: { baseline_id: string; manifest_ha
  * model. Latency counts as neutral (no per-tool category baseline exists): a tool is judged on its
  * success rate, with the same prior, decay and per-source caps as a server, so one source alone
  * cannot make a tool FAIL faster than it can make a server FAIL.
+ *
+ * A change of the server's instructions within the window is a drift of every tool of the server
+ * (docs/gateway.md "Per-tool decisions"): clients give the model the instructions with the tools,
+ * as how to use them, so what a tool means to the model changed with them. Its time comes with the
+ * latest baseline the same statement reads; the drift names the part `instructions`. Changes of
+ * prompts and resources are no part of any tool and deny none (they raise the server's drift flag).
  */
 export async function toolFacts(db: Queryable, serverId: number, tool: string, at: Date, driftWindowMs: number): Promise<ToolFacts> {
   const [row, sources] = await Promise.all([
@@ -108,14 +114,22 @@ export async function toolFacts(db: Queryable, serverId: number, tool: string, a
     telemetryStore(db).toolEvidence(serverId, tool),
   ]);
   const names = row.latest ? await manifestNames(db, row.latest) : null;
-  const drift = row.drift;
   const reports = sources.reduce((n, s) => n + s.reports, 0);
   let evidence: ToolEvidence = { verdict: 'UNRATED', trustScore: null, reports: 0 };
   if (reports > 0) {
     const { trust_score } = computeTrustScore({ sources, baselineLatencyMs: 0, anomalyFlags: [], now: at });
     evidence = { verdict: verdictFor(trust_score), trustScore: trust_score, reports };
   }
-  return { drift: drift ? toolDriftOf([drift], at, driftWindowMs) : null, evidence, listed: names ? names.has(tool) : null };
+  let drift = row.drift ? toolDriftOf([row.drift], at, driftWindowMs) : null;
+  const instructions = row.instructionsDriftAt ? toolDriftOf([{ recorded_at: row.instructionsDriftAt, change: 'changed', parts: [] }], at, driftWindowMs) : null;
+  if (instructions) {
+    drift = {
+      change: drift?.change ?? 'changed',
+      parts: [...(drift?.parts ?? []), 'instructions'],
+      detectedAt: drift && drift.detectedAt.getTime() > instructions.detectedAt.getTime() ? drift.detectedAt : instructions.detectedAt,
+    };
+  }
+  return { drift, evidence, listed: names ? names.has(tool) : null };
 }
 
 /**

@@ -245,21 +245,35 @@ export function driftStore(db: Queryable) {
 
     /**
      * What the per-tool gate reads of one tool, in one statement: the server's latest baseline
-     * (its manifest hash: the listing check, with manifestNames) and the tool's newest drift if it
-     * was at or after `since` (null `since`: not read).
+     * (its manifest hash: the listing check, with manifestNames; the time of the server's latest
+     * change of instructions, carried from baseline to baseline) and the tool's newest drift, each
+     * if it was at or after `since` (null `since`: not read).
      */
-    async toolGateRow(serverId: number, tool: string, since: Date | null): Promise<{ latest: { baseline_id: string; manifest_hash: string } | null; drift: ToolDriftRow | null }> {
-      const rows = await db.query<{ baseline_id: string | null; manifest_hash: string | null; recorded_at: Date | null; change: ToolDriftRow['change'] | null; parts: ToolPart[] | null }>(
-        `SELECT b.baseline_id, b.manifest_hash, c.recorded_at, c.change, c.parts
+    async toolGateRow(
+      serverId: number,
+      tool: string,
+      since: Date | null,
+    ): Promise<{ latest: { baseline_id: string; manifest_hash: string } | null; drift: ToolDriftRow | null; instructionsDriftAt: Date | null }> {
+      const rows = await db.query<{
+        baseline_id: string | null;
+        manifest_hash: string | null;
+        recorded_at: Date | null;
+        change: ToolDriftRow['change'] | null;
+        parts: ToolPart[] | null;
+        instructions_drift_at: Date | null;
+      }>(
+        `SELECT b.baseline_id, b.manifest_hash, c.recorded_at, c.change, c.parts, b.instructions_drift_at
            FROM (SELECT 1) one
-           LEFT JOIN LATERAL (SELECT baseline_id, manifest_hash FROM drift_baselines WHERE server_id = $1 ORDER BY recorded_at DESC, seq DESC LIMIT 1) b ON true
+           LEFT JOIN LATERAL (SELECT baseline_id, manifest_hash, instructions_drift_at FROM drift_baselines WHERE server_id = $1 ORDER BY recorded_at DESC, seq DESC LIMIT 1) b ON true
            LEFT JOIN drift_tool_changes c ON $3::timestamptz IS NOT NULL AND c.server_id = $1 AND c.tool_name = $2 AND c.recorded_at >= $3`,
         [serverId, tool, since],
       );
       const r = rows[0];
+      const instructionsAt = r?.instructions_drift_at ?? null;
       return {
         latest: r?.baseline_id && r.manifest_hash ? { baseline_id: r.baseline_id, manifest_hash: r.manifest_hash } : null,
         drift: r?.recorded_at && r.change ? { recorded_at: r.recorded_at, change: r.change, parts: r.parts ?? [] } : null,
+        instructionsDriftAt: since !== null && instructionsAt !== null && instructionsAt.getTime() >= since.getTime() ? instructionsAt : null,
       };
     },
 

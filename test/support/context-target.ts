@@ -46,6 +46,8 @@ export interface ContextState {
   /** Every page repeats this cursor forever (a list that never ends). */
   endlessCursor?: boolean;
   pageSize?: number;
+  /** The tools listed (default: TOOL alone). */
+  tools?: { name: string; description?: string; inputSchema: { type: 'object'; properties?: Record<string, unknown> } }[];
 }
 
 export const TOOL = { name: 'get_forecast', description: 'Forecast for a city', inputSchema: { type: 'object' as const, properties: { city: { type: 'string' } } } };
@@ -75,7 +77,7 @@ export async function startContextTarget(initial: ContextState, opts: { modernOn
         ...(s.instructions !== undefined ? { instructions: s.instructions } : {}),
       },
     );
-    server.setRequestHandler('tools/list', async () => ({ tools: [TOOL] }) as never);
+    server.setRequestHandler('tools/list', async () => ({ tools: s.tools ?? [TOOL] }) as never);
     if (s.prompts) {
       server.setRequestHandler('prompts/list', async (r) => {
         await failOr('prompts');
@@ -107,7 +109,7 @@ export async function startContextTarget(initial: ContextState, opts: { modernOn
         ...(s.instructions !== undefined ? { instructions: s.instructions } : {}),
       },
     );
-    server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: [TOOL] }));
+    server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: s.tools ?? [TOOL] }));
     if (s.prompts) {
       server.setRequestHandler(ListPromptsRequestSchema, async (r) => {
         await failOr('prompts');
