@@ -16,6 +16,8 @@ export type UnderstoodRequest =
 
 /** Longest server reference taken from a text (a URL or a name); longer text is not a reference. */
 export const MAX_SERVER_REFERENCE = 2048;
+/** How many placeholders or quotations in one text are looked through before it counts as naming no server. */
+const MAX_NESTED_READINGS = 8;
 /** A bare name (no dot, slash or scheme) of more words than this is a sentence, not a name. */
 const MAX_NAME_WORDS = 3;
 
@@ -26,7 +28,11 @@ const LEAD_IN =
 // Words between the skill's name and the server: "trust score for", "preflight check on", ":".
 const CONNECTOR = /^(?:[\s:=,-]+|(?:for|of|on|about|regarding|against|to|at|with|the|a|an)(?=[\s:,;!?\u2026]|\.+(?:\s|$)|$))*/i;
 
-// Courtesies and fillers that may trail a request ("... please", "... thanks!").
+// Courtesies and fillers that may trail a request ("... please", "... thanks!"). Looked for in
+// the last FILLER_TAIL characters only: the expression is tried from every position of the text,
+// and from each one inside a long run of separators (or of fillers) it runs to the end and back,
+// so a 4 KB message of them cost milliseconds (quadratic); a real chain of courtesies is short.
+const FILLER_TAIL = 96;
 const TRAILING_FILLER = /(?:[\s,;:.!?-]+(?:please|pls|plz|thanks|thank\s+you|thx|ty|now|right\s+now|asap|for\s+me|again|too|as\s+well|if\s+you\s+can|if\s+possible))+[\s.!?]*$/i;
 
 // Words that stand in for a server without naming one.
@@ -95,7 +101,10 @@ const TRIGGERS: readonly Trigger[] = [
   { skill: 'check_trust', prefix: /^how\s+(?:trustworthy|trusted|reliable)\s+is(?=$|\s)/i },
   { skill: 'check_trust', prefix: /^(?:what(?:'s|\s+is)\s+)?(?:the\s+)?reputation(?=$|\s)/i },
   { skill: 'check_trust', around: /^(?:is|are)\s+(.+?)\s+(?:trustworthy|trusted|reliable)[\s.!?]*$/i },
-  { skill: 'check_trust', around: /^(?:can|should)\s+i\s+trust\s+(.+?)[\s.!?]*$/i },
+  // The server is the text up to its last character that is not sentence punctuation: matched
+  // greedily, as a lazy (.+?) before [\s.!?]*$ rescanned the rest of a run of punctuation at each
+  // character (quadratic; "…" is three dots after NFKC, so 4,000 of them took 200 ms).
+  { skill: 'check_trust', around: /^(?:can|should)\s+i\s+trust\s+(.*[^\s.!?]|.)[\s.!?]*$/i },
 ];
 
 /** Straight quotes for the typographic ones; one space for any run of white space. */
@@ -117,9 +126,18 @@ function stripLeadIn(text: string): string {
   }
 }
 
+/**
+ * The most characters a text may have, after NFKC, to be read as a request: the longest reference
+ * with the words around it, twice over. NFKC makes up to 18 characters of one ("\ufdfa"), so 4 KB
+ * of such characters were read as 73 KB of text.
+ */
+const MAX_READ = MAX_SERVER_REFERENCE * 4;
+
 /** Reads what a person asks of the A2A skill. */
 export function understandRequest(text: string): UnderstoodRequest {
-  const t = stripLeadIn(normalise(text));
+  const normal = normalise(text);
+  if (normal.length > MAX_READ) return { kind: 'unknown' };
+  const t = stripLeadIn(normal);
   for (const trigger of TRIGGERS) {
     if (trigger.around) {
       const m = trigger.around.exec(t);
@@ -147,40 +165,59 @@ const FOLLOW_UP_LEAD_IN =
 export function understandFollowUp(text: string, skill: AgentSkillId): UnderstoodRequest {
   const asked = understandRequest(text);
   if (asked.kind !== 'unknown') return asked;
-  const t = stripLeadIn(normalise(text)).replace(FOLLOW_UP_LEAD_IN, '');
+  const normal = normalise(text);
+  if (normal.length > MAX_READ) return { kind: 'needs_server', skill };
+  const t = stripLeadIn(normal).replace(FOLLOW_UP_LEAD_IN, '');
   const server = extractServer(t);
   return server === null ? { kind: 'needs_server', skill } : { kind: 'ask', skill, server };
 }
 
 // Punctuation that ends a sentence or wraps a reference, never the last character of a server.
-const TRAILING_PUNCT = /[.,;:!?'"`)\]}>\u2026]+$/;
+// Found by scanning back from the end: the expression /[...]+$/ is tried from every position and
+// runs to the end of each run of punctuation, quadratic in a long run that does not end the text.
+const TRAILING_PUNCT = new Set('.,;:!?\'"`)]}>\u2026');
 const LEADING_PUNCT = /^[(\[{<'"`]+/;
+const OPENER: Record<string, string> = { ')': '(', ']': '[', '}': '{' };
+
+/** Where the run of trailing punctuation of `r` starts (r.length: none). */
+function trailingPunctuation(r: string): number {
+  let i = r.length;
+  while (i > 0 && TRAILING_PUNCT.has(r[i - 1]!)) i--;
+  return i;
+}
 
 /** Drops trailing punctuation; a closing bracket stays when the reference itself opened it. */
 function trimPunctuation(ref: string): string {
   let r = ref.replace(LEADING_PUNCT, '');
   for (;;) {
-    const m = TRAILING_PUNCT.exec(r);
-    if (!m) break;
-    let cut = m[0];
-    // Keep balanced closers: https://example.com/wiki/Foo_(bar) keeps its ")".
-    while (cut.length > 0) {
-      const c = cut[0]!;
-      const open = c === ')' ? '(' : c === ']' ? '[' : c === '}' ? '{' : null;
-      if (open === null) break;
-      const body = r.slice(0, r.length - cut.length);
-      if (count(body, open) > count(body, c)) cut = cut.slice(1);
-      else break;
+    let start = trailingPunctuation(r);
+    if (start === r.length) break;
+    // Keep balanced closers: https://example.com/wiki/Foo_(bar) keeps its ")". The brackets of
+    // the text before the run are counted once, and each closer kept joins that text (counting
+    // them again for every closer made a run of 2,000 of them cost 200 ms).
+    const opens = { '(': 0, '[': 0, '{': 0 } as Record<string, number>;
+    const closes = { ')': 0, ']': 0, '}': 0 } as Record<string, number>;
+    for (let i = 0; i < start; i++) {
+      const c = r[i]!;
+      if (c in opens) opens[c]!++;
+      else if (c in closes) closes[c]!++;
     }
-    if (cut.length === 0) break;
-    r = r.slice(0, r.length - cut.length);
+    while (start < r.length) {
+      const c = r[start]!;
+      const open = OPENER[c];
+      if (open === undefined || opens[open]! <= closes[c]!) break;
+      closes[c]!++;
+      start++;
+    }
+    if (start === r.length) break;
+    r = r.slice(0, start);
   }
   return r;
 }
 
-const count = (s: string, c: string) => s.split(c).length - 1;
-
-const URL_TOKEN = /\b[a-z][a-z0-9+.-]*:\/\/[^\s<>"'`]+/i;
+// A scheme is a few letters ("https", "git+ssh"): at most 32 characters, so that a long word of
+// letters, dots and hyphens is not scanned to its end from each of its word boundaries.
+const URL_TOKEN = /\b[a-z][a-z0-9+.-]{0,31}:\/\/[^\s<>"'`]+/i;
 // A host (name with a real last label, IPv4 or localhost; optional port and path), or an MCP
 // Registry name (reverse-DNS namespace / name). "e.g." and "and/or" are neither.
 const REFERENCE_TOKEN =
@@ -196,14 +233,19 @@ function isPlaceholder(s: string): boolean {
  * link's target, a URL with a scheme, text in angle brackets or quotes, a host/path or registry
  * name token, and last a short bare name ("Acme Weather"), courtesies and placeholders removed.
  */
-export function extractServer(fragment: string): string | null {
+export function extractServer(fragment: string, depth = 0): string | null {
+  // Each placeholder in angle brackets ("<server>") or quoted text is read again without it; a
+  // text of hundreds of them is not a request (each reading is linear, their number is not).
+  if (depth > MAX_NESTED_READINGS) return null;
   let t = normalise(fragment);
   if (t === '' || t.length > MAX_SERVER_REFERENCE * 2) return null;
   // eslint-disable-next-line no-control-regex
   if (/[\u0000-\u001f\u007f]/.test(t)) return null;
 
-  // [label](target): the target is what the link points at.
-  const link = /\[([^\]]*)\]\(\s*<?([^\s<>]+?)>?(?:\s+"[^"]*")?\s*\)/.exec(t);
+  // [label](target): the target is what the link points at. Neither holds another link's start
+  // ("[" in a label, "](" in a target): each "[" of the text is tried, and from each one the
+  // expression ran to the end of the text, quadratic in a text of thousands of them.
+  const link = /\[([^[\]]*)\]\(\s*<?((?:(?!\]\()[^\s<>])+?)>?(?:\s+"[^"]*")?\s*\)/.exec(t);
   if (link) return finish(link[2]!) ?? finish(link[1]!);
 
   // <...>: an autolink or a placeholder.
@@ -213,7 +255,7 @@ export function extractServer(fragment: string): string | null {
     if (isPlaceholder(inner) || !(URL_TOKEN.test(inner) || REFERENCE_TOKEN.test(inner))) {
       // "<server>": the user copied the usage text without filling it in.
       const outside = (t.slice(0, angle.index) + ' ' + t.slice(angle.index + angle[0].length)).trim();
-      return outside === '' || isPlaceholder(trimPunctuation(outside)) ? null : extractServer(outside);
+      return outside === '' || isPlaceholder(trimPunctuation(outside)) ? null : extractServer(outside, depth + 1);
     }
     return finish(inner);
   }
@@ -223,9 +265,11 @@ export function extractServer(fragment: string): string | null {
 
   // "..." or '...' or `...`: the quoted text is the reference.
   const quoted = /"([^"]+)"|`([^`]+)`|(?:^|\s)'([^']+)'(?=$|[\s.,;:!?])/.exec(t);
-  if (quoted) return extractServer(quoted[1] ?? quoted[2] ?? quoted[3]!);
+  if (quoted) return extractServer(quoted[1] ?? quoted[2] ?? quoted[3]!, depth + 1);
 
-  t = ` ${t}`.replace(TRAILING_FILLER, '').trim();
+  t = ` ${t}`;
+  const tail = Math.max(0, t.length - FILLER_TAIL);
+  t = (t.slice(0, tail) + t.slice(tail).replace(TRAILING_FILLER, '')).trim();
   const words = t.split(' ').map(trimPunctuation).filter((w) => w !== '');
   const token = words.find((w) => REFERENCE_TOKEN.test(w) && /[a-z]/i.test(w));
   if (token) return finish(token);
