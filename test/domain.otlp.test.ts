@@ -1,9 +1,11 @@
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
+import { ExportMetricsServiceRequestSchema } from '../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
 import { ExportTraceServiceRequestSchema } from '../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
+import { AggregationTemporality } from '../gen/opentelemetry/proto/metrics/v1/metrics_pb.js';
 import { Span_SpanKind, Status_StatusCode } from '../gen/opentelemetry/proto/trace/v1/trace_pb.js';
 import { createSpanJoin } from '../src/domain/otlp-join.js';
-import { createHistogramStreams, latenciesOf, type ToolPoint } from '../src/domain/otlp-metrics.js';
+import { createHistogramStreams, latenciesOf, MAX_POINT_BUCKETS, readMetrics, type ToolPoint } from '../src/domain/otlp-metrics.js';
 import { readTraces, type HttpChild, type McpCall } from '../src/domain/otlp-spans.js';
 import { hostOf, urlForms } from '../src/services/otlp-servers.js';
 import { loadConfig } from '../src/config.js';
@@ -122,6 +124,74 @@ describe('the span join', () => {
     const none = createSpanJoin<string>({ windowMs: 0, maxSpans: 10 });
     expect(none.offer({ calls: [call('a')], children: [child('b')] }, 'o', 0).ready).toHaveLength(1);
     expect(none.size()).toEqual({ calls: 0, children: 0 });
+  });
+});
+
+describe('readMetrics: which explicit-bucket points are read', () => {
+  const tools = s('mcp.method.name', 'tools/call');
+  const histogram = (points: { counts: bigint[]; bounds: number[]; count?: bigint; time?: bigint }[], unit = 's', temporality = AggregationTemporality.DELTA) =>
+    create(ExportMetricsServiceRequestSchema, {
+      resourceMetrics: [
+        {
+          scopeMetrics: [
+            {
+              metrics: [
+                {
+                  name: 'mcp.client.operation.duration',
+                  unit,
+                  data: {
+                    case: 'histogram',
+                    value: {
+                      aggregationTemporality: temporality,
+                      dataPoints: points.map((p) => ({
+                        attributes: [tools],
+                        timeUnixNano: p.time ?? T0,
+                        bucketCounts: p.counts,
+                        explicitBounds: p.bounds,
+                        count: p.count ?? p.counts.reduce((a, b) => a + b, 0n),
+                      })),
+                    },
+                  },
+                },
+              ],
+            },
+          ],
+        },
+      ],
+    });
+
+  it('reads consistent buckets and says why the others are refused', () => {
+    const r = readMetrics(
+      histogram([
+        { counts: [1n, 2n, 0n], bounds: [0.01, 0.1] },
+        { counts: [1n, 2n, 0n], bounds: [0.01, 0.1], count: 4n }, // counts do not add up
+        { counts: [1n, 2n, 0n], bounds: [0.1, 0.01] }, // not increasing
+        { counts: [1n, 2n], bounds: [0.01, 0.1] }, // one count short
+        { counts: [1n], bounds: [], time: 0n },
+      ]),
+    );
+    expect(r.points).toHaveLength(1);
+    expect(r.points[0]).toMatchObject({ temporality: 'delta', boundsMs: [10, 100], count: 3n });
+    expect(r.invalid).toBe(4);
+    expect(r.invalidWhy).toEqual({ buckets: 3, time: 1 });
+    expect(readMetrics(histogram([{ counts: [1n], bounds: [] }], 'min')).invalidWhy).toEqual({ unit: 1 });
+    expect(readMetrics(histogram([{ counts: [1n], bounds: [] }], 's', AggregationTemporality.UNSPECIFIED)).invalidWhy).toEqual({ temporality: 1 });
+  });
+
+  it(`refuses a point of more than ${MAX_POINT_BUCKETS} buckets without adding them up (its stream would remember them)`, () => {
+    const bounds = (n: number) => Array.from({ length: n }, (_, k) => (k + 1) / 1000);
+    const counts = (n: number) => Object.assign(new Array<bigint>(n).fill(0n), { 0: 1n });
+    const r = readMetrics(
+      histogram([
+        { counts: counts(MAX_POINT_BUCKETS), bounds: bounds(MAX_POINT_BUCKETS - 1) },
+        { counts: counts(MAX_POINT_BUCKETS + 1), bounds: bounds(MAX_POINT_BUCKETS) },
+        { counts: counts(100_000), bounds: bounds(99_999) },
+        // Counts that do not add up are refused for their size first: nothing is added up.
+        { counts: counts(100_000), bounds: bounds(99_999), count: 5n },
+      ]),
+    );
+    expect(r.points.map((p) => p.counts.length)).toEqual([MAX_POINT_BUCKETS]);
+    expect(r.invalidWhy).toEqual({ too_many_buckets: 3 });
   });
 });
 

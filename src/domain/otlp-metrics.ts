@@ -12,6 +12,18 @@ import { REPORT_LIMITS } from './telemetry.js';
 
 export const MCP_CLIENT_DURATION = 'mcp.client.operation.duration';
 
+/**
+ * Most buckets one histogram point may have (docs/telemetry.md): twice the 160 of the OpenTelemetry
+ * SDKs' default exponential histogram, twenty times the conventions' 15 explicit buckets. A
+ * point's buckets are read, and its stream remembers them, so without a bound one 4 MiB export of
+ * one point held 12 MB of memory for as long as its stream was remembered (up to
+ * OTLP_METRIC_STREAMS of them).
+ */
+export const MAX_POINT_BUCKETS = 320;
+
+/** Why an `mcp.client.operation.duration` tools/call point could not be read. */
+export type InvalidReason = 'kind' | 'unit' | 'temporality' | 'time' | 'buckets' | 'too_many_buckets';
+
 const POINT_ATTRIBUTES = [MCP_METHOD, TOOL_NAME, ERROR_TYPE, SERVER_ADDRESS, SERVER_PORT, URL_FULL, LEGACY_HTTP_URL, HTTP_STATUS] as const;
 
 /** One histogram point of `mcp.client.operation.duration` for `tools/call`, bounds in milliseconds. */
@@ -40,9 +52,16 @@ export interface MetricsReading {
   points: ToolPoint[];
   /** Data points of other metrics, other methods, or kinds that are not histograms. */
   other: number;
-  /** `mcp.client.operation.duration` tools/call points that cannot be read (see `invalidReason`). */
+  /** `mcp.client.operation.duration` tools/call points that cannot be read (`invalidWhy` says why). */
   invalid: number;
+  invalidWhy: Partial<Record<InvalidReason, number>>;
   total: number;
+}
+
+function refuse(out: MetricsReading, why: InvalidReason, n = 1): void {
+  if (n <= 0) return;
+  out.invalid += n;
+  out.invalidWhy[why] = (out.invalidWhy[why] ?? 0) + n;
 }
 
 function pointCount(m: Metric): number {
@@ -59,18 +78,20 @@ function msPerUnit(unit: string): number | null {
 
 const text = (v: string | number | boolean | undefined): string | null => (typeof v === 'string' && v !== '' ? v : null);
 
-function validBuckets(p: HistogramDataPoint): boolean {
+/** What is wrong with an explicit-bucket point's buckets, or null. Work and memory bounded by MAX_POINT_BUCKETS. */
+function explicitProblem(p: HistogramDataPoint): InvalidReason | null {
   const b = p.explicitBounds;
-  if (p.bucketCounts.length === 0) return b.length === 0;
-  if (p.bucketCounts.length !== b.length + 1) return false;
-  for (let i = 0; i < b.length; i++) if (!Number.isFinite(b[i]!) || (i > 0 && b[i]! <= b[i - 1]!)) return false;
+  if (p.bucketCounts.length > MAX_POINT_BUCKETS || b.length > MAX_POINT_BUCKETS) return 'too_many_buckets';
+  if (p.bucketCounts.length === 0) return b.length === 0 ? null : 'buckets';
+  if (p.bucketCounts.length !== b.length + 1) return 'buckets';
+  for (let i = 0; i < b.length; i++) if (!Number.isFinite(b[i]!) || (i > 0 && b[i]! <= b[i - 1]!)) return 'buckets';
   let n = 0n;
   for (const c of p.bucketCounts) n += c;
-  return n === p.count;
+  return n === p.count ? null : 'buckets';
 }
 
 export function readMetrics(req: ExportMetricsServiceRequest): MetricsReading {
-  const out: MetricsReading = { points: [], other: 0, invalid: 0, total: 0 };
+  const out: MetricsReading = { points: [], other: 0, invalid: 0, invalidWhy: {}, total: 0 };
   for (const rm of req.resourceMetrics) {
     const resourceAttrs = rm.resource?.attributes ?? [];
     let resource: string | null = null;
@@ -84,7 +105,7 @@ export function readMetrics(req: ExportMetricsServiceRequest): MetricsReading {
         }
         if (m.data.case !== 'histogram') {
           // Exponential histograms, or the name on another kind: not read (docs/telemetry.md).
-          out.invalid += n;
+          refuse(out, 'kind', n);
           continue;
         }
         const h = m.data.value;
@@ -96,8 +117,13 @@ export function readMetrics(req: ExportMetricsServiceRequest): MetricsReading {
             out.other++;
             continue;
           }
-          if (scale === null || temporality === null || !validBuckets(p) || p.timeUnixNano <= 0n) {
-            out.invalid++;
+          if (scale === null || temporality === null) {
+            refuse(out, scale === null ? 'unit' : 'temporality');
+            continue;
+          }
+          const why = p.timeUnixNano <= 0n ? 'time' : explicitProblem(p);
+          if (why !== null) {
+            refuse(out, why);
             continue;
           }
           resource ??= resourceFingerprint(resourceAttrs);
@@ -133,13 +159,20 @@ export interface PointDelta {
   sumMs: number | undefined;
 }
 
+/** What a stream remembers of its last point: the counts and bounds copied into typed arrays (8 bytes a bucket), not the decoded export's. */
 interface StreamState {
   startNs: bigint;
   timeNs: bigint;
-  counts: bigint[];
+  counts: BigUint64Array;
   count: bigint;
   sumMs: number | undefined;
-  bounds: string;
+  bounds: Float64Array;
+}
+
+function sameBounds(a: Float64Array, b: readonly number[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 export interface HistogramStreamsOptions {
@@ -191,17 +224,16 @@ export function createHistogramStreams(opts: HistogramStreamsOptions) {
           stagedDeltas.add(key);
           return p.count > 0n ? full(p) : null;
         }
-        const bounds = p.boundsMs.join(',');
-        const state: StreamState = { startNs: p.startNs, timeNs: p.timeNs, counts: p.counts, count: p.count, sumMs: p.sumMs, bounds };
         const prev = staged.get(p.stream) ?? streams.get(p.stream);
+        const remember = () => staged.set(p.stream, { startNs: p.startNs, timeNs: p.timeNs, counts: BigUint64Array.from(p.counts), count: p.count, sumMs: p.sumMs, bounds: Float64Array.from(p.boundsMs) });
         if (!prev) {
-          staged.set(p.stream, state);
+          remember();
           return p.startNs >= watermark && p.startNs > 0n && p.count > 0n ? full(p) : null;
         }
         if (p.startNs === prev.startNs && p.timeNs <= prev.timeNs) return null; // a re-export or an older point
-        staged.set(p.stream, state);
+        remember();
         const reset = p.startNs !== prev.startNs || p.count < prev.count || p.counts.some((c, i) => c < (prev.counts[i] ?? 0n));
-        if (reset || bounds !== prev.bounds) {
+        if (reset || !sameBounds(prev.bounds, p.boundsMs)) {
           // A new start: the stream restarted after the one we followed, so none of it was counted.
           // Same start with other buckets: nothing can be told apart; only a new baseline.
           return reset && p.startNs > prev.startNs && p.count > 0n ? full(p) : null;

@@ -4,7 +4,7 @@ import type { ExportMetricsServiceRequest, ExportMetricsServiceResponseSchema } 
 import type { ExportTraceServiceRequest, ExportTraceServiceResponseSchema } from '../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
 import type { ReportRequest } from '../../gen/observatory/v1/telemetry_pb.js';
 import { createSpanJoin, type Joined } from '../domain/otlp-join.js';
-import { createHistogramStreams, latenciesOf, readMetrics } from '../domain/otlp-metrics.js';
+import { createHistogramStreams, latenciesOf, MAX_POINT_BUCKETS, readMetrics, type InvalidReason } from '../domain/otlp-metrics.js';
 import { readTraces } from '../domain/otlp-spans.js';
 import { clientAddressKey, requestHeaderValue, type CallContext, type ServiceDeps } from './context.js';
 import { serverResolver } from './otlp-servers.js';
@@ -37,6 +37,16 @@ function sourceContext(ctx: CallContext | undefined): CallContext {
 }
 
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+
+/** Why an mcp.client.operation.duration point was not read, as the partial success says it (docs/telemetry.md). */
+const UNREADABLE: Record<InvalidReason, string> = {
+  kind: 'not a histogram: only explicit-bucket histograms are read',
+  unit: 'a unit other than s or ms',
+  temporality: 'neither delta nor cumulative',
+  time: 'no time',
+  buckets: 'inconsistent buckets: bucket counts that do not add up to count, or bounds that are not finite and increasing',
+  too_many_buckets: `more than ${MAX_POINT_BUCKETS} buckets`,
+};
 
 export function createOtlpService(deps: ServiceDeps, { telemetry }: { telemetry: TelemetryService }, opts: { onError?: (err: unknown) => void } = {}) {
   const cfg = deps.config.otlp;
@@ -218,8 +228,8 @@ export function createOtlpService(deps: ServiceDeps, { telemetry }: { telemetry:
       if (rejected === 0) return {};
       const why: string[] = [];
       if (reading.other > 0) why.push(`${plural(reading.other, 'data point is', 'data points are')} not mcp.client.operation.duration points for mcp.method.name "tools/call"`);
-      if (reading.invalid > 0) {
-        why.push(`${plural(reading.invalid, 'mcp.client.operation.duration point')} could not be read (only explicit-bucket histograms in s or ms, delta or cumulative, with consistent buckets)`);
+      for (const [reason, n] of Object.entries(reading.invalidWhy) as [InvalidReason, number][]) {
+        why.push(`${plural(n, 'mcp.client.operation.duration point')} could not be read (${UNREADABLE[reason]})`);
       }
       if (superseded > 0) why.push(`${plural(superseded, 'point')} came from a resource that also exports MCP tool-call spans, which are counted instead`);
       if (overLimit > 0) why.push(`${plural(overLimit, 'point')} would have added more than ${MAX_METRIC_REPORTS_PER_EXPORT} calls to one export`);
