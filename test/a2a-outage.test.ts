@@ -1,5 +1,4 @@
 import { createServer } from 'node:net';
-import pg from 'pg';
 import { SendMessageRequest, TaskState, type Task } from '@a2a-js/sdk';
 import { ClientFactory } from '@a2a-js/sdk/client';
 import { ClientFactory as V03ClientFactory } from '@a2a-js/sdk-v03/client';
@@ -9,6 +8,7 @@ import type { Db, Queryable } from '../src/db/index.js';
 import { openPostgres } from '../src/db/postgres.js';
 import { json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
+import { lockHolder } from './support/lock-holder.js';
 
 // A2A when the database cannot serve a call (docs/agents.md "Errors"): the skills answered
 // JSON-RPC -32603 "Internal error" and logged an error line per call, and a streamed task whose
@@ -275,13 +275,8 @@ if (backend !== 'postgres') console.log('SKIP the A2A lock test: needs PostgreSQ
 describe.skipIf(backend !== 'postgres')('ACCESS EXCLUSIVE held on servers from another connection (PostgreSQL)', () => {
   let locked: TestApp;
   let lockedDb: TestDatabase;
-  let holder: pg.Client | null = null;
-  const release = async () => {
-    const h = holder;
-    holder = null;
-    await h?.query('COMMIT').catch(() => {});
-    await h?.end().catch(() => {});
-  };
+  const lock = lockHolder();
+  const release = lock.release;
   beforeAll(async () => {
     // A short lock bound, so each call meets it quickly (the default is 5 s).
     const port = await freePort();
@@ -298,12 +293,7 @@ describe.skipIf(backend !== 'postgres')('ACCESS EXCLUSIVE held on servers from a
   it('the skills answer unavailable with both clients, a streamed task ends failed, and all recover when the lock is released', async () => {
     const v1 = await new ClientFactory().createFromUrl(locked.base);
     const v03 = await new V03ClientFactory().createFromUrl(locked.base);
-    holder = new pg.Client({ connectionString: locked.tdb.url! });
-    holder.on('error', () => {});
-    await holder.connect();
-    await holder.query('BEGIN');
-    await holder.query('LOCK TABLE servers IN ACCESS EXCLUSIVE MODE');
-    const safety = setTimeout(() => void release(), 60_000);
+    await lock.hold(locked.tdb.url!, 'LOCK TABLE servers IN ACCESS EXCLUSIVE MODE');
     try {
       const target = fresh();
       expectV1Unavailable(envelopeOf(await rejection(v1.sendMessage(v1Message(`trust score for ${target}`)))));
@@ -317,7 +307,6 @@ describe.skipIf(backend !== 'postgres')('ACCESS EXCLUSIVE held on servers from a
       const after = (await v1.sendMessage(v1Message(`trust score for ${target}`))) as Task;
       expect(after.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
     } finally {
-      clearTimeout(safety);
       await release();
     }
   }, 120_000);

@@ -1,5 +1,4 @@
 import net from 'node:net';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isConnectionError } from '../src/db/index.js';
 import { openPostgres } from '../src/db/postgres.js';
@@ -8,6 +7,7 @@ import { loadConfig } from '../src/config.js';
 import { expectProblem, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 import { within } from './support/within.js';
+import { lockHolder } from './support/lock-holder.js';
 
 // Audit finding 1: no statement, lock, read or keep-alive bound on any database connection. A
 // `LOCK TABLE servers` held from psql left trust reads unanswered for as long as it was held
@@ -152,13 +152,8 @@ if (backend !== 'postgres') console.log('SKIP lock, long-statement and frozen-da
 
 describe.skipIf(backend !== 'postgres')('ACCESS EXCLUSIVE held on servers from another connection (PostgreSQL)', () => {
   let app: TestApp;
-  let holder: pg.Client | null = null;
-  const release = async () => {
-    const h = holder;
-    holder = null;
-    await h?.query('COMMIT').catch(() => {});
-    await h?.end().catch(() => {});
-  };
+  const lock = lockHolder();
+  const release = lock.release;
   beforeAll(async () => {
     app = await startTestApp();
   }, 300_000);
@@ -168,13 +163,8 @@ describe.skipIf(backend !== 'postgres')('ACCESS EXCLUSIVE held on servers from a
   });
 
   it('a trust read and a report of a new server answer 503 with Retry-After while it is held, /readyz says not ready, and all recover when it is released', async () => {
-    holder = new pg.Client({ connectionString: app.tdb.url! });
-    holder.on('error', () => {});
-    await holder.connect();
-    await holder.query('BEGIN');
-    await holder.query('LOCK TABLE servers IN ACCESS EXCLUSIVE MODE');
+    await lock.hold(app.tdb.url!, 'LOCK TABLE servers IN ACCESS EXCLUSIVE MODE');
     // Released by the test below, or after a minute whatever happens (the old code waits for this).
-    const safety = setTimeout(() => void release(), 60_000);
     try {
       const url = `https://locked-${Date.now()}.example.com/mcp`;
       // The deadline: 30 s, far past the lock bound (5 s by default) and half the hold.
@@ -192,7 +182,6 @@ describe.skipIf(backend !== 'postgres')('ACCESS EXCLUSIVE held on servers from a
       expect(after.status).toBe(404); // not tracked: the refused report was not stored
       expect((await fetch(`${app.base}/readyz`, { signal: AbortSignal.timeout(30_000) })).status).toBe(200);
     } finally {
-      clearTimeout(safety);
       await release();
     }
   }, 120_000);

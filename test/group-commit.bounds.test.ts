@@ -1,5 +1,4 @@
 import http from 'node:http';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openPostgres } from '../src/db/postgres.js';
 import { ObservatoryError } from '../src/errors.js';
@@ -8,6 +7,7 @@ import { callContext } from '../src/services/context.js';
 import { expectProblem, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 import { within } from './support/within.js';
+import { lockHolder } from './support/lock-holder.js';
 
 // Audit finding 2: the group-commit queues had no bound, no deadline and ignored callers that had
 // gone. With the database silent, 400 clients reporting got no 503, RSS grew 157 -> 514 MB, and
@@ -150,13 +150,8 @@ if (backend !== 'postgres') console.log('SKIP group-commit bounds over HTTP with
 describe.skipIf(backend !== 'postgres')('reports while the telemetry insert is stalled by a lock (PostgreSQL)', () => {
   let tdb: TestDatabase;
   let app: TestApp;
-  let holder: pg.Client | null = null;
-  const release = async () => {
-    const h = holder;
-    holder = null;
-    await h?.query('COMMIT').catch(() => {});
-    await h?.end().catch(() => {});
-  };
+  const lock = lockHolder();
+  const release = lock.release;
   const url = 'https://stalled.example.com/mcp';
   const stored = async (tool: string) =>
     (await tdb.db.query<{ n: number }>('SELECT count(*)::int AS n FROM telemetry WHERE tool_name = $1', [tool]))[0]!.n;
@@ -176,12 +171,7 @@ describe.skipIf(backend !== 'postgres')('reports while the telemetry insert is s
   });
 
   it(`queued reports are answered 503 with Retry-After within the queue bound (${MAX_QUEUE_WAIT_MS} ms) while the write ahead of them is held; an abandoned one is never written; the one in flight commits`, async () => {
-    holder = new pg.Client({ connectionString: tdb.url! });
-    holder.on('error', () => {});
-    await holder.connect();
-    await holder.query('BEGIN');
-    await holder.query('LOCK TABLE telemetry IN SHARE MODE'); // INSERT (ROW EXCLUSIVE) waits
-    const safety = setTimeout(() => void release(), 60_000);
+    await lock.hold(tdb.url!, 'LOCK TABLE telemetry IN SHARE MODE'); // INSERT (ROW EXCLUSIVE) waits
     try {
       // A: its write begins and waits on the lock.
       const a = postJson(`${app.base}/api/report`, { server_url: url, success: true, latency_ms: 10, tool_name: 'in-flight' });
@@ -221,18 +211,12 @@ describe.skipIf(backend !== 'postgres')('reports while the telemetry insert is s
       expect((await postJson(`${app.base}/api/report`, { server_url: url, success: true, latency_ms: 10, tool_name: 'after' })).status).toBe(200);
       expect(await stored('after')).toBe(1);
     } finally {
-      clearTimeout(safety);
       await release();
     }
   }, 120_000);
 
   it('an OTLP export whose client leaves while its rows wait is not written; one whose client stays is', async () => {
-    holder = new pg.Client({ connectionString: tdb.url! });
-    holder.on('error', () => {});
-    await holder.connect();
-    await holder.query('BEGIN');
-    await holder.query('LOCK TABLE telemetry IN SHARE MODE');
-    const safety = setTimeout(() => void release(), 60_000);
+    await lock.hold(tdb.url!, 'LOCK TABLE telemetry IN SHARE MODE');
     try {
       const a = postJson(`${app.base}/api/report`, { server_url: url, success: true, latency_ms: 10, tool_name: 'otlp-case-in-flight' });
       for (let i = 0; i < 200; i++) {
@@ -282,7 +266,6 @@ describe.skipIf(backend !== 'postgres')('reports while the telemetry insert is s
       expect(await stored('otlp-stayed')).toBe(1);
       expect(await stored('otlp-abandoned')).toBe(0);
     } finally {
-      clearTimeout(safety);
       await release();
     }
   }, 120_000);

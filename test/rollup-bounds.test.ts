@@ -1,4 +1,3 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openPostgres } from '../src/db/postgres.js';
 import { ObservatoryError } from '../src/errors.js';
@@ -8,6 +7,7 @@ import { telemetryStore } from '../src/store/telemetry.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { backend, createTestDatabase, type TestDatabase } from './support/db.js';
 import { within } from './support/within.js';
+import { lockHolder } from './support/lock-holder.js';
 
 // Audit finding 3: one instance paused (SIGSTOP) while its rollup pass held the aggregator's
 // advisory lock froze trust reads and the leaderboard on every other instance for as long as it
@@ -55,13 +55,8 @@ if (backend !== 'postgres') console.log("SKIP another instance holding the rollu
 describe.skipIf(backend !== 'postgres')('another instance holds the rollup lock (PostgreSQL)', () => {
   let tdb: TestDatabase;
   let app: TestApp;
-  let holder: pg.Client | null = null;
-  const release = async () => {
-    const h = holder;
-    holder = null;
-    await h?.query('COMMIT').catch(() => {});
-    await h?.end().catch(() => {});
-  };
+  const lock = lockHolder();
+  const release = lock.release;
   const url = 'https://held-fold.example.com/mcp';
 
   beforeAll(async () => {
@@ -80,12 +75,7 @@ describe.skipIf(backend !== 'postgres')('another instance holds the rollup lock 
   });
 
   it('a report then a read of its server: the read answers 503 with Retry-After while the lock is held (no pooled connection waits on it), and shows the report once it is released', async () => {
-    holder = new pg.Client({ connectionString: tdb.url! });
-    holder.on('error', () => {});
-    await holder.connect();
-    await holder.query('BEGIN');
-    await holder.query('SELECT pg_advisory_xact_lock(7220001)'); // a paused instance mid-pass
-    const safety = setTimeout(() => void release(), 60_000);
+    await lock.hold(tdb.url!, 'SELECT pg_advisory_xact_lock(7220001)'); // a paused instance mid-pass
     try {
       expect((await postJson(`${app.base}/api/report`, { server_url: url, success: false, latency_ms: 30 })).status).toBe(200);
       const trust = await fetch(`${app.base}/api/trust?url=${encodeURIComponent(url)}`, { signal: AbortSignal.timeout(30_000) });
@@ -108,7 +98,6 @@ describe.skipIf(backend !== 'postgres')('another instance holds the rollup lock 
       expect(res!.status).toBe(200);
       expect((await json(res!)).metrics.total_interactions).toBe(2);
     } finally {
-      clearTimeout(safety);
       await release();
     }
   }, 120_000);
