@@ -5,7 +5,7 @@ import { ExportTraceServiceRequestSchema } from '../gen/opentelemetry/proto/coll
 import { AggregationTemporality } from '../gen/opentelemetry/proto/metrics/v1/metrics_pb.js';
 import { Span_SpanKind, Status_StatusCode } from '../gen/opentelemetry/proto/trace/v1/trace_pb.js';
 import { createSpanJoin } from '../src/domain/otlp-join.js';
-import { createHistogramStreams, latenciesOf, MAX_POINT_BUCKETS, readMetrics, type ToolPoint } from '../src/domain/otlp-metrics.js';
+import { createHistogramStreams, latenciesOf, MAX_POINT_BUCKETS, readMetrics, type BucketLayout, type ToolPoint } from '../src/domain/otlp-metrics.js';
 import { readTraces, type HttpChild, type McpCall } from '../src/domain/otlp-spans.js';
 import { hostOf, urlForms } from '../src/services/otlp-servers.js';
 import { loadConfig } from '../src/config.js';
@@ -171,7 +171,7 @@ describe('readMetrics: which explicit-bucket points are read', () => {
       ]),
     );
     expect(r.points).toHaveLength(1);
-    expect(r.points[0]).toMatchObject({ temporality: 'delta', boundsMs: [10, 100], count: 3n });
+    expect(r.points[0]).toMatchObject({ temporality: 'delta', layout: { kind: 'explicit', boundsMs: [10, 100] }, count: 3n });
     expect(r.invalid).toBe(4);
     expect(r.invalidWhy).toEqual({ buckets: 3, time: 1 });
     expect(readMetrics(histogram([{ counts: [1n], bounds: [] }], 'min')).invalidWhy).toEqual({ unit: 1 });
@@ -195,13 +195,14 @@ describe('readMetrics: which explicit-bucket points are read', () => {
   });
 });
 
+const explicit = (boundsMs: number[]): BucketLayout => ({ kind: 'explicit', boundsMs });
 const point = (o: Partial<ToolPoint> & { counts: bigint[] }): ToolPoint => ({
   resource: 'r',
   stream: 's',
   temporality: 'cumulative',
   startNs: 100n,
   timeNs: 200n,
-  boundsMs: [10, 100],
+  layout: explicit([10, 100]),
   count: o.counts.reduce((a, b) => a + b, 0n),
   sumMs: undefined,
   success: true,
@@ -256,18 +257,18 @@ describe('cumulative histogram streams', () => {
 
 describe('latencies of a histogram delta', () => {
   it('uses bucket midpoints, half the first bound, the last bound for overflow', () => {
-    expect(latenciesOf({ counts: [1, 2, 3], count: 6, sumMs: 999 }, [10, 100])).toEqual([
+    expect(latenciesOf({ counts: [1, 2, 3], count: 6, sumMs: 999 }, explicit([10, 100]))).toEqual([
       { latencyMs: 5, count: 1 },
       { latencyMs: 55, count: 2 },
       { latencyMs: 100, count: 3 },
     ]);
   });
   it('uses the exact mean when one bucket holds every call', () => {
-    expect(latenciesOf({ counts: [0, 4, 0], count: 4, sumMs: 120 }, [10, 100])).toEqual([{ latencyMs: 30, count: 4 }]);
+    expect(latenciesOf({ counts: [0, 4, 0], count: 4, sumMs: 120 }, explicit([10, 100]))).toEqual([{ latencyMs: 30, count: 4 }]);
     // ...unless the sum does not fit the bucket (then it is not trusted)
-    expect(latenciesOf({ counts: [0, 4, 0], count: 4, sumMs: 4000 }, [10, 100])).toEqual([{ latencyMs: 55, count: 4 }]);
-    expect(latenciesOf({ counts: [], count: 2, sumMs: 50 }, [])).toEqual([{ latencyMs: 25, count: 2 }]);
-    expect(latenciesOf({ counts: [], count: 2, sumMs: undefined }, [])).toEqual([]);
+    expect(latenciesOf({ counts: [0, 4, 0], count: 4, sumMs: 4000 }, explicit([10, 100]))).toEqual([{ latencyMs: 55, count: 4 }]);
+    expect(latenciesOf({ counts: [], count: 2, sumMs: 50 }, explicit([]))).toEqual([{ latencyMs: 25, count: 2 }]);
+    expect(latenciesOf({ counts: [], count: 2, sumMs: undefined }, explicit([]))).toEqual([]);
   });
 });
 

@@ -1,8 +1,9 @@
 import { create, fromBinary, toBinary, type MessageInitShape } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExportMetricsServiceRequestSchema, ExportMetricsServiceResponseSchema } from '../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
-import { AggregationTemporality, type MetricSchema } from '../gen/opentelemetry/proto/metrics/v1/metrics_pb.js';
+import { AggregationTemporality, type ExponentialHistogramDataPointSchema, type MetricSchema } from '../gen/opentelemetry/proto/metrics/v1/metrics_pb.js';
 import { MAX_POINT_BUCKETS } from '../src/domain/otlp-metrics.js';
+import { MAX_METRIC_REPORTS_PER_EXPORT } from '../src/services/otlp.js';
 import { startTestApp, type TestApp } from './support/app.js';
 import { backend } from './support/db.js';
 
@@ -73,5 +74,51 @@ describe(`hostile mcp.client.operation.duration points (${backend})`, () => {
     const EDGE = 'caps-explicit-edge.example.com';
     expect(await exportMetric(explicit(EDGE, oneCall(MAX_POINT_BUCKETS), bounds(MAX_POINT_BUCKETS - 1)))).toBeUndefined();
     expect(await rowCount(`https://${EDGE}`)).toBe(1);
+  });
+
+  it('exponential buckets: too many buckets, a scale beyond 20, offsets past a double, calls below zero, counts that do not add up and millions of calls are refused, each said', async () => {
+    const host = (n: string) => `caps-exp-${n}.example.com`;
+    type Point = MessageInitShape<typeof ExponentialHistogramDataPointSchema>;
+    type Buckets = { offset: number; bucketCounts: bigint[] };
+    const point = (name: string, o: { scale?: number; count?: bigint; positive?: Buckets; negative?: Buckets; counts: bigint[] }): Point => {
+      const { counts, ...rest } = o;
+      return {
+        attributes: [str('mcp.method.name', 'tools/call'), str('server.address', host(name))],
+        startTimeUnixNano: NOW_NS() - 1_000_000_000n,
+        timeUnixNano: NOW_NS(),
+        scale: 20,
+        positive: { offset: 0, bucketCounts: counts },
+        count: counts.reduce((a, b) => a + b, 0n),
+        ...rest,
+      };
+    };
+    const ok = point('ok', { positive: { offset: -(2 ** 31), bucketCounts: [1n] }, counts: [1n] }); // 2^(-2048) s: read, 0 ms
+    const points = [
+      ok,
+      point('huge', { counts: new Array<bigint>(100_000).fill(0n), count: 0n }),
+      point('scale', { scale: 21, counts: [1n] }),
+      point('range', { positive: { offset: 2 ** 31 - 10, bucketCounts: [1n] }, counts: [1n] }),
+      point('negative', { negative: { offset: 3, bucketCounts: [2n] }, counts: [1n], count: 3n }),
+      point('sum', { counts: [1n, 1n], count: 7n }),
+      point('millions', { counts: [3_000_000n, 2_000_000n] }),
+    ];
+    const answer = await exportMetric({
+      name: 'mcp.client.operation.duration',
+      unit: 's',
+      data: { case: 'exponentialHistogram', value: { aggregationTemporality: AggregationTemporality.DELTA, dataPoints: points } },
+    });
+    expect(answer?.rejectedDataPoints).toBe(6n);
+    const m = answer!.errorMessage;
+    expect(m).toContain('6 of 7 data points were not recorded');
+    expect(m).toContain(`1 mcp.client.operation.duration point could not be read (more than ${MAX_POINT_BUCKETS} buckets)`);
+    expect(m).toContain('1 mcp.client.operation.duration point could not be read (an exponential scale outside -10 to 20)');
+    expect(m).toContain('1 mcp.client.operation.duration point could not be read (exponential buckets beyond the largest double');
+    expect(m).toContain('1 mcp.client.operation.duration point could not be read (calls in negative exponential buckets: a duration is never negative)');
+    expect(m).toContain('1 mcp.client.operation.duration point could not be read (inconsistent buckets');
+    expect(m).toContain(`1 point would have added more than ${MAX_METRIC_REPORTS_PER_EXPORT} calls to one export`);
+    for (const name of ['huge', 'scale', 'range', 'negative', 'sum', 'millions']) expect(await rowCount(`https://${host(name)}`), name).toBe(0);
+    expect(
+      await t.obs.db.query<{ latency_ms: number }>('SELECT t.latency_ms FROM telemetry t JOIN servers s ON s.id = t.server_id WHERE s.url = $1', [`https://${host('ok')}`]),
+    ).toEqual([{ latency_ms: 0 }]);
   });
 });

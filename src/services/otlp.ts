@@ -4,7 +4,7 @@ import type { ExportMetricsServiceRequest, ExportMetricsServiceResponseSchema } 
 import type { ExportTraceServiceRequest, ExportTraceServiceResponseSchema } from '../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
 import type { ReportRequest } from '../../gen/observatory/v1/telemetry_pb.js';
 import { createSpanJoin, type Joined } from '../domain/otlp-join.js';
-import { createHistogramStreams, latenciesOf, MAX_POINT_BUCKETS, readMetrics, type InvalidReason } from '../domain/otlp-metrics.js';
+import { createHistogramStreams, EXPONENTIAL_SCALES, latenciesOf, MAX_POINT_BUCKETS, readMetrics, type InvalidReason } from '../domain/otlp-metrics.js';
 import { readTraces } from '../domain/otlp-spans.js';
 import { clientAddressKey, requestHeaderValue, type CallContext, type ServiceDeps } from './context.js';
 import { serverResolver } from './otlp-servers.js';
@@ -40,12 +40,15 @@ const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? o
 
 /** Why an mcp.client.operation.duration point was not read, as the partial success says it (docs/telemetry.md). */
 const UNREADABLE: Record<InvalidReason, string> = {
-  kind: 'not a histogram: only explicit-bucket histograms are read',
+  kind: 'not a histogram: explicit-bucket and exponential histograms are read',
   unit: 'a unit other than s or ms',
   temporality: 'neither delta nor cumulative',
   time: 'no time',
-  buckets: 'inconsistent buckets: bucket counts that do not add up to count, or bounds that are not finite and increasing',
+  buckets: 'inconsistent buckets: bucket counts (with the zero count) that do not add up to count, explicit bounds that are not finite and increasing, or a zero threshold that is not a finite number of at least 0',
   too_many_buckets: `more than ${MAX_POINT_BUCKETS} buckets`,
+  scale: `an exponential scale outside ${EXPONENTIAL_SCALES.min} to ${EXPONENTIAL_SCALES.max}`,
+  range: 'exponential buckets beyond the largest double: base^index overflows',
+  negative: 'calls in negative exponential buckets: a duration is never negative',
 };
 
 export function createOtlpService(deps: ServiceDeps, { telemetry }: { telemetry: TelemetryService }, opts: { onError?: (err: unknown) => void } = {}) {
@@ -203,7 +206,7 @@ export function createOtlpService(deps: ServiceDeps, { telemetry }: { telemetry:
           unresolved++;
           continue;
         }
-        for (const { latencyMs, count: n } of latenciesOf(delta, p.boundsMs)) {
+        for (const { latencyMs, count: n } of latenciesOf(delta, p.layout)) {
           for (let k = 0; k < n; k++) {
             inputs.push({ serverUrl, success: p.success, latencyMs, toolName: p.toolName ?? undefined, httpStatus: p.httpStatus ?? undefined });
             pointOf.push(i);

@@ -10,7 +10,7 @@ import { anyUnpack } from '@bufbuild/protobuf/wkt';
 import { DiagLogLevel, ROOT_CONTEXT, SpanKind, SpanStatusCode, diag, trace, type Attributes, type Meter, type Tracer } from '@opentelemetry/api';
 import { ExportResultCode } from '@opentelemetry/core';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
+import { AggregationType, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
 import { BatchSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { RetryInfoSchema } from '../../gen/google/rpc/error_details_pb.js';
 import { StatusSchema, type Status } from '../../gen/google/rpc/status_pb.js';
@@ -28,7 +28,7 @@ export interface OtelSdk {
   TracerProvider: new (config: { resource: any; spanProcessors: any[] }) => { getTracer(name: string, version?: string): Tracer; forceFlush(): Promise<void>; shutdown(): Promise<void> };
   BatchSpanProcessor: new (config: { exporter: Exporter; maxExportBatchSize?: number; maxQueueSize?: number; scheduledDelayMillis?: number }) => object;
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  MeterProvider: new (config: { resource: any; readers: any[] }) => { getMeter(name: string, version?: string): Meter; forceFlush(): Promise<void>; shutdown(): Promise<void> };
+  MeterProvider: new (config: { resource: any; readers: any[]; views?: any[] }) => { getMeter(name: string, version?: string): Meter; forceFlush(): Promise<void>; shutdown(): Promise<void> };
   PeriodicExportingMetricReader: new (config: { exporter: MetricExporter; exportIntervalMillis?: number }) => object;
 }
 
@@ -99,18 +99,23 @@ export function recordingSpanExporter(inner: Exporter) {
 
 export function recordingMetricExporter(inner: MetricExporter) {
   const results: Result[] = [];
+  /** The ResourceMetrics handed to the exporter, as the SDK made them (before encoding). */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const exported: any[] = [];
   const exporter: MetricExporter = {
-    export: (m, done) =>
+    export: (m, done) => {
+      exported.push(m);
       inner.export(m, (r) => {
         results.push(r);
         done(r);
-      }),
+      });
+    },
     shutdown: () => inner.shutdown(),
     forceFlush: () => inner.forceFlush(),
     ...(typeof inner.selectAggregationTemporality === 'function' ? { selectAggregationTemporality: inner.selectAggregationTemporality.bind(inner) } : {}),
     ...(typeof inner.selectAggregation === 'function' ? { selectAggregation: inner.selectAggregation.bind(inner) } : {}),
   };
-  return { exporter, results, ok: () => results.length > 0 && results.every((r) => r.code === ExportResultCode.SUCCESS) };
+  return { exporter, results, exported, ok: () => results.length > 0 && results.every((r) => r.code === ExportResultCode.SUCCESS) };
 }
 
 export interface ToolCall {
@@ -200,10 +205,18 @@ export async function sendToolCalls(
 
 export const MCP_DURATION_BUCKETS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300];
 
-/** A MeterProvider recording mcp.client.operation.duration (seconds, the conventions' buckets). */
-export function mcpMeter(exporter: MetricExporter, resource: Attributes, sdk: OtelSdk = SDK_3) {
+/**
+ * A MeterProvider recording mcp.client.operation.duration (seconds, the conventions' buckets).
+ * `exponential`: a View gives the histogram OpenTelemetry's base2 exponential bucket aggregation
+ * instead (`maxSize` buckets, 160 by default; the SDK starts at scale 20 and scales down to fit).
+ */
+export function mcpMeter(exporter: MetricExporter, resource: Attributes, sdk: OtelSdk = SDK_3, opts: { exponential?: { maxSize?: number } } = {}) {
   const reader = new sdk.PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
-  const provider = new sdk.MeterProvider({ resource: sdk.resourceFromAttributes({ 'service.name': 'otlp-test-agent', ...resource }), readers: [reader] });
+  // AggregationType.EXPONENTIAL_HISTOGRAM is 5 in both SDK lines.
+  const views = opts.exponential
+    ? [{ instrumentName: 'mcp.client.operation.duration', aggregation: { type: AggregationType.EXPONENTIAL_HISTOGRAM, options: { maxSize: opts.exponential.maxSize ?? 160 } } }]
+    : [];
+  const provider = new sdk.MeterProvider({ resource: sdk.resourceFromAttributes({ 'service.name': 'otlp-test-agent', ...resource }), readers: [reader], views });
   const meter = provider.getMeter('mcp-client-instrumentation', '1.0.0');
   const duration = meter.createHistogram('mcp.client.operation.duration', { unit: 's', advice: { explicitBucketBoundaries: MCP_DURATION_BUCKETS } });
   const unrelated = meter.createCounter('http.client.request.count');
