@@ -300,7 +300,8 @@ export interface GateConfig {
    * denied), GATE_TOOLS_EXEMPT (tools skipping the drift and tool-evidence checks) and
    * GATE_TOOL_DRIFT_HOURS (default 168, 0 = drift never denies a tool); GATE_REQUIRE_MCP_METHOD
    * (default off) denies requests without Mcp-Method; GATE_UNLISTED_TOOLS (deny, the default, or
-   * allow) for a tool the server's latest recorded manifest does not list.
+   * allow) for a tool the server's latest recorded manifest does not list; GATE_INSTRUCTIONS_DRIFT
+   * (deny, the default, or allow) for the tools of a server whose instructions changed.
    */
   tools: GateToolPolicy;
 }
@@ -385,11 +386,12 @@ function toolRules(env: Env, name: string): ToolRule[] {
   }
 }
 
-function unlistedTools(env: Env): NonNullable<GateToolPolicy['unlistedTools']> {
-  const raw = str(env, 'GATE_UNLISTED_TOOLS');
+/** GATE_UNLISTED_TOOLS and GATE_INSTRUCTIONS_DRIFT: deny (the default) or allow. */
+function denyOrAllow(env: Env, name: 'GATE_UNLISTED_TOOLS' | 'GATE_INSTRUCTIONS_DRIFT'): 'deny' | 'allow' {
+  const raw = str(env, name);
   if (raw === undefined) return 'deny';
   const v = UNLISTED_TOOL_POLICIES.find((p) => p === raw.toLowerCase());
-  if (!v) throw new ConfigError('GATE_UNLISTED_TOOLS', `must be deny or allow, got "${raw}"`);
+  if (!v) throw new ConfigError(name, `must be deny or allow, got "${raw}"`);
   return v;
 }
 
@@ -582,7 +584,8 @@ export function loadConfig(env: Env = process.env): Config {
         exempt: toolRules(env, 'GATE_TOOLS_EXEMPT'),
         driftWindowMs: int(env, 'GATE_TOOL_DRIFT_HOURS', 168, 0, 8760) * 3_600_000,
         requireMcpMethod: boolDefault(env, 'GATE_REQUIRE_MCP_METHOD', false),
-        unlistedTools: unlistedTools(env),
+        unlistedTools: denyOrAllow(env, 'GATE_UNLISTED_TOOLS'),
+        instructionsDrift: denyOrAllow(env, 'GATE_INSTRUCTIONS_DRIFT'),
       },
     },
     rateLimitProbesPerMinute: int(env, 'RATE_LIMIT_PROBES_PER_MINUTE', 30, 0, 1_000_000),

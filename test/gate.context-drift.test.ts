@@ -5,6 +5,7 @@ import { Authorization } from '../gen/envoy/service/auth/v3/external_auth_pb.js'
 import { toolFacts } from '../src/services/gate.js';
 import { expectProblem, json, postJson, startTestApp, type TestApp } from './support/app.js';
 import { countingDb } from './support/counting-db.js';
+import { expectConfigRefusal } from './support/config.js';
 import { backend, createTestDatabase } from './support/db.js';
 import { startContextTarget, type ContextState } from './support/context-target.js';
 
@@ -28,6 +29,7 @@ const HOUR = 3_600_000;
 describe(`the gate and a server whose instructions, prompts or resources drifted (${backend})`, () => {
   let t: TestApp;
   let exempt: TestApp;
+  let allowing: TestApp;
   let target: Awaited<ReturnType<typeof startContextTarget>>;
   let serverId: number;
 
@@ -36,6 +38,7 @@ describe(`the gate and a server whose instructions, prompts or resources drifted
     const tdb = await createTestDatabase();
     t = await startTestApp({ ALLOW_PRIVATE_TARGETS: '1', GATE_CACHE_SECONDS: '0' }, { tdb });
     exempt = await startTestApp({ GATE_CACHE_SECONDS: '0', GATE_TOOLS_EXEMPT: `${target.url}#get_forecast` }, { tdb });
+    allowing = await startTestApp({ GATE_CACHE_SECONDS: '0', GATE_INSTRUCTIONS_DRIFT: 'allow' }, { tdb });
     expect((await postJson(`${t.base}/api/report`, { server_url: target.url, success: true, latency_ms: 5 })).status).toBe(200);
     expect((await json(fetch(`${t.base}/api/drift?server=${encodeURIComponent(target.url)}`))).drift_detected).toBe(false);
     const [row] = await t.obs.db.query<{ id: string }>('SELECT id FROM servers WHERE url = $1', [target.url]);
@@ -43,6 +46,7 @@ describe(`the gate and a server whose instructions, prompts or resources drifted
   }, 120_000);
   afterAll(async () => {
     await exempt?.close();
+    await allowing?.close();
     await t?.close();
     await t?.tdb.drop();
     await target?.close();
@@ -88,6 +92,17 @@ describe(`the gate and a server whose instructions, prompts or resources drifted
     const passed = await gate(exempt, call('get_forecast'));
     expect(passed.status).toBe(200);
     expect(await json(passed)).toMatchObject({ allow: true, tool: { exempt: true } });
+  });
+
+  it('GATE_INSTRUCTIONS_DRIFT=allow leaves the tools to the other checks; the drift stays reported; a bad value stops start-up', async () => {
+    const passed = await gate(allowing, call('get_forecast'));
+    expect(passed.status).toBe(200);
+    expect(await json(passed)).toMatchObject({ allow: true, tool: { name: 'get_forecast', listed: true, drift: null } });
+    // The same decision on the instance that denies (same database, same drift).
+    expect(await expectProblem(await gate(t, call('get_forecast')), 403, 'forbidden')).toMatchObject({ reason: 'tool_drift' });
+    const [row] = await t.obs.db.query<{ at: Date }>('SELECT instructions_drift_at AS at FROM drift_baselines WHERE server_id = $1 ORDER BY recorded_at DESC, seq DESC LIMIT 1', [serverId]);
+    expect((await toolFacts(t.obs.db, serverId, 'get_forecast', new Date(row!.at.getTime() + HOUR), 2 * HOUR, 'allow')).drift).toBeNull();
+    expectConfigRefusal('GATE_INSTRUCTIONS_DRIFT', 'sometimes');
   });
 
   it('within the window only, read in the statements the gate already makes', async () => {

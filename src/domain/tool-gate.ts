@@ -116,9 +116,16 @@ export interface GateToolPolicy {
    * deny): `deny` refuses it (`tool_not_in_baseline`), `allow` judges it by the other checks.
    */
   unlistedTools?: 'deny' | 'allow';
+  /**
+   * A server whose instructions changed within the drift window (GATE_INSTRUCTIONS_DRIFT, default
+   * deny): `deny` treats it as a drift of every tool of the server (`tool_drift`, part
+   * `instructions`), `allow` leaves its tools to the other checks (the drift is still reported and
+   * flagged).
+   */
+  instructionsDrift?: 'deny' | 'allow';
 }
 
-/** The values of GATE_UNLISTED_TOOLS. */
+/** The values of GATE_UNLISTED_TOOLS and GATE_INSTRUCTIONS_DRIFT. */
 export const UNLISTED_TOOL_POLICIES = ['deny', 'allow'] as const;
 
 /**

@@ -105,10 +105,11 @@ function manifestNames(db: Queryable, latest: { baseline_id: string; manifest_ha
  * A change of the server's instructions within the window is a drift of every tool of the server
  * (docs/gateway.md "Per-tool decisions"): clients give the model the instructions with the tools,
  * as how to use them, so what a tool means to the model changed with them. Its time comes with the
- * latest baseline the same statement reads; the drift names the part `instructions`. Changes of
+ * latest baseline the same statement reads; the drift names the part `instructions`
+ * (GATE_INSTRUCTIONS_DRIFT=allow leaves the tools to the other checks). Changes of
  * prompts and resources are no part of any tool and deny none (they raise the server's drift flag).
  */
-export async function toolFacts(db: Queryable, serverId: number, tool: string, at: Date, driftWindowMs: number): Promise<ToolFacts> {
+export async function toolFacts(db: Queryable, serverId: number, tool: string, at: Date, driftWindowMs: number, instructionsDrift: 'deny' | 'allow' = 'deny'): Promise<ToolFacts> {
   const [row, sources] = await Promise.all([
     driftStore(db).toolGateRow(serverId, tool, driftWindowMs > 0 ? new Date(at.getTime() - driftWindowMs) : null),
     telemetryStore(db).toolEvidence(serverId, tool),
@@ -121,7 +122,7 @@ export async function toolFacts(db: Queryable, serverId: number, tool: string, a
     evidence = { verdict: verdictFor(trust_score), trustScore: trust_score, reports };
   }
   let drift = row.drift ? toolDriftOf([row.drift], at, driftWindowMs) : null;
-  const instructions = row.instructionsDriftAt ? toolDriftOf([{ recorded_at: row.instructionsDriftAt, change: 'changed', parts: [] }], at, driftWindowMs) : null;
+  const instructions = row.instructionsDriftAt && instructionsDrift === 'deny' ? toolDriftOf([{ recorded_at: row.instructionsDriftAt, change: 'changed', parts: [] }], at, driftWindowMs) : null;
   if (instructions) {
     drift = {
       change: drift?.change ?? 'changed',
@@ -201,7 +202,7 @@ export interface GateBundleRef {
  */
 export function preflightGateSource(
   preflight: Pick<PreflightService, 'assess' | 'preflight'>,
-  tools?: { db: Queryable; driftWindowMs: number },
+  tools?: { db: Queryable; driftWindowMs: number; instructionsDrift?: 'deny' | 'allow' },
 ): GateVerdictSource<GateAssessment & { found: PreflightAssessment }> {
   return {
     async assess(upstream) {
@@ -210,7 +211,7 @@ export function preflightGateSource(
     },
     async tool(a, tool, at) {
       if (!tools || a.serverId === null || a.serverId === undefined) return NO_TOOL_FACTS;
-      return toolFacts(tools.db, a.serverId, tool, at, tools.driftWindowMs);
+      return toolFacts(tools.db, a.serverId, tool, at, tools.driftWindowMs, tools.instructionsDrift);
     },
     async record(upstream, a, claim, claimKey) {
       const r = await preflight.preflight({ target: upstream }, undefined, { kind: 'gateway', claim, claimKey, assessment: a.found });

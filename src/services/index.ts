@@ -77,7 +77,7 @@ export function createServices(deps: ServiceDeps) {
     /** Pre-flight checks and demand (TrustService.Preflight, TrustService.GetDemand). */
     preflight,
     /** Gateway/service-mesh gate: /v1/gate and Envoy ext_authz, decided through pre-flight. */
-    gate: createGateService(deps, preflightGateSource(preflight, { db: deps.db, driftWindowMs: deps.config.gate.tools.driftWindowMs }), limits),
+    gate: createGateService(deps, preflightGateSource(preflight, { db: deps.db, driftWindowMs: deps.config.gate.tools.driftWindowMs, instructionsDrift: deps.config.gate.tools.instructionsDrift }), limits),
     /** The signed offline bundle of every verdict (GET /v1/bundle; docs/bundles.md). */
     bundle: createBundleService(deps, trust),
     /** Per-client rate limits (in memory, per instance), shared by every door: REST, Connect, gate, MCP, A2A. */
