@@ -53,6 +53,15 @@ describe(`ListTasks with hostile page tokens and timestamps (${backend})`, () =>
       const r = await rpc1('ListTasks', { contextId: task.contextId, statusTimestampAfter: at });
       expect(r.error, at).toMatchObject({ code: -32602, message: expect.stringMatching(/statusTimestampAfter/) });
     }
+    // Fields naming no real time: Date would roll them over (30 February read as 1 March).
+    for (const at of ['2020-02-30T00:00:00Z', '2021-02-29T12:00:00Z', '2020-04-31T00:00:00Z', '2020-01-01T24:00:00Z', '2020-01-01T00:60:00Z', '2020-13-01T00:00:00Z']) {
+      const r = await rpc1('ListTasks', { contextId: task.contextId, statusTimestampAfter: at });
+      expect(r.error, at).toMatchObject({ code: -32602, message: expect.stringMatching(/statusTimestampAfter/) });
+    }
+    // A leap day and an offset are real times.
+    for (const at of ['2024-02-29T23:00:00-05:00', '2020-12-31T23:59:59.999+00:00']) {
+      expect((await rpc1('ListTasks', { contextId: task.contextId, statusTimestampAfter: at })).result, at).toBeDefined();
+    }
     // The SDK client gets the same refusal.
     const list = { tenant: '', contextId: task.contextId, status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: token(['0000-01-01T00:00:00.000Z', 'x']), historyLength: undefined, statusTimestampAfter: undefined, includeArtifacts: false };
     await expect(client.listTasks(list)).rejects.toMatchObject({ envelopeCode: -32602 });
