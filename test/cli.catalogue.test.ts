@@ -58,6 +58,10 @@ describe(`observatory command line (${backend})`, () => {
     expect(await runCli(['import', PAGE1, '--bogus'], bad.cli)).toBe(2);
     expect(bad.err[0]).toBe('unknown option --bogus\nusage: observatory import <file-or-url> [--updated-since <time>] [--json]');
     expect(await runCli(['import'], bad.cli)).toBe(2);
+    // A time that does not exist is refused, not read as another one (Date reads 30 February as 1 March).
+    const when = io();
+    expect(await runCli(['import', PAGE1, '--updated-since', '2026-02-30T00:00:00Z'], when.cli)).toBe(2);
+    expect(when.err[0]).toMatch(/--updated-since must be an RFC 3339 time/);
     expect(await runCli(['observe', 'extra'], bad.cli)).toBe(2);
     expect(await runCli(['observe', '--once=yes'], bad.cli)).toBe(2);
   });

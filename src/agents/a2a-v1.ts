@@ -2,6 +2,7 @@
 // ProtoJSON shapes (camelCase members, TASK_STATE_* and ROLE_* enum names, parts without `kind`),
 // errors with google.rpc.ErrorInfo details. The work is done by the A2A service; this file only
 // reads 1.0 requests and writes 1.0 results.
+import { isRfc3339 } from '../domain/rfc3339.js';
 import { A2A_LIMITS, A2aError, type A2aService, type ListQuery, type StoredTask, type TaskArtifact, type TaskEvent, type TaskMessage, type TaskPart, type TaskStatus } from '../services/a2a.js';
 import { answerWithin, lastMessages, storableTime } from '../domain/a2a-task.js';
 import {
@@ -151,17 +152,9 @@ function readState(v: unknown): string | undefined {
   return stored;
 }
 
-/** The fields of an RFC 3339 timestamp name a real time: no 30 February, no hour 24 (Date would roll them over). */
-function realCalendarTime(v: string): boolean {
-  const [y, mo, d, h, mi, s] = [v.slice(0, 4), v.slice(5, 7), v.slice(8, 10), v.slice(11, 13), v.slice(14, 16), v.slice(17, 19)].map(Number) as [number, number, number, number, number, number];
-  const t = new Date(Date.UTC(2000, mo - 1, d, h, mi, s));
-  t.setUTCFullYear(y);
-  return t.getUTCFullYear() === y && t.getUTCMonth() === mo - 1 && t.getUTCDate() === d && t.getUTCHours() === h && t.getUTCMinutes() === mi && t.getUTCSeconds() === s;
-}
-
 function readTimestamp(v: unknown, where: string): Date | undefined {
   if (v === undefined || v === null || v === '') return undefined;
-  if (typeof v !== 'string' || !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/.test(v) || !realCalendarTime(v) || !storableTime(new Date(v))) {
+  if (typeof v !== 'string' || !isRfc3339(v) || !storableTime(new Date(v))) {
     throw invalidParams(`${where} must be an RFC 3339 timestamp from year 0001 to 9999 (UTC), such as 2026-01-31T12:00:00Z`);
   }
   return new Date(v);

@@ -1,6 +1,7 @@
 // `observatory import` (catalogue import from an MCP Registry) and `observatory observe` (active
 // observation in the foreground). Both call the services the running observatory uses
 // (src/services/catalogue.ts, src/services/observation.ts); docs/observation.md.
+import { isRfc3339 } from '../domain/rfc3339.js';
 import { createCatalogueService, type ImportSummary } from '../services/catalogue.js';
 import type { RoundSummary } from '../services/observation.js';
 import { configOf, EXIT, RUNNING, withDatabase, type CliIo, type Command } from './command.js';
@@ -34,7 +35,7 @@ export const importCommand: Command = {
   async run({ args, options, io }) {
     const config = configOf(io);
     const since = options['updated-since'];
-    if (typeof since === 'string' && (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/i.test(since) || Number.isNaN(Date.parse(since)))) {
+    if (typeof since === 'string' && (!isRfc3339(since) || Number.isNaN(Date.parse(since)))) {
       io.err(`--updated-since must be an RFC 3339 time such as 2026-01-31T00:00:00Z, got "${since}"`);
       return EXIT.usage;
     }

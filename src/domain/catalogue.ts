@@ -6,6 +6,7 @@
 // remotes to track with their listing status, servers the registry deleted, a count of local-only
 // servers and skipped entries with their reasons. It never throws for a bad entry, only for a
 // document that is not such a page at all.
+import { isRfc3339 } from './rfc3339.js';
 import { classifyCategory } from './category.js';
 import { canonicalServerUrl, InvalidServerUrl, slugify } from './server-identity.js';
 
@@ -79,11 +80,9 @@ export interface ParsedPage {
   nextCursor: string | null;
 }
 
-/** RFC 3339 date-time, the form the registry writes (`2025-10-21T09:14:03.412918Z`). */
-const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})$/i;
-
+/** An RFC 3339 date-time naming a real time, the form the registry writes (`2025-10-21T09:14:03.412918Z`). */
 function timestamp(v: unknown): string | null {
-  return typeof v === 'string' && v.length <= 40 && RFC3339.test(v) && !Number.isNaN(Date.parse(v)) ? v : null;
+  return typeof v === 'string' && v.length <= 40 && isRfc3339(v) && !Number.isNaN(Date.parse(v)) ? v : null;
 }
 
 /**
