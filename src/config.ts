@@ -4,6 +4,7 @@
 import { isIP } from 'node:net';
 import { PAYMENT_NETWORKS, type PaymentNetworkId } from './domain/x402.js';
 import { EXT_AUTHZ_MAX_BYTES, parseGateRoutes, parseTrustedHeaders, type GateRoute, type UpstreamHeader } from './domain/gate.js';
+import { DEFAULT_MAX_EXPORT_ELEMENTS } from './domain/otlp-export.js';
 import { parseToolRules, UNLISTED_TOOL_POLICIES, type GateToolPolicy, type ToolRule } from './domain/tool-gate.js';
 import { KEY_ENCRYPTION_SECRET_HELP, parseKeyEncryptionSecret } from './signing/secret-format.js';
 import { DEFAULT_CACHE_MAX_ENTRIES } from './store/cache-limits.js';
@@ -208,6 +209,11 @@ export interface RegistrySyncConfig {
 export interface OtlpConfig {
   /** OTLP_MAX_EXPORT_BYTES (default 4 MiB): largest OTLP export, as received and after gzip decompression. */
   maxExportBytes: number;
+  /**
+   * OTLP_MAX_EXPORT_ELEMENTS (default 2,000,000): most messages and values one export may hold,
+   * counted on its bytes before it is decoded (src/domain/otlp-export.ts).
+   */
+  maxExportElements: number;
   /** OTLP_JOIN_WINDOW_MS (default 5000, 0 = no holding): how long a span waits for its MCP parent or HTTP child from a later export. */
   joinWindowMs: number;
   /** OTLP_JOIN_MAX_SPANS (default 10000): most spans held for the join at once; beyond, the oldest is released. */
@@ -623,6 +629,7 @@ export function loadConfig(env: Env = process.env): Config {
     },
     otlp: {
       maxExportBytes: otlpMaxExportBytes,
+      maxExportElements: int(env, 'OTLP_MAX_EXPORT_ELEMENTS', DEFAULT_MAX_EXPORT_ELEMENTS, 10_000, 100_000_000),
       joinWindowMs: int(env, 'OTLP_JOIN_WINDOW_MS', 5000, 0, 60_000),
       joinMaxSpans: int(env, 'OTLP_JOIN_MAX_SPANS', 10_000, 0, 1_000_000),
       metricStreams: int(env, 'OTLP_METRIC_STREAMS', 10_000, 100, 1_000_000),

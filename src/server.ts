@@ -18,6 +18,7 @@ import { registerRestRoutes } from './http/routes.js';
 import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
 import { installBodyBudget } from './http/body-budget.js';
 import { parseErrorsAreInvalidArgument } from './http/connect-parse-errors.js';
+import { otlpExportsReadAsBytes } from './http/otlp-grpc.js';
 import { registerHealth, registerReflection } from './http/grpc-introspection.js';
 import { nativeHandlerErrors, refusalsCarryConnectErrors } from './http/rpc-errors.js';
 import { createHealthMonitor, type HealthMonitor } from './services/health.js';
@@ -199,6 +200,8 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   await app.register(connectPlugin, {
     routes: (router) => {
       connectRoutes(services)(router);
+      // connect-es never decodes an OTLP export: the OTLP service does, within its bounds (src/http/otlp-grpc.ts).
+      otlpExportsReadAsBytes(router, { readMaxBytes: services.otlp.maxExportBytes });
       // gRPC health checking and server reflection over what the router serves (docs/grpc.md).
       registerHealth(router, health);
       registerReflection(router);

@@ -289,8 +289,9 @@ describe('server hints', () => {
 
 describe('OTLP configuration', () => {
   it('has its defaults and refuses bad values with one line naming the variable', () => {
-    expect(loadConfig({}).otlp).toEqual({ maxExportBytes: 4 * 1024 * 1024, joinWindowMs: 5000, joinMaxSpans: 10_000, metricStreams: 10_000 });
+    expect(loadConfig({}).otlp).toEqual({ maxExportBytes: 4 * 1024 * 1024, maxExportElements: 2_000_000, joinWindowMs: 5000, joinMaxSpans: 10_000, metricStreams: 10_000 });
     expectConfigRefusal('OTLP_MAX_EXPORT_BYTES', '1000');
+    expectConfigRefusal('OTLP_MAX_EXPORT_ELEMENTS', '100');
     expectConfigRefusal('OTLP_JOIN_WINDOW_MS', '-1');
     expectConfigRefusal('OTLP_JOIN_MAX_SPANS', 'many');
     expectConfigRefusal('OTLP_METRIC_STREAMS', '5');

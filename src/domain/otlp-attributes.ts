@@ -67,10 +67,27 @@ function canonicalList(kvs: readonly KeyValue[], depth = 0): string {
     .join(',');
 }
 
+/**
+ * The canonical text of an attribute list, made once per list: a resource's list is read again
+ * for every point of its metric streams and for each piece of an export that carries it
+ * (src/domain/otlp-export.ts shares one decoded resource between pieces); made anew each time, a
+ * resource of thousands of attributes cost that much per tool-call point.
+ */
+const canonicalLists = new WeakMap<readonly KeyValue[], string>();
+
+function canonicalOf(kvs: readonly KeyValue[]): string {
+  let text = canonicalLists.get(kvs);
+  if (text === undefined) {
+    text = canonicalList(kvs);
+    canonicalLists.set(kvs, text);
+  }
+  return text;
+}
+
 /** A one-way fingerprint of parts (attribute lists and plain strings), order of attributes ignored. */
 export function fingerprint(...parts: (readonly KeyValue[] | string)[]): string {
   const h = createHash('sha256');
-  for (const p of parts) h.update(typeof p === 'string' ? JSON.stringify(p) : `{${canonicalList(p)}}`).update('\u0000');
+  for (const p of parts) h.update(typeof p === 'string' ? JSON.stringify(p) : `{${canonicalOf(p)}}`).update('\u0000');
   return h.digest('base64url').slice(0, 32);
 }
 

@@ -135,8 +135,11 @@ function exponentialBuckets(p: ExponentialHistogramDataPoint, unitMs: number): B
   return { layout: { kind: 'exponential', scale: p.scale, offset, zeroThresholdMs: p.zeroThreshold * unitMs, msPerUnit: unitMs }, counts: [p.zeroCount, ...positive] };
 }
 
-export function readMetrics(req: ExportMetricsServiceRequest): MetricsReading {
-  const out: MetricsReading = { points: [], other: 0, invalid: 0, invalidWhy: {}, total: 0 };
+/**
+ * Reads one export, or one piece of it (src/domain/otlp-export.ts) into the reading of the
+ * pieces before it: a reading of the pieces in order is the reading of the whole export.
+ */
+export function readMetrics(req: ExportMetricsServiceRequest, out: MetricsReading = { points: [], other: 0, invalid: 0, invalidWhy: {}, total: 0 }): MetricsReading {
   for (const rm of req.resourceMetrics) {
     const resourceAttrs = rm.resource?.attributes ?? [];
     let resource: string | null = null;

@@ -94,9 +94,12 @@ function isMcpToolCall(span: Span, method: string | null): boolean {
   return method === MCP_TOOLS_CALL && span.kind === Span_SpanKind.CLIENT;
 }
 
-/** Reads one export: which spans are MCP tool calls, which may be their HTTP children, how many are neither. */
-export function readTraces(req: ExportTraceServiceRequest): TracesReading {
-  const out: TracesReading = { calls: [], children: [], other: 0, invalid: 0, total: 0 };
+/**
+ * Reads one export: which spans are MCP tool calls, which may be their HTTP children, how many are
+ * neither. Or one piece of it (src/domain/otlp-export.ts) into the reading of the pieces before
+ * it: a reading of the pieces in order is the reading of the whole export.
+ */
+export function readTraces(req: ExportTraceServiceRequest, out: TracesReading = { calls: [], children: [], other: 0, invalid: 0, total: 0 }): TracesReading {
   for (const rs of req.resourceSpans) {
     let resource: string | null = null;
     for (const ss of rs.scopeSpans) {

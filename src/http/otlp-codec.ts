@@ -1,4 +1,4 @@
-import { create, createRegistry, fromBinary, fromJson, toBinary, toJsonString, type DescMessage, type MessageInitShape, type MessageShape } from '@bufbuild/protobuf';
+import { create, createRegistry, toBinary, toJsonString, type DescMessage, type MessageInitShape } from '@bufbuild/protobuf';
 import { anyPack } from '@bufbuild/protobuf/wkt';
 import { gunzip } from 'node:zlib';
 import { RetryInfoSchema } from '../../gen/google/rpc/error_details_pb.js';
@@ -7,7 +7,8 @@ import { StatusSchema } from '../../gen/google/rpc/status_pb.js';
 // OTLP/HTTP bodies (the OTLP specification, "OTLP/HTTP"): binary protobuf or OTLP's JSON (the
 // proto3 JSON mapping, except that trace and span ids are hex, not base64), optionally gzip. Every
 // failure is an OtlpHttpError with the status OTLP wants (400 bad data, 413 too large, 415
-// unsupported), never a 5xx, and its message never quotes the body.
+// unsupported), never a 5xx, and its message never quotes the body. The body itself is measured
+// and decoded by the OTLP service (src/domain/otlp-export.ts), as OTLP/gRPC's.
 
 export type OtlpEncoding = 'protobuf' | 'json';
 
@@ -60,62 +61,6 @@ export function decompress(body: Buffer, contentEncoding: string | undefined, ma
       } else reject(new OtlpHttpError(400, 'the body is not valid gzip'));
     });
   });
-}
-
-const ID_FIELDS = new Set(['traceId', 'spanId', 'parentSpanId', 'trace_id', 'span_id', 'parent_span_id']);
-const HEX = /^(?:[0-9a-fA-F]{2})*$/;
-/** The int64 oneof members of AnyValue and of a number data point (or exemplar), and the double beside each. */
-const INT_TO_DOUBLE = new Map([
-  ['intValue', 'doubleValue'],
-  ['int_value', 'double_value'],
-  ['asInt', 'asDouble'],
-  ['as_int', 'as_double'],
-]);
-const INT64_MIN = -(2 ** 63);
-const INT64_END = 2 ** 63;
-
-/**
- * Rewrites an OTLP/JSON body in place for the proto3 JSON mapping: ids are hex in OTLP/JSON and
- * base64 there; and an int64 value written as a JSON number outside int64's range (the stock
- * JavaScript exporters write any integer-valued number as intValue: 2 ** 64, 1e21) becomes the
- * double it is, which the mapping would refuse, the whole export with it. The binary exporters
- * send such a value wrapped and it decodes; here as there it is only ever read past.
- */
-function normalizeOtlpJson(root: unknown): void {
-  const stack: unknown[] = [root];
-  while (stack.length > 0) {
-    const v = stack.pop();
-    if (Array.isArray(v)) {
-      for (const x of v) if (x !== null && typeof x === 'object') stack.push(x);
-    } else if (v !== null && typeof v === 'object') {
-      const o = v as Record<string, unknown>;
-      for (const [k, x] of Object.entries(o)) {
-        if (ID_FIELDS.has(k) && typeof x === 'string') {
-          if (!HEX.test(x)) throw new OtlpHttpError(400, `${k} must be hex-encoded in OTLP/JSON`);
-          o[k] = Buffer.from(x, 'hex').toString('base64');
-        } else if (typeof x === 'number' && INT_TO_DOUBLE.has(k) && !(x >= INT64_MIN && x < INT64_END)) {
-          // A Map, not an object: a key such as "__proto__" or "constructor" is no int64 member.
-          delete o[k];
-          o[INT_TO_DOUBLE.get(k)!] = x;
-        } else if (x !== null && typeof x === 'object') stack.push(x);
-      }
-    }
-  }
-}
-
-/** Decodes an export request; any failure (including pathological nesting) is a 400. */
-export function decodeExport<Desc extends DescMessage>(schema: Desc, body: Buffer, encoding: OtlpEncoding): MessageShape<Desc> {
-  try {
-    if (encoding === 'protobuf') return fromBinary(schema, body);
-    const json: unknown = JSON.parse(body.toString('utf8'));
-    if (json === null || typeof json !== 'object' || Array.isArray(json)) throw new OtlpHttpError(400, 'the JSON body must be an object');
-    normalizeOtlpJson(json);
-    // OTLP/JSON receivers must ignore unknown fields (forward compatibility).
-    return fromJson(schema, json as never, { ignoreUnknownFields: true });
-  } catch (err) {
-    if (err instanceof OtlpHttpError) throw err;
-    throw new OtlpHttpError(400, `the body is not a valid ${schema.typeName} in ${encoding === 'protobuf' ? 'binary protobuf' : 'OTLP/JSON'}`);
-  }
 }
 
 /** The types a Status's details may hold (OTLP/JSON writes an Any with its fields). */

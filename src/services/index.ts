@@ -1,4 +1,4 @@
-import type { ConnectRouter } from '@connectrpc/connect';
+import { Code, ConnectError, type ConnectRouter, type HandlerContext } from '@connectrpc/connect';
 import { TelemetryService } from '../../gen/observatory/v1/telemetry_pb.js';
 import { TrustService } from '../../gen/observatory/v1/trust_pb.js';
 import { ReceiptService } from '../../gen/observatory/v1/receipt_pb.js';
@@ -31,7 +31,8 @@ import { createReceiptRetention } from './receipt-retention.js';
 import { createDemandRetention } from './demand-retention.js';
 import { createRateLimiter } from './rate-limits.js';
 import { createRegistrySync } from './registry-sync.js';
-import { createOtlpService } from './otlp.js';
+import { createOtlpService, otlpExportKey } from './otlp.js';
+import { OtlpExportRefused, type OtlpExportBytes } from '../domain/otlp-export.js';
 import { ROLLUP_INTERVAL_MS, rollupAggregator } from '../store/rollup-aggregator.js';
 import { startEvidenceBus } from './evidence-bus.js';
 import { TraceService } from '../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
@@ -183,9 +184,29 @@ export function connectRoutes(s: Services) {
     // with_request_body), so it may exceed BODY_LIMIT, the router-wide message limit.
     router.service(Authorization, { check: s.gate.check }, { readMaxBytes: EXT_AUTHZ_MAX_BYTES });
     // OTLP/gRPC (docs/telemetry.md). readMaxBytes bounds each export as received and after
-    // decompression (gRPC RESOURCE_EXHAUSTED beyond it), like OTLP/HTTP's 413.
+    // decompression (gRPC RESOURCE_EXHAUSTED beyond it), like OTLP/HTTP's 413. connect-es does not
+    // decode the export: src/http/otlp-grpc.ts reads its bytes with the library's own framing and
+    // hands them over (otlpExportKey), and the service measures and decodes them as it does
+    // OTLP/HTTP's (docs/telemetry.md "What an export may cost").
     const otlpLimits = { readMaxBytes: s.otlp.maxExportBytes };
-    router.service(TraceService, { export: (req, ctx) => s.otlp.exportTraces(req, ctx) }, otlpLimits);
-    router.service(MetricsService, { export: (req, ctx) => s.otlp.exportMetrics(req, ctx) }, otlpLimits);
+    router.service(TraceService, { export: (_req, ctx) => otlpRpc(() => s.otlp.exportTraces(grpcExport(ctx), ctx)) }, otlpLimits);
+    router.service(MetricsService, { export: (_req, ctx) => otlpRpc(() => s.otlp.exportMetrics(grpcExport(ctx), ctx)) }, otlpLimits);
   };
+}
+
+/** The bytes src/http/otlp-grpc.ts read for this call; never absent when it wraps the OTLP handlers. */
+function grpcExport(ctx: HandlerContext): OtlpExportBytes {
+  const input = ctx.values.get(otlpExportKey);
+  if (input === null) throw new ConnectError('the OTLP export was not read (src/http/otlp-grpc.ts wraps no handler of this router)', Code.Internal);
+  return input;
+}
+
+/** An export the service refuses, as OTLP/gRPC says it: INVALID_ARGUMENT, or RESOURCE_EXHAUSTED (no RetryInfo: not to be retried), as OTLP/HTTP's 400 and 413. */
+async function otlpRpc<T>(call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (err) {
+    if (err instanceof OtlpExportRefused) throw new ConnectError(err.message, err.reason === 'too_large' ? Code.ResourceExhausted : Code.InvalidArgument);
+    throw err;
+  }
 }

@@ -1,11 +1,14 @@
-import type { MessageInitShape } from '@bufbuild/protobuf';
-import { createContextValues } from '@connectrpc/connect';
-import type { ExportMetricsServiceRequest, ExportMetricsServiceResponseSchema } from '../../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
-import type { ExportTraceServiceRequest, ExportTraceServiceResponseSchema } from '../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
+import type { DescMessage, MessageInitShape, MessageShape } from '@bufbuild/protobuf';
+import { createContextKey, createContextValues } from '@connectrpc/connect';
+import { setImmediate as nextTurnOfTheLoop } from 'node:timers/promises';
+import type { ExportMetricsServiceResponseSchema } from '../../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
+import type { ExportTraceServiceResponseSchema } from '../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
 import type { ReportRequest } from '../../gen/observatory/v1/telemetry_pb.js';
+import { exportPieces, measuring, METRICS_SPINE, TRACES_SPINE, type ExportSpine, type OtlpExportBytes } from '../domain/otlp-export.js';
 import { createSpanJoin, type Joined } from '../domain/otlp-join.js';
-import { createHistogramStreams, EXPONENTIAL_SCALES, latenciesOf, MAX_POINT_BUCKETS, readMetrics, type InvalidReason } from '../domain/otlp-metrics.js';
-import { readTraces } from '../domain/otlp-spans.js';
+import { createHistogramStreams, EXPONENTIAL_SCALES, latenciesOf, MAX_POINT_BUCKETS, readMetrics, type InvalidReason, type MetricsReading } from '../domain/otlp-metrics.js';
+import { readTraces, type TracesReading } from '../domain/otlp-spans.js';
+import { ObservatoryError } from '../errors.js';
 import { clientAddressKey, requestHeaderValue, type CallContext, type ServiceDeps } from './context.js';
 import { serverResolver } from './otlp-servers.js';
 import type { TelemetryService } from './telemetry.js';
@@ -26,6 +29,27 @@ export type OtlpSignal = 'traces' | 'metrics';
 /** What became of each span or data point (the /metrics counter's `outcome` label). */
 export type OtlpOutcome = 'report' | 'ignored' | 'invalid' | 'unresolved' | 'held' | 'duplicate' | 'superseded' | 'over_limit' | 'no_new_calls';
 
+/**
+ * The bytes of an OTLP/gRPC export (TraceService and MetricsService Export), read by
+ * src/http/otlp-grpc.ts before connect-es would decode them: the service decodes them itself.
+ */
+export const otlpExportKey = createContextKey<OtlpExportBytes | null>(null, { description: 'the bytes of an OTLP/gRPC export' });
+
+/**
+ * Exports are decoded one at a time (per process), in the order they were measured. Decoding
+ * yields to the event loop between pieces, so without this every export in flight would hold its
+ * current piece (and an OTLP/JSON export its parsed body) at once; the others wait holding only
+ * their bytes, which the request body budget already counts.
+ */
+function decodeQueue() {
+  let tail: Promise<unknown> = Promise.resolve();
+  return <T>(work: () => Promise<T>): Promise<T> => {
+    const run = tail.then(work, work);
+    tail = run.catch(() => undefined);
+    return run;
+  };
+}
+
 /** Only what the report source needs, detached from the request: the Bearer key and the client address. */
 function sourceContext(ctx: CallContext | undefined): CallContext {
   const headers = new Headers();
@@ -35,6 +59,9 @@ function sourceContext(ctx: CallContext | undefined): CallContext {
   // their write began are not written (src/store/group-commit.ts), as for a REST report.
   return { requestHeader: headers, values: createContextValues().set(clientAddressKey, ctx?.values.get(clientAddressKey)), signal: ctx?.signal };
 }
+
+const noSpans = (): TracesReading => ({ calls: [], children: [], other: 0, invalid: 0, total: 0 });
+const noPoints = (): MetricsReading => ({ points: [], other: 0, invalid: 0, invalidWhy: {}, total: 0 });
 
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
@@ -125,13 +152,45 @@ export function createOtlpService(deps: ServiceDeps, { telemetry }: { telemetry:
       : null;
   timer?.unref();
 
+  const inTurn = decodeQueue();
+  /**
+   * Reads an export in its turn (docs/telemetry.md "What an export may cost"): measured on its
+   * bytes and refused whole, before anything of it is built, when it holds more than
+   * OTLP_MAX_EXPORT_ELEMENTS elements; then decoded a piece at a time, each piece read into `out`
+   * and dropped. Each step (a part of the measurement, a piece) runs in a turn of the event loop
+   * of its own: between two steps, of this export or the next, the loop serves everything else.
+   * Throws OtlpExportRefused.
+   */
+  function readExport<Desc extends DescMessage, R>(spine: ExportSpine<Desc>, input: OtlpExportBytes, ctx: CallContext | undefined, out: R, read: (piece: MessageShape<Desc>, out: R) => unknown): Promise<R> {
+    // An export whose client left is not read on (as its rows would not be written): a client
+    // that sends and leaves costs no decoding, however many it queued.
+    const step = async () => {
+      await nextTurnOfTheLoop();
+      if (ctx?.signal?.aborted === true) {
+        throw new ObservatoryError('unavailable', 'the request was abandoned before its export was read; nothing was stored', { headers: { 'retry-after': '1' } });
+      }
+    };
+    return inTurn(async () => {
+      const measure = measuring(spine, input, cfg.maxExportElements);
+      do await step();
+      while (!measure.next().done);
+      const pieces = exportPieces(spine, input);
+      for (;;) {
+        await step();
+        const p = pieces.next();
+        if (p.done) return out;
+        read(p.value, out);
+      }
+    });
+  }
+
   return {
     /** Largest export accepted, as received and after decompression (OTLP_MAX_EXPORT_BYTES). */
     maxExportBytes: cfg.maxExportBytes,
 
-    /** OTLP TraceService.Export: MCP client tools/call spans become reports. */
-    async exportTraces(req: ExportTraceServiceRequest, ctx?: CallContext): Promise<MessageInitShape<typeof ExportTraceServiceResponseSchema>> {
-      const reading = readTraces(req);
+    /** OTLP TraceService.Export: MCP client tools/call spans become reports. Throws OtlpExportRefused for an export it does not read. */
+    async exportTraces(input: OtlpExportBytes, ctx?: CallContext): Promise<MessageInitShape<typeof ExportTraceServiceResponseSchema>> {
+      const reading = await readExport(TRACES_SPINE, input, ctx, noSpans(), readTraces);
       const nowMs = deps.now().getTime();
       for (const c of reading.calls) noteSpanResource(c.resource, nowMs);
       const origin = sourceContext(ctx);
@@ -172,9 +231,9 @@ export function createOtlpService(deps: ServiceDeps, { telemetry }: { telemetry:
       return { partialSuccess: { rejectedSpans: BigInt(rejected), errorMessage: `${rejected} of ${reading.total} spans were not recorded: ${why.join('; ')}. See docs/telemetry.md of the observatory.` } };
     },
 
-    /** OTLP MetricsService.Export: mcp.client.operation.duration tools/call points become reports. */
-    async exportMetrics(req: ExportMetricsServiceRequest, ctx?: CallContext): Promise<MessageInitShape<typeof ExportMetricsServiceResponseSchema>> {
-      const reading = readMetrics(req);
+    /** OTLP MetricsService.Export: mcp.client.operation.duration tools/call points become reports. Throws OtlpExportRefused for an export it does not read. */
+    async exportMetrics(input: OtlpExportBytes, ctx?: CallContext): Promise<MessageInitShape<typeof ExportMetricsServiceResponseSchema>> {
+      const reading = await readExport(METRICS_SPINE, input, ctx, noPoints(), readMetrics);
       const nowMs = deps.now().getTime();
       const nowNs = BigInt(nowMs) * 1_000_000n;
       let superseded = 0;

@@ -1,11 +1,12 @@
 import { Code } from '@connectrpc/connect';
-import type { DescMessage, MessageInitShape, MessageShape } from '@bufbuild/protobuf';
+import type { DescMessage, MessageInitShape } from '@bufbuild/protobuf';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { ExportMetricsServiceRequestSchema, ExportMetricsServiceResponseSchema } from '../../../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
-import { ExportTraceServiceRequestSchema, ExportTraceServiceResponseSchema } from '../../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
+import { ExportMetricsServiceResponseSchema } from '../../../gen/opentelemetry/proto/collector/metrics/v1/metrics_service_pb.js';
+import { ExportTraceServiceResponseSchema } from '../../../gen/opentelemetry/proto/collector/trace/v1/trace_service_pb.js';
+import { OtlpExportRefused, type OtlpExportBytes } from '../../domain/otlp-export.js';
 import { PROBLEMS } from '../../errors.js';
 import { callContext, type CallContext } from '../../services/context.js';
-import { CONTENT_TYPE, decodeExport, decompress, encodeMessage, encodeStatus, OTLP_HTTP_PATHS, OtlpHttpError, otlpEncoding, type OtlpEncoding } from '../otlp-codec.js';
+import { CONTENT_TYPE, decompress, encodeMessage, encodeStatus, OTLP_HTTP_PATHS, OtlpHttpError, otlpEncoding, type OtlpEncoding } from '../otlp-codec.js';
 import { problemFromError, type RefusalRouteConfig } from '../problem.js';
 import { retryAfterSeconds } from '../rpc-errors.js';
 import type { RouteDeps } from '../routes.js';
@@ -39,12 +40,7 @@ const config: RefusalRouteConfig = {
 export function otlpRoutes(app: FastifyInstance, { services }: RouteDeps) {
   const limit = services.otlp.maxExportBytes;
 
-  function route<Req extends DescMessage, Res extends DescMessage>(
-    path: string,
-    reqSchema: Req,
-    resSchema: Res,
-    handle: (msg: MessageShape<Req>, ctx: CallContext) => Promise<MessageInitShape<Res>>,
-  ) {
+  function route<Res extends DescMessage>(path: string, resSchema: Res, handle: (input: OtlpExportBytes, ctx: CallContext) => Promise<MessageInitShape<Res>>) {
     return [
       path,
       { bodyLimit: limit, config },
@@ -53,9 +49,10 @@ export function otlpRoutes(app: FastifyInstance, { services }: RouteDeps) {
         if (encoding === null) throw new OtlpHttpError(415, 'send OTLP as application/x-protobuf or application/json');
         const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
         const body = await decompress(raw, req.headers['content-encoding'] as string | undefined, limit);
-        const msg = decodeExport(reqSchema, body, encoding);
-        // With reply.raw, an export whose client leaves before its rows' write begins is not written.
-        const res = await handle(msg, callContext(req.headers, req.ip, reply.raw));
+        // The service measures the export before decoding it, then decodes it a piece at a time
+        // (docs/telemetry.md "What an export may cost"). With reply.raw, an export whose client
+        // leaves before its rows' write begins is not written.
+        const res = await handle({ bytes: body, format: encoding === 'protobuf' ? 'protobuf' : 'otlp-json' }, callContext(req.headers, req.ip, reply.raw));
         return reply.type(CONTENT_TYPE[encoding]).send(encodeMessage(resSchema, res, encoding));
       },
     ] as const;
@@ -68,6 +65,8 @@ export function otlpRoutes(app: FastifyInstance, { services }: RouteDeps) {
     otlp.setErrorHandler((err: FastifyError | Error, req, reply) => {
       const encoding = otlpEncoding(req.headers['content-type']) ?? 'protobuf';
       if (err instanceof OtlpHttpError) return sendStatus(reply, err.status, err.message, encoding);
+      // Not a valid export (400), or one that holds too much to decode (413, as one too large).
+      if (err instanceof OtlpExportRefused) return sendStatus(reply, err.reason === 'too_large' ? 413 : 400, err.message, encoding);
       const fe = err as FastifyError;
       if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return sendStatus(reply, 413, `the export is larger than ${limit} bytes`, encoding);
       if (fe.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return sendStatus(reply, 415, 'send OTLP as application/x-protobuf or application/json', encoding);
@@ -78,7 +77,7 @@ export function otlpRoutes(app: FastifyInstance, { services }: RouteDeps) {
       if (status >= 500) req.log.error({ err }, 'OTLP export failed');
       return sendStatus(reply, status, p.detail, encoding, p.headers);
     });
-    otlp.post(...route(OTLP_HTTP_PATHS.traces, ExportTraceServiceRequestSchema, ExportTraceServiceResponseSchema, (m, ctx) => services.otlp.exportTraces(m, ctx)));
-    otlp.post(...route(OTLP_HTTP_PATHS.metrics, ExportMetricsServiceRequestSchema, ExportMetricsServiceResponseSchema, (m, ctx) => services.otlp.exportMetrics(m, ctx)));
+    otlp.post(...route(OTLP_HTTP_PATHS.traces, ExportTraceServiceResponseSchema, (input, ctx) => services.otlp.exportTraces(input, ctx)));
+    otlp.post(...route(OTLP_HTTP_PATHS.metrics, ExportMetricsServiceResponseSchema, (input, ctx) => services.otlp.exportMetrics(input, ctx)));
   });
 }
