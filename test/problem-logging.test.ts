@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import Fastify from 'fastify';
 import { Writable } from 'node:stream';
 import { installProblemHandlers } from '../src/http/problem.js';
+import { ObservatoryError } from '../src/errors.js';
 
 // A database outage fails every request that needs it at once. Logged one error line per
 // request, an outage buried the log (the audit counted 3,182 lines in 30 s): such failures are one
@@ -19,6 +20,10 @@ function appWithLog() {
   installProblemHandlers(app);
   app.get('/db', async () => {
     throw Object.assign(new Error('canceling statement due to lock timeout'), { code: '55P03' });
+  });
+  // The service's own refusal when a write queue waited its bound, or a client left before its write.
+  app.get('/queue', async () => {
+    throw new ObservatoryError('unavailable', 'the request was abandoned before its report was written; nothing was stored', { headers: { 'retry-after': '2' } });
   });
   app.get('/bug', async () => {
     throw new Error('a bug');
@@ -45,6 +50,19 @@ describe('failure logging', () => {
     expect(lines.filter((l) => l.msg === 'request failed')).toEqual([]);
     for (let i = 0; i < 5; i++) expect((await app.inject({ url: '/bug' })).statusCode).toBe(500);
     expect(lines.filter((l) => l.msg === 'request failed' && l.level === 50)).toHaveLength(5);
+    await app.close();
+  });
+
+  it("the service's own unavailable refusals (a queue past its bound, requests abandoned before their write) are throttled the same way", async () => {
+    const { app, lines } = appWithLog();
+    // The throttle is per process: past the test above's last warning, the first of these is logged.
+    await new Promise((r) => setTimeout(r, 1100));
+    const started = Date.now();
+    for (let i = 0; i < 300; i++) expect((await app.inject({ url: '/queue' })).statusCode).toBe(503);
+    const warned = lines.filter((l) => l.msg === 'database unavailable: answered 503');
+    expect(warned.length).toBeGreaterThanOrEqual(1);
+    expect(warned.length).toBeLessThanOrEqual(Math.floor((Date.now() - started) / 1000) + 1);
+    expect(lines.filter((l) => l.level >= 50)).toEqual([]);
     await app.close();
   });
 });

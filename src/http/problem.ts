@@ -63,14 +63,18 @@ export function sendProblemToCaller(req: FastifyRequest, reply: FastifyReply, co
 }
 
 /**
- * Logs a call that failed on the service's side (REST, Connect and MCP tools alike). A database
- * that is unavailable fails every call that needs it at once (an outage measured 3,182 error
- * lines in 30 s, one per request): those are one warning a second per process, saying how many
- * were not logged since the last.
+ * Logs a call that failed on the service's side (REST, Connect, OTLP, MCP tools and A2A alike). A
+ * database that is unavailable fails every call that needs it at once (an outage measured 3,182
+ * error lines in 30 s, one per request), and so does one that is only slow: the service's own
+ * `unavailable` refusals (a write queue that waited its bound, a request abandoned by its client
+ * before its write, a read waiting for its rollups past its bound) come in floods, one per
+ * request, and any client that leaves early makes one. Those are one warning a second per
+ * process, saying how many were not logged since the last; anything else (a bug) is an error line
+ * each.
  */
 export function logFailure(log: Pick<FastifyBaseLogger, 'error' | 'warn'>, err: unknown, code: ProblemCode, fields: Record<string, unknown> = {}): void {
   if (PROBLEMS[code].status < 500) return;
-  if (code !== 'unavailable' || !isConnectionError(err)) {
+  if (code !== 'unavailable' || !(isConnectionError(err) || err instanceof ObservatoryError)) {
     log.error({ err, ...fields }, 'request failed');
     return;
   }

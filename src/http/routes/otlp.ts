@@ -7,7 +7,7 @@ import { OtlpExportRefused, type OtlpExportBytes } from '../../domain/otlp-expor
 import { PROBLEMS } from '../../errors.js';
 import { callContext, type CallContext } from '../../services/context.js';
 import { CONTENT_TYPE, decompress, encodeMessage, encodeStatus, OTLP_HTTP_PATHS, OtlpHttpError, otlpEncoding, type OtlpEncoding } from '../otlp-codec.js';
-import { problemFromError, type RefusalRouteConfig } from '../problem.js';
+import { logFailure, problemFromError, type RefusalRouteConfig } from '../problem.js';
 import { retryAfterSeconds } from '../rpc-errors.js';
 import type { RouteDeps } from '../routes.js';
 
@@ -74,7 +74,7 @@ export function otlpRoutes(app: FastifyInstance, { services }: RouteDeps) {
       // database is 503 + Retry-After, which OTLP senders retry), the rest never leak internals.
       const p = problemFromError(err);
       const status = PROBLEMS[p.code].status;
-      if (status >= 500) req.log.error({ err }, 'OTLP export failed');
+      logFailure(req.log, err, p.code);
       return sendStatus(reply, status, p.detail, encoding, p.headers);
     });
     otlp.post(...route(OTLP_HTTP_PATHS.traces, ExportTraceServiceResponseSchema, (input, ctx) => services.otlp.exportTraces(input, ctx)));
