@@ -243,7 +243,7 @@ describe('gate configuration', () => {
       cacheSeconds: 5,
       routes: [],
       trustedHeaders: [],
-      tools: { deny: [], exempt: [], driftWindowMs: 168 * 3_600_000, requireMcpMethod: false, unlistedTools: 'deny' },
+      tools: { deny: [], exempt: [], driftWindowMs: 168 * 3_600_000, requireMcpMethod: false, unlistedTools: 'deny', instructionsDrift: 'deny' },
     });
   });
 
@@ -257,6 +257,7 @@ describe('gate configuration', () => {
       GATE_TOOL_DRIFT_HOURS: '2',
       GATE_REQUIRE_MCP_METHOD: '1',
       GATE_UNLISTED_TOOLS: 'Allow',
+      GATE_INSTRUCTIONS_DRIFT: 'allow',
     }).gate;
     expect(g).toEqual({
       allowUncertain: false,
@@ -264,7 +265,7 @@ describe('gate configuration', () => {
       cacheSeconds: 0,
       routes: [{ host: 'gw.example', pathPrefix: '/w', upstream: 'https://w.internal/mcp' }],
       trustedHeaders: ['x-mcp-server'],
-      tools: { deny: [], exempt: [], driftWindowMs: 2 * 3_600_000, requireMcpMethod: true, unlistedTools: 'allow' },
+      tools: { deny: [], exempt: [], driftWindowMs: 2 * 3_600_000, requireMcpMethod: true, unlistedTools: 'allow', instructionsDrift: 'allow' },
     });
   });
 

@@ -108,10 +108,11 @@ describe('GATE_TOOLS_DENY / GATE_TOOLS_EXEMPT rules', () => {
     expect(() => loadConfig({ GATE_TOOL_DRIFT_HOURS: '-1' })).toThrow(/GATE_TOOL_DRIFT_HOURS/);
     expect(() => loadConfig({ GATE_TOOL_DRIFT_HOURS: '9000' })).toThrow(/GATE_TOOL_DRIFT_HOURS/);
     const c = loadConfig({ GATE_TOOLS_DENY: 'a,b', GATE_TOOLS_EXEMPT: `${UP}#c`, GATE_TOOL_DRIFT_HOURS: '24', GATE_REQUIRE_MCP_METHOD: '1' });
-    expect(c.gate.tools).toEqual({ deny: [{ upstream: null, name: 'a' }, { upstream: null, name: 'b' }], exempt: [{ upstream: UP, name: 'c' }], driftWindowMs: 24 * HOUR, requireMcpMethod: true, unlistedTools: 'deny' });
-    expect(loadConfig({}).gate.tools).toEqual({ deny: [], exempt: [], driftWindowMs: WEEK, requireMcpMethod: false, unlistedTools: 'deny' });
+    expect(c.gate.tools).toEqual({ deny: [{ upstream: null, name: 'a' }, { upstream: null, name: 'b' }], exempt: [{ upstream: UP, name: 'c' }], driftWindowMs: 24 * HOUR, requireMcpMethod: true, unlistedTools: 'deny', instructionsDrift: 'deny' });
+    expect(loadConfig({}).gate.tools).toEqual({ deny: [], exempt: [], driftWindowMs: WEEK, requireMcpMethod: false, unlistedTools: 'deny', instructionsDrift: 'deny' });
     expect(() => loadConfig({ GATE_REQUIRE_MCP_METHOD: 'sometimes' })).toThrow(/GATE_REQUIRE_MCP_METHOD/);
     expect(loadConfig({ GATE_UNLISTED_TOOLS: 'allow' }).gate.tools.unlistedTools).toBe('allow');
+    expect(loadConfig({ GATE_INSTRUCTIONS_DRIFT: 'ALLOW' }).gate.tools.instructionsDrift).toBe('allow');
     expect(() => loadConfig({ GATE_UNLISTED_TOOLS: 'warn' })).toThrow(/GATE_UNLISTED_TOOLS: must be deny or allow, got "warn"/);
   });
 });
