@@ -262,6 +262,12 @@ export interface HttpConfig {
    * client network an eighth of them; at least eight of the largest body a route accepts.
    */
   bodyBudgetBytes: number;
+  /**
+   * HTTP_ANSWER_BUDGET_BYTES (default 128 MiB): bytes of answers of 4 KiB or more the process may
+   * hold for clients that have not read them yet, one client network an eighth of them
+   * (src/http/answer-budget.ts). Absent: the default.
+   */
+  answerBudgetBytes?: number;
 }
 
 export interface ObserveConfig {
@@ -494,8 +500,16 @@ function httpLimits(env: Env, proxies: Config['trustProxy']): HttpConfig {
     maxConnectionsPerClient: int(env, 'MAX_CONNECTIONS_PER_CLIENT', 0, 0, 1_000_000),
     trustProxy: proxies,
     bodyBudgetBytes: int(env, 'HTTP_BODY_BUDGET_BYTES', DEFAULT_BODY_BUDGET_BYTES, 1024 * 1024, 64 * 1024 * 1024 * 1024),
+    answerBudgetBytes: int(env, 'HTTP_ANSWER_BUDGET_BYTES', DEFAULT_ANSWER_BUDGET_BYTES, 1024 * 1024, 64 * 1024 * 1024 * 1024),
   };
 }
+
+/**
+ * HTTP_ANSWER_BUDGET_BYTES unless set: 128 A2A answers of 1 MiB unread at once, 16 per client
+ * network. An answer counted may hold up to twice its bytes (fastify keeps an answer's text and
+ * its bytes while an HTTP/2 client reads it): about 300 MB for the process, 40 MB for a network.
+ */
+export const DEFAULT_ANSWER_BUDGET_BYTES = 128 * 1024 * 1024;
 
 /** HTTP_BODY_BUDGET_BYTES unless set: 64 OTLP exports of the default 4 MiB at once, 8 per client network. */
 export const DEFAULT_BODY_BUDGET_BYTES = 256 * 1024 * 1024;

@@ -17,6 +17,7 @@ import { clientAddressOf, connectContextValues, fastifyTrustProxy } from './http
 import { registerRestRoutes } from './http/routes.js';
 import { installRateLimits, rateLimitInterceptor } from './http/rate-limit.js';
 import { installBodyBudget } from './http/body-budget.js';
+import { installAnswerAdmission } from './http/answer-budget.js';
 import { parseErrorsAreInvalidArgument } from './http/connect-parse-errors.js';
 import { otlpExportsReadAsBytes } from './http/otlp-grpc.js';
 import { registerHealth, registerReflection } from './http/grpc-introspection.js';
@@ -196,6 +197,9 @@ export async function createObservatory(config: Config, opts: ObservatoryOptions
   metrics.watchBodyBudget(installBodyBudget(app, { limit: config.http.bodyBudgetBytes, defaultLimit: config.bodyLimit }));
 
   metrics.watchConnections(() => (app.server as DualProtocolServer).connectionStats());
+  // A client network holding its share of unread answers is refused before it is handled (src/http/answer-budget.ts).
+  installAnswerAdmission(app, (app.server as DualProtocolServer).answerBudget);
+  metrics.watchAnswerBudget((app.server as DualProtocolServer).answerBudget);
 
   await app.register(connectPlugin, {
     routes: (router) => {

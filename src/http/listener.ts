@@ -1,9 +1,10 @@
 import http from 'node:http';
 import http2 from 'node:http2';
 import type { Socket } from 'node:net';
-import type { HttpConfig } from '../config.js';
+import { DEFAULT_ANSWER_BUDGET_BYTES, type HttpConfig } from '../config.js';
 import { addToNetwork, clientNetwork } from '../domain/client-network.js';
-import { trustedPeer } from './client-address.js';
+import { answerBudget, type AnswerBudget } from './answer-budget.js';
+import { clientAddressOf, trustedPeer } from './client-address.js';
 import { capRefusal, connectionCap, descriptorUsage, overflowFor, perClientLimit, type ConnectionCap } from './connection-cap.js';
 import { answerClientError, closeAfterOurEnd, endWithAnswer, requestTimeoutError, trackResponse, waitingFor } from './socket-answers.js';
 
@@ -41,6 +42,8 @@ export interface ConnectionStats {
 
 export interface DualProtocolServer extends http.Server {
   connectionStats(): ConnectionStats;
+  /** Answer bytes held for clients that have not read them (src/http/answer-budget.ts). */
+  readonly answerBudget: AnswerBudget;
 }
 
 /**
@@ -55,6 +58,8 @@ export interface DualProtocolServer extends http.Server {
  * connections are capped so that descriptors remain for the database and probes.
  */
 export function createDualProtocolServer(handler: Handler, limits: HttpConfig): DualProtocolServer {
+  // The answers of every connection served count against one budget (src/http/answer-budget.ts).
+  const answers = answerBudget({ limit: limits.answerBudgetBytes ?? DEFAULT_ANSWER_BUDGET_BYTES, clientAddress: clientAddressOf(limits.trustProxy) });
   const h1 = http.createServer({
     maxHeaderSize: MAX_REQUEST_HEAD_BYTES,
     headersTimeout: limits.headersTimeoutMs,
@@ -83,6 +88,7 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
   const h2 = http2.createServer({ settings: { maxConcurrentStreams: limits.h2MaxConcurrentStreams } }, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
   const sessions = new Set<http2.Http2Session>();
   h2.on('session', (session) => {
+    answers.countAnswersOf(session);
     sessions.add(session);
     watchSession(session, limits);
     session.once('close', () => sessions.delete(session));
@@ -170,7 +176,10 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
         socket.once('end', endOurSide);
         h2.emit('connection', socket);
       }
-      else for (const l of h1Listeners) l.call(h1, socket);
+      else {
+        answers.countAnswersOf(socket);
+        for (const l of h1Listeners) l.call(h1, socket);
+      }
       process.nextTick(() => socket.resume());
     };
     socket.on('data', onData);
@@ -178,6 +187,7 @@ export function createDualProtocolServer(handler: Handler, limits: HttpConfig): 
     socket.on('error', () => socket.destroy());
   });
 
+  (h1 as { answerBudget: AnswerBudget }).answerBudget = answers.budget;
   h1.connectionStats = () => ({ open, undecided: undecided.size, h2Sessions: sessions.size, cap, refused: { ...refused }, perClient, refusedPerClient: { ...refusedPerClient } });
 
   // Closing the public server also ends HTTP/2 sessions gracefully (GOAWAY after in-flight streams).

@@ -3,6 +3,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import type { Db } from '../db/index.js';
 import type { ConnectionStats } from './listener.js';
 import type { BodyBudget } from './body-budget.js';
+import type { AnswerBudget } from './answer-budget.js';
 import { withRouteHook } from './route-hooks.js';
 
 /**
@@ -101,6 +102,30 @@ export function createMetrics(db: Db) {
         () => {
           const r = budget.refused();
           return { budget: r.total, per_client: r.perClient };
+        },
+      );
+    },
+    /** The answer budget: bytes of unread answers held now and the budget, and answers refused over it (src/http/answer-budget.ts). */
+    watchAnswerBudget(budget: AnswerBudget) {
+      new Gauge({
+        name: 'observatory_http_answer_bytes',
+        help: 'Bytes of answers (writes of 4 KiB or more) held until their clients read them (held), the process budget (HTTP_ANSWER_BUDGET_BYTES) and one client network share of it',
+        labelNames: ['state'] as const,
+        registers: [registry],
+        collect() {
+          this.set({ state: 'held' }, budget.held().total);
+          this.set({ state: 'budget' }, budget.limit);
+          this.set({ state: 'per_client' }, budget.perClient);
+        },
+      });
+      runningTotalCounter(
+        registry,
+        'observatory_http_answers_refused_total',
+        "Answers not sent over the process budget (stream reset or connection closed) or over their client network share, and requests refused 429 because their network held its share",
+        'over',
+        () => {
+          const r = budget.refused();
+          return { budget: r.total, per_client: r.perClient, admission: r.admission };
         },
       );
     },

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { RouteDeps } from '../routes.js';
 import type { BundleEncoding } from '../../services/bundle.js';
+import { sharedAnswer } from '../answer-budget.js';
 
 // GET /v1/bundle (docs/bundles.md): the signed offline bundle, compressed by Accept-Encoding,
 // with a strong ETag (the token's jti) answered 304 on If-None-Match.
@@ -58,6 +59,8 @@ export function bundleRoutes(app: FastifyInstance, { services }: RouteDeps) {
       };
       if (matches(req.headers['if-none-match'], etag)) return reply.code(304).headers(headers).send();
       const body = await b.encoded(encoding);
+      // One cached Buffer per filter set and coding, written to every reader by reference.
+      sharedAnswer(reply.raw);
       reply.code(200).headers(headers).header('content-type', 'application/json; charset=utf-8');
       if (encoding !== 'identity') reply.header('content-encoding', encoding);
       return reply.send(body);

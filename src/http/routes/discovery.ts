@@ -8,6 +8,7 @@ import type { PublicJwk } from '../../signing/keyring.js';
 import type { RouteDeps } from '../routes.js';
 import { documentedOperations, openApiDocument } from '../openapi.js';
 import { DISCOVERY_CACHE_CONTROL } from './well-known.js';
+import { sharedAnswer } from '../answer-budget.js';
 
 // Discovery documents (SPEC 1.8): each valid for its own standard, all built from the same
 // config and tables (agent skills, MCP tools, JWKS, OpenAPI operations), so they cannot disagree.
@@ -156,20 +157,23 @@ const LOGO_SVG =
 export function discoveryRoutes(app: FastifyInstance, { services, config }: RouteDeps) {
   // A document's JSON text is made once per document object: the OpenAPI document took 0.48 ms of
   // CPU to serialize on every request (2,100 requests/s of one core, for anyone to ask). Documents
-  // built once (or cached, as the signed card is) are serialized once.
-  const texts = new WeakMap<object, string>();
-  const textOf = (doc: object): string => {
+  // built once (or cached, as the signed card is) are serialized once, into a Buffer every answer
+  // shares: a client that does not read holds no copy of it (a string is copied per answer, src/http/answer-budget.ts).
+  const texts = new WeakMap<object, Buffer>();
+  const textOf = (doc: object): Buffer => {
     let text = texts.get(doc);
     if (text === undefined) {
-      text = JSON.stringify(doc);
+      text = Buffer.from(JSON.stringify(doc));
       texts.set(doc, text);
     }
     return text;
   };
   const json = (path: string, build: () => object | Promise<object>) =>
-    app.get(path, async (_req, reply) =>
-      reply.header('cache-control', DISCOVERY_CACHE_CONTROL).type('application/json; charset=utf-8').send(textOf(await build())),
-    );
+    app.get(path, async (_req, reply) => {
+      const text = textOf(await build());
+      sharedAnswer(reply.raw);
+      return reply.header('cache-control', DISCOVERY_CACHE_CONTROL).type('application/json; charset=utf-8').send(text);
+    });
   /** A document that depends only on the configuration: built on first use, then the same object. */
   const once = <T extends object>(build: () => T | Promise<T>): (() => Promise<T>) => {
     let doc: Promise<T> | undefined;
@@ -206,7 +210,11 @@ export function discoveryRoutes(app: FastifyInstance, { services, config }: Rout
       did: `${config.publicBaseUrl}/.well-known/did.json`,
     },
   })));
-  app.get('/llms.txt', async (_req, reply) => reply.header('cache-control', DISCOVERY_CACHE_CONTROL).type('text/plain; charset=utf-8').send(llms));
+  const llmsBytes = Buffer.from(llms);
+  app.get('/llms.txt', async (_req, reply) => {
+    sharedAnswer(reply.raw);
+    return reply.header('cache-control', DISCOVERY_CACHE_CONTROL).type('text/plain; charset=utf-8').send(llmsBytes);
+  });
   // Agents and crawlers are welcome everywhere; the pointers help agent-readiness probes (docs/probes.md).
   const robots = `User-agent: *\nAllow: /\n\n# Agent documents: ${config.publicBaseUrl}/llms.txt, ${config.publicBaseUrl}/openapi.json,\n# ${config.publicBaseUrl}/.well-known/mcp.json, ${config.publicBaseUrl}/.well-known/agent-card.json\n# (also at ${config.publicBaseUrl}/.well-known/agent.json for A2A 0.2 clients)\n`;
   app.get('/robots.txt', async (_req, reply) => reply.header('cache-control', DISCOVERY_CACHE_CONTROL).type('text/plain; charset=utf-8').send(robots));
