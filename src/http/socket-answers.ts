@@ -35,13 +35,17 @@ function responseClosed(this: ServerResponse): void {
   state.readAtLastResponse = socket!.bytesRead;
 }
 
-/** 'request' listener of the HTTP/1.1 server, registered before the application's handler. */
-export function trackResponse(req: IncomingMessage, res: ServerResponse): void {
+/**
+ * Called for every HTTP/1.1 request before the application's handler: returns how many responses
+ * its connection now owes (pipelined requests queue), this one included.
+ */
+export function trackResponse(req: IncomingMessage, res: ServerResponse): number {
   const socket = req.socket;
   let state = connections.get(socket);
   if (!state) connections.set(socket, (state = { pending: new Set(), readAtLastResponse: 0 }));
   state.pending.add(res);
   res.on('close', responseClosed);
+  return state.pending.size;
 }
 
 /**
