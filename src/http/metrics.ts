@@ -83,17 +83,12 @@ export function createMetrics(db: Db) {
     },
     /** The request body budget: bytes held now and the budget, and requests refused over it (src/http/body-budget.ts). */
     watchBodyBudget(budget: BodyBudget) {
-      new Gauge({
-        name: 'observatory_http_request_body_bytes',
-        help: 'Request body bytes reserved by requests in flight (held), the process budget (HTTP_BODY_BUDGET_BYTES) and one client network share of it',
-        labelNames: ['state'] as const,
-        registers: [registry],
-        collect() {
-          this.set({ state: 'held' }, budget.held().total);
-          this.set({ state: 'budget' }, budget.limit);
-          this.set({ state: 'per_client' }, budget.perClient);
-        },
-      });
+      budgetGauge(
+        registry,
+        'observatory_http_request_body_bytes',
+        'Request body bytes reserved by requests in flight (held), the process budget (HTTP_BODY_BUDGET_BYTES) and one client network share of it',
+        budget,
+      );
       runningTotalCounter(
         registry,
         'observatory_http_request_body_refused_total',
@@ -107,17 +102,12 @@ export function createMetrics(db: Db) {
     },
     /** The answer budget: bytes of unread answers held now and the budget, and answers refused over it (src/http/answer-budget.ts). */
     watchAnswerBudget(budget: AnswerBudget) {
-      new Gauge({
-        name: 'observatory_http_answer_bytes',
-        help: 'Bytes of answers (writes of 4 KiB or more) held until their clients read them (held), the process budget (HTTP_ANSWER_BUDGET_BYTES) and one client network share of it',
-        labelNames: ['state'] as const,
-        registers: [registry],
-        collect() {
-          this.set({ state: 'held' }, budget.held().total);
-          this.set({ state: 'budget' }, budget.limit);
-          this.set({ state: 'per_client' }, budget.perClient);
-        },
-      });
+      budgetGauge(
+        registry,
+        'observatory_http_answer_bytes',
+        'Bytes of answers (writes of 4 KiB or more) held until their clients read them (held), the process budget (HTTP_ANSWER_BUDGET_BYTES) and one client network share of it',
+        budget,
+      );
       runningTotalCounter(
         registry,
         'observatory_http_answers_refused_total',
@@ -156,6 +146,21 @@ export function createMetrics(db: Db) {
 export type Metrics = ReturnType<typeof createMetrics>;
 
 /** A counter that follows running totals kept elsewhere (one per value of `label`), read at each scrape. */
+/** A bytes budget's gauge (the request body budget, the answer budget): bytes held now, the process budget, one client network's share. */
+function budgetGauge(registry: Registry, name: string, help: string, budget: { held(): { total: number }; readonly limit: number; readonly perClient: number }) {
+  new Gauge({
+    name,
+    help,
+    labelNames: ['state'] as const,
+    registers: [registry],
+    collect() {
+      this.set({ state: 'held' }, budget.held().total);
+      this.set({ state: 'budget' }, budget.limit);
+      this.set({ state: 'per_client' }, budget.perClient);
+    },
+  });
+}
+
 function runningTotalCounter(registry: Registry, name: string, help: string, label: string, totals: () => Record<string, number>) {
   const seen = new Map<string, number>();
   new Counter({
